@@ -1,0 +1,299 @@
+//! A shard: the databases (SELECT 0..N) owned by one thread, their expiry bookkeeping, memory
+//! accounting and keyspace statistics.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::table::{Entry, Table};
+use crate::value::Value;
+
+/// Keyspace counters of one shard, summed across shards by INFO.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ShardStats {
+    pub expired_keys: u64,
+    pub keyspace_hits: u64,
+    pub keyspace_misses: u64,
+    pub expire_cycles: u64,
+}
+
+/// One logical database inside a shard.
+#[derive(Default)]
+pub struct Db {
+    pub table: Table,
+    /// Deadlines by key hash; stale items (TTL changed or key gone) are skipped when popped.
+    deadlines: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Keys that currently carry a TTL.
+    volatile: usize,
+    /// Smoothed average remaining TTL of sampled volatile keys (INFO keyspace `avg_ttl`).
+    pub avg_ttl: u64,
+}
+
+impl Db {
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    pub fn volatile_count(&self) -> usize {
+        self.volatile
+    }
+}
+
+/// The data of one shard.
+pub struct Shard {
+    pub dbs: Vec<Db>,
+    used_memory: usize,
+    pub stats: ShardStats,
+    pub active_expire: bool,
+}
+
+fn is_expired(e: &Entry, now: u64) -> bool {
+    e.expire_at != 0 && e.expire_at <= now
+}
+
+impl Shard {
+    pub fn new(databases: usize) -> Self {
+        Shard {
+            dbs: (0..databases).map(|_| Db::default()).collect(),
+            used_memory: 0,
+            stats: ShardStats::default(),
+            active_expire: true,
+        }
+    }
+
+    pub fn used_memory(&self) -> usize {
+        self.used_memory
+    }
+
+    /// Looks a key up, deleting it first if its TTL has passed (lazy expiry).
+    pub fn get(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
+        self.expire_if_needed(db, key, now);
+        self.dbs[db].table.get(key)
+    }
+
+    /// True when the key exists (after lazy expiry).
+    pub fn exists(&mut self, db: usize, key: &[u8], now: u64) -> bool {
+        self.get(db, key, now).is_some()
+    }
+
+    fn expire_if_needed(&mut self, db: usize, key: &[u8], now: u64) {
+        let expired = matches!(self.dbs[db].table.get(key), Some(e) if is_expired(e, now));
+        if expired {
+            self.remove(db, key);
+            self.stats.expired_keys += 1;
+        }
+    }
+
+    /// Edits an existing value in place, keeping memory accounting right. Returns None when the
+    /// key does not exist.
+    pub fn update<R>(&mut self, db: usize, key: &[u8], now: u64, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        self.expire_if_needed(db, key, now);
+        let e = self.dbs[db].table.get_mut(key)?;
+        let before = e.mem_size();
+        let had_ttl = e.expire_at;
+        let r = f(e);
+        let after = e.mem_size();
+        let now_ttl = e.expire_at;
+        self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
+        self.track_ttl_change(db, key, had_ttl, now_ttl);
+        Some(r)
+    }
+
+    fn track_ttl_change(&mut self, db: usize, key: &[u8], old: u64, new: u64) {
+        let d = &mut self.dbs[db];
+        match (old != 0, new != 0) {
+            (false, true) => d.volatile += 1,
+            (true, false) => d.volatile -= 1,
+            _ => {}
+        }
+        if new != 0 && new != old {
+            let h = d.table.hash(key);
+            d.deadlines.push(Reverse((new, h)));
+        }
+    }
+
+    /// Sets a key, replacing any value; returns the old entry.
+    pub fn set(&mut self, db: usize, key: &[u8], value: Value, expire_at: u64) -> Option<Entry> {
+        let entry = Entry {
+            key: key.into(),
+            value,
+            expire_at,
+        };
+        self.used_memory += entry.mem_size();
+        let old = self.dbs[db].table.insert(entry);
+        let old_ttl = old.as_ref().map_or(0, |e| e.expire_at);
+        if let Some(o) = &old {
+            self.used_memory -= o.mem_size().min(self.used_memory);
+        }
+        self.track_ttl_change(db, key, old_ttl, expire_at);
+        old
+    }
+
+    /// Removes a key (no expiry check: the caller decides what counts as existing).
+    pub fn remove(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        let old = self.dbs[db].table.remove(key)?;
+        self.used_memory -= old.mem_size().min(self.used_memory);
+        if old.expire_at != 0 {
+            self.dbs[db].volatile -= 1;
+        }
+        Some(old)
+    }
+
+    /// Deletes a live key; true when it existed.
+    pub fn delete(&mut self, db: usize, key: &[u8], now: u64) -> bool {
+        self.expire_if_needed(db, key, now);
+        self.remove(db, key).is_some()
+    }
+
+    pub fn flush_db(&mut self, db: usize) {
+        let d = &mut self.dbs[db];
+        let freed: usize = d.table.iter().map(Entry::mem_size).sum();
+        *d = Db::default();
+        self.used_memory -= freed.min(self.used_memory);
+    }
+
+    pub fn flush_all(&mut self) {
+        for db in 0..self.dbs.len() {
+            self.flush_db(db);
+        }
+    }
+
+    /// Swaps two databases' contents (SWAPDB within this shard).
+    pub fn swap_dbs(&mut self, a: usize, b: usize) {
+        self.dbs.swap(a, b);
+    }
+
+    /// Active expiry: removes keys whose deadline has passed, visiting at most `budget` heap
+    /// items across all databases. Returns how many keys were removed.
+    pub fn expire_cycle(&mut self, now: u64, budget: usize) -> usize {
+        if !self.active_expire {
+            return 0;
+        }
+        self.stats.expire_cycles += 1;
+        let mut removed = 0;
+        let mut work = 0;
+        for db in 0..self.dbs.len() {
+            self.sample_avg_ttl(db, now);
+            while work < budget {
+                let Some(&Reverse((deadline, hash))) = self.dbs[db].deadlines.peek() else {
+                    break;
+                };
+                if deadline > now {
+                    break;
+                }
+                self.dbs[db].deadlines.pop();
+                work += 1;
+                let victim = self.dbs[db]
+                    .table
+                    .find_by_hash(hash, |e| e.expire_at == deadline);
+                if let Some(key) = victim {
+                    self.remove(db, &key);
+                    self.stats.expired_keys += 1;
+                    removed += 1;
+                }
+            }
+            self.compact_deadlines(db);
+        }
+        removed
+    }
+
+    /// Rebuilds a deadline heap dominated by stale items (keys re-expired or deleted).
+    fn compact_deadlines(&mut self, db: usize) {
+        let d = &mut self.dbs[db];
+        if d.deadlines.len() <= 2 * d.volatile + 1024 {
+            return;
+        }
+        let table = &d.table;
+        d.deadlines = table
+            .iter()
+            .filter(|e| e.expire_at != 0)
+            .map(|e| Reverse((e.expire_at, table.hash(&e.key))))
+            .collect();
+    }
+
+    fn sample_avg_ttl(&mut self, db: usize, now: u64) {
+        let d = &mut self.dbs[db];
+        if d.volatile == 0 {
+            d.avg_ttl = 0;
+            return;
+        }
+        let (sum, n) = d
+            .deadlines
+            .iter()
+            .take(20)
+            .filter(|Reverse((t, _))| *t > now)
+            .fold((0u64, 0u64), |(s, n), Reverse((t, _))| (s + (t - now), n + 1));
+        if n > 0 {
+            let sample = sum / n;
+            // Same smoothing as Redis: 2% weight for the new sample.
+            d.avg_ttl = if d.avg_ttl == 0 {
+                sample
+            } else {
+                (d.avg_ttl / 50) * 49 + sample / 50
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lazy_expiry_removes_on_access() {
+        let mut s = Shard::new(16);
+        s.set(0, b"k", Value::Int(1), 1000);
+        assert!(s.exists(0, b"k", 999));
+        assert!(!s.exists(0, b"k", 1000));
+        assert_eq!(s.stats.expired_keys, 1);
+        assert_eq!(s.dbs[0].len(), 0);
+        assert_eq!(s.used_memory(), 0);
+    }
+
+    #[test]
+    fn active_expiry_is_bounded_and_complete() {
+        let mut s = Shard::new(1);
+        for i in 0..10_000 {
+            s.set(0, format!("k{i}").as_bytes(), Value::Str(vec![b'x'; 50]), 500);
+        }
+        s.set(0, b"persistent", Value::Int(1), 0);
+        assert_eq!(s.expire_cycle(100, 1000), 0, "nothing is due yet");
+        assert_eq!(s.expire_cycle(600, 1000), 1000, "budget bounds the work");
+        let mut total = 1000;
+        while total < 10_000 {
+            total += s.expire_cycle(600, 1000);
+        }
+        assert_eq!(s.dbs[0].len(), 1);
+        assert_eq!(s.dbs[0].volatile_count(), 0);
+        assert_eq!(s.stats.expired_keys, 10_000);
+        let e = s.dbs[0].table.get(b"persistent").expect("kept");
+        assert_eq!(s.used_memory(), e.mem_size());
+    }
+
+    #[test]
+    fn changed_ttl_is_honoured() {
+        let mut s = Shard::new(1);
+        s.set(0, b"k", Value::Int(1), 100);
+        s.update(0, b"k", 0, |e| e.expire_at = 10_000);
+        s.expire_cycle(200, 100);
+        assert!(s.exists(0, b"k", 200), "the stale deadline must not delete it");
+        s.update(0, b"k", 0, |e| e.expire_at = 0);
+        assert_eq!(s.dbs[0].volatile_count(), 0);
+        s.expire_cycle(20_000, 100);
+        assert!(s.exists(0, b"k", 20_000));
+    }
+
+    #[test]
+    fn memory_accounting_tracks_updates() {
+        let mut s = Shard::new(1);
+        s.set(0, b"k", Value::Str(b"abc".to_vec()), 0);
+        let base = s.used_memory();
+        s.update(0, b"k", 0, |e| e.value.make_raw().extend_from_slice(&[b'z'; 1000]));
+        assert!(s.used_memory() >= base + 1000);
+        s.delete(0, b"k", 0);
+        assert_eq!(s.used_memory(), 0);
+    }
+}

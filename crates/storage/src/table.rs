@@ -1,0 +1,366 @@
+//! The keyspace table of one database: a segmented hash table in the spirit of Dragonfly's
+//! dashtable. A directory indexed by the top bits of the key hash points at segments; a full
+//! segment splits in two on its own (extendible hashing), so growth never rehashes the whole
+//! table at once. Each segment covers a contiguous range of hash values, which is what lets
+//! SCAN walk the table in hash order with a cursor that survives splits and never misses a key
+//! that exists for the whole scan.
+
+use hashbrown::HashTable;
+
+use crate::value::Value;
+
+/// Entries per segment before it splits.
+const SEGMENT_MAX: usize = 4096;
+
+/// Cursor layout: the top bits name the shard, the rest a position in hash order.
+pub const SCAN_SHARD_BITS: u32 = 9;
+const SCAN_POS_BITS: u32 = 63 - SCAN_SHARD_BITS;
+
+/// One key with its value and expiry (ms since the epoch; 0 = none).
+#[derive(Debug)]
+pub struct Entry {
+    pub key: Box<[u8]>,
+    pub value: Value,
+    pub expire_at: u64,
+}
+
+/// Approximate fixed cost of one entry (slot, control byte, key allocation header).
+pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 16;
+
+impl Entry {
+    pub fn mem_size(&self) -> usize {
+        ENTRY_OVERHEAD + self.key.len() + self.value.mem_size()
+    }
+}
+
+struct Segment {
+    depth: u32,
+    slots: HashTable<Entry>,
+}
+
+/// The hash used inside a shard's tables. Seeds are fixed so SCAN order is reproducible.
+fn hasher() -> ahash::RandomState {
+    ahash::RandomState::with_seeds(
+        0x5a17_c0de_0000_0001,
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+    )
+}
+
+/// A segmented hash table of entries keyed by their key bytes.
+pub struct Table {
+    hasher: ahash::RandomState,
+    global_depth: u32,
+    dir: Vec<u32>,
+    segments: Vec<Segment>,
+    len: usize,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn dir_index(hash: u64, depth: u32) -> usize {
+    if depth == 0 {
+        0
+    } else {
+        (hash >> (64 - depth)) as usize
+    }
+}
+
+impl Table {
+    pub fn new() -> Self {
+        Table {
+            hasher: hasher(),
+            global_depth: 0,
+            dir: vec![0],
+            segments: vec![Segment {
+                depth: 0,
+                slots: HashTable::new(),
+            }],
+            len: 0,
+        }
+    }
+
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn segment_of(&self, hash: u64) -> usize {
+        self.dir[dir_index(hash, self.global_depth)] as usize
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        let h = self.hash(key);
+        self.segments[self.segment_of(h)]
+            .slots
+            .find(h, |e| &*e.key == key)
+    }
+
+    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        let h = self.hash(key);
+        let seg = self.segment_of(h);
+        self.segments[seg].slots.find_mut(h, |e| &*e.key == key)
+    }
+
+    /// Entries whose full hash equals `hash` (normally one), for expiry by hash.
+    pub fn find_by_hash(&mut self, hash: u64, mut f: impl FnMut(&Entry) -> bool) -> Option<Box<[u8]>> {
+        let seg = self.segment_of(hash);
+        let hasher = self.hasher.clone();
+        self.segments[seg]
+            .slots
+            .iter()
+            .find(|e| hasher.hash_one(&*e.key) == hash && f(e))
+            .map(|e| e.key.clone())
+    }
+
+    /// Inserts or replaces; returns the previous entry.
+    pub fn insert(&mut self, entry: Entry) -> Option<Entry> {
+        let h = self.hash(&entry.key);
+        let mut seg = self.segment_of(h);
+        if let Some(old) = self.segments[seg]
+            .slots
+            .find_mut(h, |e| e.key == entry.key)
+        {
+            return Some(std::mem::replace(old, entry));
+        }
+        if self.segments[seg].slots.len() >= SEGMENT_MAX {
+            self.split(seg);
+            seg = self.segment_of(h);
+        }
+        let hasher = self.hasher.clone();
+        self.segments[seg]
+            .slots
+            .insert_unique(h, entry, |e| hasher.hash_one(&*e.key));
+        self.len += 1;
+        None
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let h = self.hash(key);
+        let seg = self.segment_of(h);
+        match self.segments[seg].slots.find_entry(h, |e| &*e.key == key) {
+            Ok(occupied) => {
+                self.len -= 1;
+                Some(occupied.remove().0)
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Splits one full segment in two, doubling the directory if needed.
+    fn split(&mut self, seg: usize) {
+        if self.segments[seg].depth == self.global_depth {
+            // Doubling the directory: every slot i becomes slots 2i and 2i+1.
+            let mut dir = Vec::with_capacity(self.dir.len() * 2);
+            for &s in &self.dir {
+                dir.push(s);
+                dir.push(s);
+            }
+            self.dir = dir;
+            self.global_depth += 1;
+        }
+        let depth = self.segments[seg].depth + 1;
+        let bit = 1u64 << (64 - depth);
+        let hasher = self.hasher.clone();
+        let mut moved = HashTable::new();
+        for e in self.segments[seg]
+            .slots
+            .extract_if(|e| hasher.hash_one(&*e.key) & bit != 0)
+        {
+            let h = hasher.hash_one(&*e.key);
+            moved.insert_unique(h, e, |e: &Entry| hasher.hash_one(&*e.key));
+        }
+        self.segments[seg].depth = depth;
+        self.segments[seg].slots.shrink_to_fit(|e| hasher.hash_one(&*e.key));
+        let new_id = self.segments.len() as u32;
+        self.segments.push(Segment { depth, slots: moved });
+        // Directory slots of the old segment whose bit at `depth` is set now point to the new one.
+        let shift = self.global_depth - depth;
+        for (i, s) in self.dir.iter_mut().enumerate() {
+            if *s as usize == seg && (i >> shift) & 1 == 1 {
+                *s = new_id;
+            }
+        }
+    }
+
+    pub fn clear(&mut self) {
+        *self = Table::new();
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.segments.iter().flat_map(|s| s.slots.iter())
+    }
+
+    /// Removes every entry for which `f` returns false.
+    pub fn retain(&mut self, mut f: impl FnMut(&Entry) -> bool) {
+        let mut removed = 0;
+        for s in &mut self.segments {
+            s.slots.retain(|e| {
+                let keep = f(e);
+                if !keep {
+                    removed += 1;
+                }
+                keep
+            });
+        }
+        self.len -= removed;
+    }
+
+    /// A uniformly chosen segment's random entry; None when empty.
+    pub fn random_entry(&self, rng: &mut impl rand::Rng) -> Option<&Entry> {
+        if self.len == 0 {
+            return None;
+        }
+        // Pick by global position so every entry is equally likely.
+        let mut n = rng.gen_range(0..self.len);
+        for s in &self.segments {
+            if n < s.slots.len() {
+                return s.slots.iter().nth(n);
+            }
+            n -= s.slots.len();
+        }
+        None
+    }
+
+    /// Visits entries in hash order starting at cursor position `pos` (see SCAN_POS_BITS),
+    /// calling `f` for at least `count` entries (more when several share a position, or when
+    /// finishing a position range). Returns the next position, or 0 when the walk is complete.
+    pub fn scan(&self, pos: u64, count: usize, mut f: impl FnMut(&Entry)) -> u64 {
+        let shift = 64 - SCAN_POS_BITS;
+        let mut from = pos << shift;
+        let mut visited = 0;
+        loop {
+            let seg = &self.segments[self.segment_of(from)];
+            // The segment covers [lo, hi) of the hash space.
+            let lo = if seg.depth == 0 { 0 } else { (from >> (64 - seg.depth)) << (64 - seg.depth) };
+            let hi = if seg.depth == 0 { None } else { lo.checked_add(1u64 << (64 - seg.depth)) };
+            let mut items: Vec<(u64, &Entry)> = seg
+                .slots
+                .iter()
+                .map(|e| (self.hasher.hash_one(&*e.key) >> shift, e))
+                .filter(|(h, _)| *h >= from >> shift)
+                .collect();
+            items.sort_unstable_by_key(|(h, _)| *h);
+            let mut i = 0;
+            while i < items.len() {
+                let h = items[i].0;
+                // All entries at one position go together so the cursor never splits them.
+                while i < items.len() && items[i].0 == h {
+                    f(items[i].1);
+                    visited += 1;
+                    i += 1;
+                }
+                if visited >= count && i < items.len() {
+                    return items[i].0;
+                }
+            }
+            match hi {
+                Some(next) => {
+                    from = next;
+                    if visited >= count {
+                        return from >> shift;
+                    }
+                }
+                None => return 0,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeSet, HashMap};
+
+    fn entry(k: &[u8], v: i64) -> Entry {
+        Entry {
+            key: k.into(),
+            value: Value::Int(v),
+            expire_at: 0,
+        }
+    }
+
+    #[test]
+    fn grows_by_splitting_and_keeps_every_key() {
+        let mut t = Table::new();
+        for i in 0..50_000i64 {
+            assert!(t.insert(entry(format!("key:{i}").as_bytes(), i)).is_none());
+        }
+        assert_eq!(t.len(), 50_000);
+        assert!(t.segments.len() > 8, "the table must have split");
+        for i in 0..50_000i64 {
+            let e = t.get(format!("key:{i}").as_bytes()).expect("present");
+            assert_eq!(e.value, Value::Int(i));
+        }
+        for i in (0..50_000i64).step_by(2) {
+            assert!(t.remove(format!("key:{i}").as_bytes()).is_some());
+        }
+        assert_eq!(t.len(), 25_000);
+        assert_eq!(t.iter().count(), 25_000);
+    }
+
+    #[test]
+    fn scan_visits_stable_keys_despite_splits_and_deletes() {
+        let mut t = Table::new();
+        for i in 0..3000 {
+            t.insert(entry(format!("stable:{i}").as_bytes(), i));
+        }
+        let mut seen = BTreeSet::new();
+        let mut pos = 0;
+        let mut round = 0;
+        loop {
+            pos = t.scan(pos, 10, |e| {
+                seen.insert(e.key.clone());
+            });
+            // Churn between calls: grow (forcing splits) and delete other keys.
+            for j in 0..40 {
+                t.insert(entry(format!("churn:{round}:{j}").as_bytes(), j));
+            }
+            t.remove(format!("churn:{}:0", round.max(1) - 1).as_bytes());
+            round += 1;
+            if pos == 0 {
+                break;
+            }
+        }
+        for i in 0..3000 {
+            assert!(seen.contains(format!("stable:{i}").as_bytes()), "missed stable:{i}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn behaves_like_a_hashmap(ops in proptest::collection::vec((0u8..3, 0u16..600, proptest::prelude::any::<i64>()), 1..3000)) {
+            let mut t = Table::new();
+            let mut model = HashMap::new();
+            for (op, k, v) in ops {
+                let key = format!("k{k}").into_bytes();
+                match op {
+                    0 => {
+                        let old = t.insert(entry(&key, v)).map(|e| e.value);
+                        proptest::prop_assert_eq!(old, model.insert(key, v).map(Value::Int));
+                    }
+                    1 => {
+                        let old = t.remove(&key).map(|e| e.value);
+                        proptest::prop_assert_eq!(old, model.remove(&key).map(Value::Int));
+                    }
+                    _ => {
+                        proptest::prop_assert_eq!(t.get(&key).map(|e| e.value.clone()), model.get(&key).copied().map(Value::Int));
+                    }
+                }
+                proptest::prop_assert_eq!(t.len(), model.len());
+            }
+        }
+    }
+}
