@@ -16,6 +16,17 @@ pub struct ShardStats {
     pub expire_cycles: u64,
 }
 
+impl ShardStats {
+    /// Counts a read lookup as a keyspace hit or miss.
+    pub fn count_lookup(&mut self, hit: bool) {
+        if hit {
+            self.keyspace_hits += 1;
+        } else {
+            self.keyspace_misses += 1;
+        }
+    }
+}
+
 /// One logical database inside a shard.
 #[derive(Default)]
 pub struct Db {
@@ -70,7 +81,12 @@ impl Shard {
 
     /// Looks a key up, deleting it first if its TTL has passed (lazy expiry).
     pub fn get(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
-        self.expire_if_needed(db, key, now);
+        let expired = is_expired(self.dbs[db].table.get(key)?, now);
+        if expired {
+            self.remove(db, key);
+            self.stats.expired_keys += 1;
+            return None;
+        }
         self.dbs[db].table.get(key)
     }
 

@@ -1,0 +1,320 @@
+//! Server configuration: every parameter CONFIG GET reports and CONFIG SET changes, with Redis's
+//! names, value syntax and error texts. Flags and redis.conf-style files are applied through the
+//! same table, so they validate the same way. Values read on hot paths are mirrored into atomics.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::RwLock;
+
+/// What a parameter's value may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Int { min: i64, max: i64 },
+    /// A byte count: accepts `1gb`, `512mb`, `100k` as Redis's memtoull does.
+    Memory,
+    Bool,
+    Enum(&'static [&'static str]),
+    Str,
+}
+
+/// Whether a parameter's effect is built: `Applied` ones change behaviour; `Accepted` ones are
+/// stored and reported so test harnesses and clients that set them keep working (listed in
+/// docs/commands.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    Applied,
+    Accepted,
+}
+
+pub struct Param {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub kind: Kind,
+    pub mutable: bool,
+    pub effect: Effect,
+}
+
+const fn p(name: &'static str, default: &'static str, kind: Kind, mutable: bool, effect: Effect) -> Param {
+    Param {
+        name,
+        default,
+        kind,
+        mutable,
+        effect,
+    }
+}
+
+const LOGLEVELS: &[&str] = &["debug", "verbose", "notice", "warning", "nothing"];
+const BACKENDS: &[&str] = &["auto", "uring", "epoll"];
+const POLICIES: &[&str] = &[
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "noeviction",
+];
+const FSYNC: &[&str] = &["always", "everysec", "no"];
+const INT: Kind = Kind::Int { min: i64::MIN, max: i64::MAX };
+const NONNEG: Kind = Kind::Int { min: 0, max: i64::MAX };
+
+use Effect::{Accepted as A, Applied as Y};
+
+pub static PARAMS: &[Param] = &[
+    p("port", "6379", Kind::Int { min: 0, max: 65535 }, false, Y),
+    p("bind", "127.0.0.1", Kind::Str, false, Y),
+    p("unixsocket", "", Kind::Str, false, Y),
+    p("unixsocketperm", "0", Kind::Str, false, Y),
+    p("requirepass", "", Kind::Str, true, Y),
+    p("databases", "16", Kind::Int { min: 1, max: 1_000_000 }, false, Y),
+    p("maxclients", "10000", Kind::Int { min: 1, max: i64::MAX }, true, Y),
+    p("timeout", "0", NONNEG, true, Y),
+    p("tcp-keepalive", "300", NONNEG, true, Y),
+    p("proto-max-bulk-len", "536870912", Kind::Memory, true, Y),
+    p("client-query-buffer-limit", "1073741824", Kind::Memory, true, Y),
+    p("client-output-buffer-limit", "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", Kind::Str, true, A),
+    p("damselfly-output-buffer-limit", "268435456", Kind::Memory, true, Y),
+    p("loglevel", "notice", Kind::Enum(LOGLEVELS), true, Y),
+    p("logfile", "", Kind::Str, false, Y),
+    p("threads", "0", NONNEG, false, Y),
+    p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
+    p("pin-threads", "yes", Kind::Bool, false, Y),
+    p("tcp-backlog", "511", NONNEG, false, Y),
+    // Stored and reported; their effect arrives with later work (docs/commands.md).
+    p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
+    p("appendonly", "no", Kind::Bool, true, A),
+    p("appendfsync", "everysec", Kind::Enum(FSYNC), true, A),
+    p("dir", ".", Kind::Str, true, A),
+    p("dbfilename", "dump.rdb", Kind::Str, true, A),
+    p("appendfilename", "appendonly.aof", Kind::Str, false, A),
+    p("maxmemory", "0", Kind::Memory, true, A),
+    p("maxmemory-policy", "noeviction", Kind::Enum(POLICIES), true, A),
+    p("maxmemory-samples", "5", Kind::Int { min: 1, max: i64::MAX }, true, A),
+    p("hz", "10", Kind::Int { min: 1, max: 500 }, true, A),
+    p("notify-keyspace-events", "", Kind::Str, true, A),
+    p("hash-max-listpack-entries", "128", NONNEG, true, A),
+    p("hash-max-listpack-value", "64", NONNEG, true, A),
+    p("hash-max-ziplist-entries", "128", NONNEG, true, A),
+    p("hash-max-ziplist-value", "64", NONNEG, true, A),
+    p("set-max-intset-entries", "512", NONNEG, true, A),
+    p("zset-max-listpack-entries", "128", NONNEG, true, A),
+    p("zset-max-listpack-value", "64", NONNEG, true, A),
+    p("zset-max-ziplist-entries", "128", NONNEG, true, A),
+    p("zset-max-ziplist-value", "64", NONNEG, true, A),
+    p("list-max-listpack-size", "-2", INT, true, A),
+    p("list-max-ziplist-size", "-2", INT, true, A),
+    p("list-compress-depth", "0", NONNEG, true, A),
+    p("stream-node-max-bytes", "4096", Kind::Memory, true, A),
+    p("stream-node-max-entries", "100", NONNEG, true, A),
+    p("slowlog-log-slower-than", "10000", INT, true, A),
+    p("slowlog-max-len", "128", NONNEG, true, A),
+    p("latency-monitor-threshold", "0", NONNEG, true, A),
+    p("lua-time-limit", "5000", INT, true, A),
+    p("busy-reply-threshold", "5000", INT, true, A),
+    p("lazyfree-lazy-eviction", "no", Kind::Bool, true, A),
+    p("lazyfree-lazy-expire", "no", Kind::Bool, true, A),
+    p("lazyfree-lazy-server-del", "no", Kind::Bool, true, A),
+    p("lazyfree-lazy-user-del", "no", Kind::Bool, true, A),
+    p("lazyfree-lazy-user-flush", "no", Kind::Bool, true, A),
+    p("activerehashing", "yes", Kind::Bool, true, A),
+    p("active-expire-effort", "1", Kind::Int { min: 1, max: 10 }, true, A),
+    p("protected-mode", "yes", Kind::Bool, true, A),
+    p("daemonize", "no", Kind::Bool, false, A),
+    p("io-threads", "1", Kind::Int { min: 1, max: 128 }, false, A),
+    p("replica-read-only", "yes", Kind::Bool, true, A),
+    p("cluster-enabled", "no", Kind::Bool, false, A),
+    p("list-max-ziplist-entries", "128", NONNEG, true, A),
+];
+
+/// Parses a Redis memory value: plain bytes or with k/kb/m/mb/g/gb (k = 1000, kb = 1024).
+pub fn parse_memory(s: &str) -> Option<u64> {
+    let lower = s.to_ascii_lowercase();
+    let (digits, mul) = [("gb", 1u64 << 30), ("g", 1_000_000_000), ("mb", 1 << 20), ("m", 1_000_000), ("kb", 1 << 10), ("k", 1000), ("b", 1)]
+        .iter()
+        .find_map(|(suf, mul)| lower.strip_suffix(suf).map(|d| (d.to_string(), *mul)))
+        .unwrap_or((lower.clone(), 1));
+    let v: u64 = digits.parse().ok()?;
+    v.checked_mul(mul)
+}
+
+/// Why a value was refused: the text after `CONFIG SET failed (...) - `.
+fn validate(param: &Param, value: &str) -> Result<String, String> {
+    match param.kind {
+        Kind::Int { min, max } => {
+            let v: i64 = value
+                .parse()
+                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+            if v < min || v > max {
+                return Err(format!("argument must be between {min} and {max} inclusive"));
+            }
+            Ok(v.to_string())
+        }
+        Kind::Memory => parse_memory(value)
+            .map(|v| v.to_string())
+            .ok_or_else(|| "argument must be a memory value".to_string()),
+        Kind::Bool => match value.to_ascii_lowercase().as_str() {
+            "yes" => Ok("yes".into()),
+            "no" => Ok("no".into()),
+            _ => Err("argument must be 'yes' or 'no'".into()),
+        },
+        Kind::Enum(options) => {
+            let lower = value.to_ascii_lowercase();
+            if options.contains(&lower.as_str()) {
+                Ok(lower)
+            } else {
+                Err("argument(s) must be one of the following: ".to_string() + &options.join(", "))
+            }
+        }
+        Kind::Str => Ok(value.to_string()),
+    }
+}
+
+/// The live configuration of the server, shared by every thread.
+pub struct Config {
+    values: RwLock<BTreeMap<&'static str, String>>,
+    pub proto_max_bulk_len: AtomicU64,
+    pub query_buffer_limit: AtomicU64,
+    pub output_buffer_limit: AtomicU64,
+    pub maxclients: AtomicU64,
+    pub timeout_secs: AtomicU64,
+    pub has_password: AtomicBool,
+    pub active_expire: AtomicBool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let c = Config {
+            values: RwLock::new(PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect()),
+            proto_max_bulk_len: AtomicU64::new(0),
+            query_buffer_limit: AtomicU64::new(0),
+            output_buffer_limit: AtomicU64::new(0),
+            maxclients: AtomicU64::new(0),
+            timeout_secs: AtomicU64::new(0),
+            has_password: AtomicBool::new(false),
+            active_expire: AtomicBool::new(true),
+        };
+        c.refresh_atomics();
+        c
+    }
+}
+
+impl Config {
+    pub fn param(name: &str) -> Option<&'static Param> {
+        PARAMS.iter().find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Sets a parameter at start-up (immutable ones allowed). Errors carry the reason.
+    pub fn set_initial(&self, name: &str, value: &str) -> Result<(), String> {
+        let param = Self::param(name).ok_or_else(|| format!("unknown configuration parameter '{name}'"))?;
+        let v = validate(param, value).map_err(|e| format!("'{name}': {e}"))?;
+        self.values_mut().insert(param.name, v);
+        self.refresh_atomics();
+        Ok(())
+    }
+
+    /// CONFIG SET of several pairs, all or nothing. The error is the full Redis reply text.
+    pub fn set_runtime(&self, pairs: &[(String, String)]) -> Result<(), String> {
+        let mut staged = Vec::with_capacity(pairs.len());
+        for (i, (name, value)) in pairs.iter().enumerate() {
+            let Some(param) = Self::param(name) else {
+                return Err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"));
+            };
+            if pairs[..i].iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                return Err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter"));
+            }
+            if !param.mutable {
+                return Err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
+            }
+            let v = validate(param, value)
+                .map_err(|e| format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"))?;
+            staged.push((param.name, v));
+        }
+        let mut values = self.values_mut();
+        for (k, v) in staged {
+            values.insert(k, v);
+        }
+        drop(values);
+        self.refresh_atomics();
+        Ok(())
+    }
+
+    /// CONFIG GET: every (name, value) matching any of the glob patterns.
+    pub fn get_matching(&self, patterns: &[&[u8]]) -> Vec<(&'static str, String)> {
+        let values = self.values();
+        values
+            .iter()
+            .filter(|(name, _)| {
+                patterns
+                    .iter()
+                    .any(|p| damselfly_storage::glob::glob_match(p, name.as_bytes(), true))
+            })
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+
+    pub fn get(&self, name: &str) -> String {
+        self.values().get(name).cloned().unwrap_or_default()
+    }
+
+    pub fn get_u64(&self, name: &str) -> u64 {
+        self.get(name).parse().unwrap_or(0)
+    }
+
+    fn values(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<&'static str, String>> {
+        self.values.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn values_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<&'static str, String>> {
+        self.values.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn refresh_atomics(&self) {
+        let r = Ordering::Relaxed;
+        self.proto_max_bulk_len.store(self.get_u64("proto-max-bulk-len"), r);
+        self.query_buffer_limit.store(self.get_u64("client-query-buffer-limit"), r);
+        self.output_buffer_limit.store(self.get_u64("damselfly-output-buffer-limit"), r);
+        self.maxclients.store(self.get_u64("maxclients"), r);
+        self.timeout_secs.store(self.get_u64("timeout"), r);
+        self.has_password.store(!self.get("requirepass").is_empty(), r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_units() {
+        assert_eq!(parse_memory("1gb"), Some(1 << 30));
+        assert_eq!(parse_memory("512MB"), Some(512 << 20));
+        assert_eq!(parse_memory("100k"), Some(100_000));
+        assert_eq!(parse_memory("12"), Some(12));
+        assert_eq!(parse_memory("x"), None);
+    }
+
+    #[test]
+    fn set_validates_like_redis() {
+        let c = Config::default();
+        assert_eq!(c.maxclients.load(Ordering::Relaxed), 10000);
+        c.set_runtime(&[("maxclients".into(), "5".into())]).unwrap();
+        assert_eq!(c.maxclients.load(Ordering::Relaxed), 5);
+        assert_eq!(
+            c.set_runtime(&[("timeout".into(), "abc".into())]).unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'timeout') - argument couldn't be parsed into an integer"
+        );
+        assert_eq!(
+            c.set_runtime(&[("nosuch".into(), "1".into())]).unwrap_err(),
+            "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'"
+        );
+        assert!(c.set_runtime(&[("databases".into(), "4".into())]).unwrap_err().contains("immutable"));
+        // All or nothing.
+        assert!(c.set_runtime(&[("timeout".into(), "7".into()), ("hz".into(), "x".into())]).is_err());
+        assert_eq!(c.get("timeout"), "0");
+        c.set_runtime(&[("proto-max-bulk-len".into(), "1mb".into())]).unwrap();
+        assert_eq!(c.get("proto-max-bulk-len"), "1048576");
+        let got = c.get_matching(&[b"*max-*-entries*"]);
+        assert!(got.iter().any(|(k, _)| *k == "hash-max-listpack-entries"));
+    }
+}

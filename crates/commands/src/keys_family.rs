@@ -1,0 +1,288 @@
+//! Generic keyspace commands on one shard: DEL, EXISTS, TYPE, the EXPIRE family, TTL family,
+//! PERSIST, KEYS, SCAN and RANDOMKEY. Multi-key ones see only this shard's keys; the
+//! coordinator sums or concatenates per-shard replies.
+
+use damselfly_protocol::number::{parse_i64, parse_u64};
+use damselfly_storage::glob::glob_match;
+use damselfly_storage::SCAN_SHARD_BITS;
+
+use crate::{errors, Args, ExecCtx};
+
+/// DEL and UNLINK: how many of the keys existed.
+pub fn del(ctx: &mut ExecCtx, args: &Args) {
+    let mut n = 0;
+    for key in args.iter().skip(1) {
+        if ctx.shard.delete(ctx.db, key, ctx.now) {
+            n += 1;
+        }
+    }
+    ctx.reply.int(n);
+}
+
+/// EXISTS and TOUCH: how many keys exist, counting repeats.
+pub fn exists(ctx: &mut ExecCtx, args: &Args) {
+    let n = args
+        .iter()
+        .skip(1)
+        .filter(|k| ctx.shard.exists(ctx.db, k, ctx.now))
+        .count();
+    ctx.reply.int(n as i64);
+}
+
+pub fn type_cmd(ctx: &mut ExecCtx, args: &Args) {
+    let name = ctx
+        .lookup_write(args.get(1))
+        .map_or("none", |e| e.value.type_name());
+    ctx.reply.simple(name);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Seconds,
+    Millis,
+}
+
+pub fn expire(ctx: &mut ExecCtx, args: &Args) {
+    expire_generic(ctx, args, false, Unit::Seconds, "expire");
+}
+
+pub fn pexpire(ctx: &mut ExecCtx, args: &Args) {
+    expire_generic(ctx, args, false, Unit::Millis, "pexpire");
+}
+
+pub fn expireat(ctx: &mut ExecCtx, args: &Args) {
+    expire_generic(ctx, args, true, Unit::Seconds, "expireat");
+}
+
+pub fn pexpireat(ctx: &mut ExecCtx, args: &Args) {
+    expire_generic(ctx, args, true, Unit::Millis, "pexpireat");
+}
+
+const NX: u8 = 1;
+const XX: u8 = 2;
+const GT: u8 = 4;
+const LT: u8 = 8;
+
+fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, name: &str) {
+    let mut flags = 0u8;
+    for i in 3..args.len() {
+        let opt = args.get(i);
+        let f = match opt.to_ascii_lowercase().as_slice() {
+            b"nx" => NX,
+            b"xx" => XX,
+            b"gt" => GT,
+            b"lt" => LT,
+            _ => {
+                ctx.error(&format!("ERR Unsupported option {}", String::from_utf8_lossy(opt)));
+                return;
+            }
+        };
+        flags |= f;
+    }
+    if flags & NX != 0 && flags & (XX | GT | LT) != 0 {
+        ctx.error("ERR NX and XX, GT or LT options at the same time are not compatible");
+        return;
+    }
+    if flags & GT != 0 && flags & LT != 0 {
+        ctx.error("ERR GT and LT options at the same time are not compatible");
+        return;
+    }
+    let Some(mut when) = parse_i64(args.get(2)) else {
+        ctx.error(errors::NOT_INT);
+        return;
+    };
+    if unit == Unit::Seconds {
+        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+            ctx.error(&errors::invalid_expire(name));
+            return;
+        }
+        when *= 1000;
+    }
+    let base = if absolute { 0 } else { ctx.now as i64 };
+    if when > i64::MAX - base {
+        ctx.error(&errors::invalid_expire(name));
+        return;
+    }
+    when += base;
+    let key = args.get(1);
+    let Some(entry) = ctx.lookup_write(key) else {
+        ctx.reply.int(0);
+        return;
+    };
+    let current = entry.expire_at;
+    let refused = (flags & NX != 0 && current != 0)
+        || (flags & XX != 0 && current == 0)
+        || (flags & GT != 0 && (current == 0 || when <= current as i64))
+        || (flags & LT != 0 && current != 0 && when >= current as i64);
+    if refused {
+        ctx.reply.int(0);
+        return;
+    }
+    if when <= ctx.now as i64 {
+        ctx.shard.remove(ctx.db, key);
+    } else {
+        ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = when as u64);
+    }
+    ctx.reply.int(1);
+}
+
+/// The TTL family: remaining or absolute expiry, in seconds or milliseconds.
+fn ttl_generic(ctx: &mut ExecCtx, args: &Args, millis: bool, absolute: bool) {
+    let now = ctx.now;
+    let Some(entry) = ctx.lookup_read(args.get(1)) else {
+        ctx.reply.int(-2);
+        return;
+    };
+    if entry.expire_at == 0 {
+        ctx.reply.int(-1);
+        return;
+    }
+    let expire = entry.expire_at as i64;
+    let ttl = if absolute { expire } else { (expire - now as i64).max(0) };
+    ctx.reply.int(if millis { ttl } else { (ttl + 500) / 1000 });
+}
+
+pub fn ttl(ctx: &mut ExecCtx, args: &Args) {
+    ttl_generic(ctx, args, false, false);
+}
+
+pub fn pttl(ctx: &mut ExecCtx, args: &Args) {
+    ttl_generic(ctx, args, true, false);
+}
+
+pub fn expiretime(ctx: &mut ExecCtx, args: &Args) {
+    ttl_generic(ctx, args, false, true);
+}
+
+pub fn pexpiretime(ctx: &mut ExecCtx, args: &Args) {
+    ttl_generic(ctx, args, true, true);
+}
+
+pub fn persist(ctx: &mut ExecCtx, args: &Args) {
+    let had_ttl = ctx
+        .shard
+        .update(ctx.db, args.get(1), ctx.now, |e| std::mem::replace(&mut e.expire_at, 0) != 0)
+        .unwrap_or(false);
+    ctx.reply.int(i64::from(had_ttl));
+}
+
+/// Every live key of this shard matching the pattern.
+pub fn keys(ctx: &mut ExecCtx, args: &Args) {
+    let pattern = args.get(1);
+    let all = pattern == b"*";
+    let now = ctx.now;
+    let matched: Vec<&[u8]> = ctx.shard.dbs[ctx.db]
+        .table
+        .iter()
+        .filter(|e| e.expire_at == 0 || e.expire_at > now)
+        .filter(|e| all || glob_match(pattern, &e.key, false))
+        .map(|e| &*e.key)
+        .collect();
+    ctx.reply.array(matched.len());
+    for k in matched {
+        ctx.reply.bulk(k);
+    }
+}
+
+/// A random live key of this shard, or null.
+pub fn randomkey(ctx: &mut ExecCtx, _args: &Args) {
+    let mut rng = rand::thread_rng();
+    // Expired keys met on the way are deleted, as Redis does; bounded tries.
+    for _ in 0..100 {
+        let Some(e) = ctx.shard.dbs[ctx.db].table.random_entry(&mut rng) else {
+            break;
+        };
+        if e.expire_at != 0 && e.expire_at <= ctx.now {
+            let key = e.key.clone();
+            ctx.shard.delete(ctx.db, &key, ctx.now);
+            continue;
+        }
+        let key = e.key.clone();
+        ctx.reply.bulk(&key);
+        return;
+    }
+    ctx.reply.null();
+}
+
+/// The shard a SCAN cursor points into (the coordinator routes by it).
+pub fn scan_cursor_shard(cursor: u64) -> usize {
+    (cursor >> (63 - SCAN_SHARD_BITS)) as usize
+}
+
+/// SCAN on the shard named by the cursor. The cursor's low bits are a position in this shard's
+/// hash order; when this shard is done the cursor moves to the next shard.
+pub fn scan(ctx: &mut ExecCtx, args: &Args) {
+    let Some(cursor) = parse_u64(args.get(1)) else {
+        ctx.error(errors::INVALID_CURSOR);
+        return;
+    };
+    let mut count = 10usize;
+    let mut pattern: Option<&[u8]> = None;
+    let mut type_filter: Option<&[u8]> = None;
+    let mut i = 2;
+    while i < args.len() {
+        let has_value = i + 1 < args.len();
+        if args.is(i, "count") && has_value {
+            match parse_i64(args.get(i + 1)) {
+                None => {
+                    ctx.error(errors::NOT_INT);
+                    return;
+                }
+                Some(c) if c < 1 => {
+                    ctx.error(errors::SYNTAX);
+                    return;
+                }
+                Some(c) => count = c as usize,
+            }
+        } else if args.is(i, "match") && has_value {
+            let p = args.get(i + 1);
+            pattern = if p == b"*" { None } else { Some(p) };
+        } else if args.is(i, "type") && has_value {
+            type_filter = Some(args.get(i + 1));
+        } else {
+            ctx.error(errors::SYNTAX);
+            return;
+        }
+        i += 2;
+    }
+    let pos_bits = 63 - SCAN_SHARD_BITS;
+    let shard = scan_cursor_shard(cursor);
+    let mut found: Vec<(Box<[u8]>, u64, &'static str)> = Vec::new();
+    let next = if shard != ctx.shard_id {
+        // A cursor from another server layout: nothing here, end the walk.
+        0
+    } else {
+        let pos = cursor & ((1u64 << pos_bits) - 1);
+        let next_pos = ctx.shard.dbs[ctx.db].table.scan(pos, count, |e| {
+            found.push((e.key.clone(), e.expire_at, e.value.type_name()));
+        });
+        if next_pos != 0 {
+            ((shard as u64) << pos_bits) | next_pos
+        } else if shard + 1 < ctx.num_shards {
+            ((shard as u64) + 1) << pos_bits
+        } else {
+            0
+        }
+    };
+    let now = ctx.now;
+    let mut keys = Vec::with_capacity(found.len());
+    for (key, expire_at, ty) in found {
+        if expire_at != 0 && expire_at <= now {
+            ctx.shard.delete(ctx.db, &key, now);
+            continue;
+        }
+        if pattern.is_some_and(|p| !glob_match(p, &key, false)) {
+            continue;
+        }
+        if type_filter.is_some_and(|t| !t.eq_ignore_ascii_case(ty.as_bytes())) {
+            continue;
+        }
+        keys.push(key);
+    }
+    ctx.reply.array(2);
+    ctx.reply.bulk(next.to_string().as_bytes());
+    ctx.reply.array(keys.len());
+    for k in keys {
+        ctx.reply.bulk(&k);
+    }
+}

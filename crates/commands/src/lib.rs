@@ -1,0 +1,19 @@
+//! The command layer: the command table (name, arity, flags, key positions, how a command is
+//! routed) and the command families that run against one shard. Families never see sockets,
+//! threads or other shards: the coordination layer decides where a command runs and merges
+//! per-shard replies of commands that span shards.
+
+pub mod args;
+pub mod config;
+pub mod ctx;
+pub mod errors;
+pub mod keys_family;
+mod long_double;
+pub mod server_family;
+pub mod stats;
+pub mod string_family;
+pub mod table;
+
+pub use args::Args;
+pub use ctx::ExecCtx;
+pub use table::{lookup, CommandSpec, CoordCmd, Handler, Merge, Route, COMMANDS};

@@ -1,0 +1,467 @@
+//! String commands on one shard: GET/SET and their variants, MGET/MSET parts, APPEND, ranges,
+//! and the INCR family. Semantics, option parsing order and error texts follow Redis 7.0's
+//! t_string.c.
+
+use damselfly_protocol::number::parse_i64;
+use damselfly_storage::Value;
+
+use crate::long_double::{incr_by_float, IncrFloatError};
+use crate::{errors, Args, ExecCtx};
+
+const SET_NX: u32 = 1;
+const SET_XX: u32 = 1 << 1;
+const SET_GET: u32 = 1 << 2;
+const KEEPTTL: u32 = 1 << 3;
+const PERSIST: u32 = 1 << 4;
+const EX: u32 = 1 << 5;
+const PX: u32 = 1 << 6;
+const EXAT: u32 = 1 << 7;
+const PXAT: u32 = 1 << 8;
+const ANY_EXPIRE: u32 = EX | PX | EXAT | PXAT;
+
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum Caller {
+    Set,
+    GetEx,
+}
+
+/// Parses SET / GETEX options from argument `from` on, as parseExtendedStringArgumentsOrReply.
+fn parse_string_options(args: &Args, from: usize, caller: Caller) -> Option<(u32, Option<usize>)> {
+    let mut flags = 0u32;
+    let mut expire_arg = None;
+    let mut j = from;
+    while j < args.len() {
+        let opt = args.get(j).to_ascii_lowercase();
+        let has_next = j + 1 < args.len();
+        let set = caller == Caller::Set;
+        match opt.as_slice() {
+            b"nx" if flags & SET_XX == 0 && set => flags |= SET_NX,
+            b"xx" if flags & SET_NX == 0 && set => flags |= SET_XX,
+            b"get" if set => flags |= SET_GET,
+            b"keepttl" if flags & (PERSIST | ANY_EXPIRE) == 0 && set => flags |= KEEPTTL,
+            b"persist" if caller == Caller::GetEx && flags & (ANY_EXPIRE | KEEPTTL) == 0 => {
+                flags |= PERSIST
+            }
+            b"ex" | b"px" | b"exat" | b"pxat" if has_next => {
+                let this = match opt.as_slice() {
+                    b"ex" => EX,
+                    b"px" => PX,
+                    b"exat" => EXAT,
+                    _ => PXAT,
+                };
+                if flags & (KEEPTTL | PERSIST) != 0 || flags & (ANY_EXPIRE & !this) != 0 {
+                    return None;
+                }
+                flags |= this;
+                expire_arg = Some(j + 1);
+                j += 1;
+            }
+            _ => return None,
+        }
+        j += 1;
+    }
+    Some((flags, expire_arg))
+}
+
+/// Turns an expire argument into an absolute time in ms, or writes Redis's error.
+fn expire_millis(ctx: &mut ExecCtx, raw: &[u8], flags: u32, name: &str) -> Option<u64> {
+    let Some(mut ms) = parse_i64(raw) else {
+        ctx.error(errors::NOT_INT);
+        return None;
+    };
+    let seconds = flags & (EX | EXAT) != 0;
+    if ms <= 0 || (seconds && ms > i64::MAX / 1000) {
+        ctx.error(&errors::invalid_expire(name));
+        return None;
+    }
+    if seconds {
+        ms *= 1000;
+    }
+    if flags & (EX | PX) != 0 {
+        ms = ms.wrapping_add(ctx.now as i64);
+    }
+    if ms <= 0 {
+        ctx.error(&errors::invalid_expire(name));
+        return None;
+    }
+    Some(ms as u64)
+}
+
+/// Writes the value of a string key (or null); false after a WRONGTYPE error.
+fn reply_value(ctx: &mut ExecCtx, key: &[u8]) -> bool {
+    let ExecCtx { shard, reply, db, now, .. } = ctx;
+    let hit = match shard.get(*db, key, *now).map(|e| &e.value) {
+        None => {
+            reply.null();
+            false
+        }
+        Some(Value::Int(i)) => {
+            reply.bulk_i64(*i);
+            true
+        }
+        Some(Value::Str(s)) => {
+            reply.bulk(s);
+            true
+        }
+    };
+    shard.stats.count_lookup(hit);
+    true
+}
+
+pub fn get(ctx: &mut ExecCtx, args: &Args) {
+    reply_value(ctx, args.get(1));
+}
+
+/// SET and the shared tail of SETNX / SETEX / PSETEX / GETSET.
+fn set_generic(ctx: &mut ExecCtx, key: &[u8], val: &[u8], flags: u32, expire: Option<&[u8]>, name: &str, replies: (&str, &str)) {
+    let mut when = 0;
+    if let Some(raw) = expire {
+        match expire_millis(ctx, raw, flags, name) {
+            Some(ms) => when = ms,
+            None => return,
+        }
+    }
+    if flags & SET_GET != 0 && !reply_value(ctx, key) {
+        return;
+    }
+    let existing = ctx.lookup_write(key).map(|e| e.expire_at);
+    if (flags & SET_NX != 0 && existing.is_some()) || (flags & SET_XX != 0 && existing.is_none()) {
+        if flags & SET_GET == 0 {
+            match replies.1 {
+                "null" => ctx.reply.null(),
+                other => ctx.reply.raw(other.as_bytes()),
+            }
+        }
+        return;
+    }
+    if flags & KEEPTTL != 0 {
+        when = existing.unwrap_or(0);
+    }
+    ctx.shard.set(ctx.db, key, Value::from_bytes(val), when);
+    if flags & SET_GET == 0 {
+        ctx.reply.raw(replies.0.as_bytes());
+    }
+}
+
+const OK_NULL: (&str, &str) = ("+OK\r\n", "null");
+
+pub fn set(ctx: &mut ExecCtx, args: &Args) {
+    let Some((flags, exp)) = parse_string_options(args, 3, Caller::Set) else {
+        ctx.error(errors::SYNTAX);
+        return;
+    };
+    // A string is "GET"-checked for WRONGTYPE before the write, as in Redis.
+    if flags & SET_GET != 0 && is_wrong_type(ctx, args.get(1)) {
+        ctx.wrongtype();
+        return;
+    }
+    let expire = exp.map(|i| args.get(i));
+    set_generic(ctx, args.get(1), args.get(2), flags, expire, "set", OK_NULL);
+}
+
+fn is_wrong_type(ctx: &mut ExecCtx, key: &[u8]) -> bool {
+    ctx.lookup_write(key).is_some_and(|e| e.value.type_name() != "string")
+}
+
+pub fn setnx(ctx: &mut ExecCtx, args: &Args) {
+    set_generic(ctx, args.get(1), args.get(2), SET_NX, None, "setnx", (":1\r\n", ":0\r\n"));
+}
+
+pub fn setex(ctx: &mut ExecCtx, args: &Args) {
+    set_generic(ctx, args.get(1), args.get(3), EX, Some(args.get(2)), "setex", OK_NULL);
+}
+
+pub fn psetex(ctx: &mut ExecCtx, args: &Args) {
+    set_generic(ctx, args.get(1), args.get(3), PX, Some(args.get(2)), "psetex", OK_NULL);
+}
+
+pub fn getset(ctx: &mut ExecCtx, args: &Args) {
+    if is_wrong_type(ctx, args.get(1)) {
+        ctx.wrongtype();
+        return;
+    }
+    set_generic(ctx, args.get(1), args.get(2), SET_GET, None, "getset", OK_NULL);
+}
+
+pub fn getdel(ctx: &mut ExecCtx, args: &Args) {
+    let key = args.get(1);
+    if is_wrong_type(ctx, key) {
+        ctx.wrongtype();
+        return;
+    }
+    reply_value(ctx, key);
+    ctx.shard.remove(ctx.db, key);
+}
+
+pub fn getex(ctx: &mut ExecCtx, args: &Args) {
+    let Some((flags, exp)) = parse_string_options(args, 2, Caller::GetEx) else {
+        ctx.error(errors::SYNTAX);
+        return;
+    };
+    let key = args.get(1);
+    if ctx.lookup_write(key).is_none() {
+        ctx.shard.stats.keyspace_misses += 1;
+        ctx.reply.null();
+        return;
+    }
+    if is_wrong_type(ctx, key) {
+        ctx.wrongtype();
+        return;
+    }
+    let mut when = None;
+    if let Some(i) = exp {
+        match expire_millis(ctx, args.get(i), flags, "getex") {
+            Some(ms) => when = Some(ms),
+            None => return,
+        }
+    }
+    reply_value(ctx, key);
+    match when {
+        Some(ms) if flags & (EXAT | PXAT) != 0 && ms <= ctx.now => {
+            ctx.shard.remove(ctx.db, key);
+        }
+        Some(ms) => {
+            ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = ms);
+        }
+        None if flags & PERSIST != 0 => {
+            ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = 0);
+        }
+        None => {}
+    }
+}
+
+/// MGET over this shard's keys: a string value or null per key (other types read as null).
+pub fn mget(ctx: &mut ExecCtx, args: &Args) {
+    ctx.reply.array(args.len() - 1);
+    for key in args.iter().skip(1) {
+        reply_value(ctx, key);
+    }
+}
+
+pub fn mset(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() % 2 == 0 {
+        ctx.error(&errors::wrong_arity("mset"));
+        return;
+    }
+    for i in (1..args.len()).step_by(2) {
+        ctx.shard.set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
+    }
+    ctx.reply.ok();
+}
+
+/// MSETNX when all keys live on this shard: all set or none.
+pub fn msetnx(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() % 2 == 0 {
+        ctx.error(&errors::wrong_arity("msetnx"));
+        return;
+    }
+    let any = (1..args.len())
+        .step_by(2)
+        .any(|i| ctx.shard.exists(ctx.db, args.get(i), ctx.now));
+    if any {
+        ctx.reply.int(0);
+        return;
+    }
+    for i in (1..args.len()).step_by(2) {
+        ctx.shard.set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
+    }
+    ctx.reply.int(1);
+}
+
+fn check_len(ctx: &mut ExecCtx, size: u64, append: u64) -> bool {
+    if size.saturating_add(append) > ctx.max_bulk_len {
+        ctx.error(errors::STRING_TOO_LONG);
+        return false;
+    }
+    true
+}
+
+pub fn append(ctx: &mut ExecCtx, args: &Args) {
+    let (key, tail) = (args.get(1), args.get(2));
+    let Some(entry) = ctx.lookup_write(key) else {
+        ctx.shard.set(ctx.db, key, Value::from_bytes(tail), 0);
+        ctx.reply.int(tail.len() as i64);
+        return;
+    };
+    if entry.value.type_name() != "string" {
+        ctx.wrongtype();
+        return;
+    }
+    let len = entry.value.str_len() as u64;
+    if !check_len(ctx, len, tail.len() as u64) {
+        return;
+    }
+    let new_len = ctx
+        .shard
+        .update(ctx.db, key, ctx.now, |e| {
+            let raw = e.value.make_raw();
+            raw.extend_from_slice(tail);
+            raw.len()
+        })
+        .unwrap_or(0);
+    ctx.reply.int(new_len as i64);
+}
+
+pub fn strlen(ctx: &mut ExecCtx, args: &Args) {
+    let n = match ctx.lookup_read(args.get(1)) {
+        None => 0,
+        Some(e) => e.value.str_len(),
+    };
+    ctx.reply.int(n as i64);
+}
+
+/// GETRANGE and SUBSTR.
+pub fn getrange(ctx: &mut ExecCtx, args: &Args) {
+    let (Some(mut start), Some(mut end)) = (parse_i64(args.get(2)), parse_i64(args.get(3))) else {
+        ctx.error(errors::NOT_INT);
+        return;
+    };
+    if start < 0 && end < 0 && start > end {
+        ctx.reply.bulk(b"");
+        return;
+    }
+    let Some(entry) = ctx.lookup_read(args.get(1)) else {
+        ctx.reply.bulk(b"");
+        return;
+    };
+    let bytes = entry.value.to_bytes();
+    let len = bytes.len() as i64;
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        ctx.reply.bulk(b"");
+    } else {
+        ctx.reply.bulk(&bytes[start as usize..=end as usize]);
+    }
+}
+
+pub fn setrange(ctx: &mut ExecCtx, args: &Args) {
+    let (key, value) = (args.get(1), args.get(3));
+    let Some(offset) = parse_i64(args.get(2)) else {
+        ctx.error(errors::NOT_INT);
+        return;
+    };
+    if offset < 0 {
+        ctx.error(errors::OFFSET_RANGE);
+        return;
+    }
+    let offset = offset as u64;
+    match ctx.lookup_write(key) {
+        None => {
+            if value.is_empty() {
+                ctx.reply.int(0);
+                return;
+            }
+            if !check_len(ctx, offset, value.len() as u64) {
+                return;
+            }
+            let mut v = vec![0u8; offset as usize];
+            v.extend_from_slice(value);
+            let n = v.len();
+            ctx.shard.set(ctx.db, key, Value::Str(v), 0);
+            ctx.reply.int(n as i64);
+        }
+        Some(e) => {
+            if e.value.type_name() != "string" {
+                ctx.wrongtype();
+                return;
+            }
+            let olen = e.value.str_len();
+            if value.is_empty() {
+                ctx.reply.int(olen as i64);
+                return;
+            }
+            if !check_len(ctx, offset, value.len() as u64) {
+                return;
+            }
+            let n = ctx
+                .shard
+                .update(ctx.db, key, ctx.now, |e| {
+                    let raw = e.value.make_raw();
+                    let end = offset as usize + value.len();
+                    if raw.len() < end {
+                        raw.resize(end, 0);
+                    }
+                    raw[offset as usize..end].copy_from_slice(value);
+                    raw.len()
+                })
+                .unwrap_or(0);
+            ctx.reply.int(n as i64);
+        }
+    }
+}
+
+fn incr_generic(ctx: &mut ExecCtx, key: &[u8], by: i64) {
+    let current = match ctx.lookup_write(key).map(|e| &e.value) {
+        None => None,
+        Some(Value::Int(i)) => Some(*i),
+        Some(Value::Str(s)) => match parse_i64(s) {
+            Some(i) => Some(i),
+            None => {
+                ctx.error(errors::NOT_INT);
+                return;
+            }
+        },
+    };
+    let old = current.unwrap_or(0);
+    let Some(new) = old.checked_add(by) else {
+        ctx.error(errors::OVERFLOW);
+        return;
+    };
+    if current.is_some() {
+        ctx.shard.update(ctx.db, key, ctx.now, |e| e.value = Value::Int(new));
+    } else {
+        ctx.shard.set(ctx.db, key, Value::Int(new), 0);
+    }
+    ctx.reply.int(new);
+}
+
+pub fn incr(ctx: &mut ExecCtx, args: &Args) {
+    incr_generic(ctx, args.get(1), 1);
+}
+
+pub fn decr(ctx: &mut ExecCtx, args: &Args) {
+    incr_generic(ctx, args.get(1), -1);
+}
+
+pub fn incrby(ctx: &mut ExecCtx, args: &Args) {
+    match parse_i64(args.get(2)) {
+        Some(by) => incr_generic(ctx, args.get(1), by),
+        None => ctx.error(errors::NOT_INT),
+    }
+}
+
+pub fn decrby(ctx: &mut ExecCtx, args: &Args) {
+    match parse_i64(args.get(2)) {
+        Some(i64::MIN) => ctx.error("ERR decrement would overflow"),
+        Some(by) => incr_generic(ctx, args.get(1), -by),
+        None => ctx.error(errors::NOT_INT),
+    }
+}
+
+pub fn incrbyfloat(ctx: &mut ExecCtx, args: &Args) {
+    let key = args.get(1);
+    let current = ctx.lookup_write(key).map(|e| e.value.to_bytes());
+    match incr_by_float(current.as_deref(), args.get(2)) {
+        Ok(text) => {
+            let value = Value::from_bytes(&text);
+            if current.is_some() {
+                ctx.shard.update(ctx.db, key, ctx.now, |e| e.value = value);
+            } else {
+                ctx.shard.set(ctx.db, key, value, 0);
+            }
+            ctx.reply.bulk(&text);
+        }
+        Err(IncrFloatError::ValueNotFloat | IncrFloatError::IncrNotFloat) => ctx.error(errors::NOT_FLOAT),
+        Err(IncrFloatError::NanOrInfinity) => ctx.error(errors::NAN_OR_INF),
+    }
+}

@@ -1,0 +1,327 @@
+//! The command table: every command's name, arity, flags, key positions, ACL categories, how
+//! the coordinator routes it, and its handler. COMMAND, arity checks and routing all read this
+//! one table, so they cannot disagree.
+
+use crate::{args::Args, ctx::ExecCtx, keys_family as keys, server_family as server, string_family as strings};
+
+/// A handler that runs on the shard owning the command's keys.
+pub type ShardFn = fn(&mut ExecCtx, &Args);
+
+/// Commands the coordination layer implements itself (connection state, server-wide state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoordCmd {
+    Ping,
+    Echo,
+    Quit,
+    Hello,
+    Auth,
+    Select,
+    Reset,
+    Client,
+    Command,
+    Info,
+    Config,
+    Time,
+    Shutdown,
+    Debug,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Handler {
+    Shard(ShardFn),
+    Coord(CoordCmd),
+}
+
+/// How per-shard replies of a command that spans shards become one reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Merge {
+    /// One reply item per key, reassembled in the request's key order (MGET).
+    Items,
+    /// Integer replies summed (DEL, EXISTS, DBSIZE, ...).
+    Sum,
+    /// Every shard answers +OK (MSET, FLUSHDB).
+    AllOk,
+    /// Array replies concatenated (KEYS).
+    Concat,
+    /// One random non-null reply (RANDOMKEY).
+    RandomKey,
+    /// MSETNX: existence check on every shard, then MSET on every shard.
+    MsetNx,
+}
+
+/// Where a command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// No keys: runs on the connection's thread.
+    Coordinator,
+    /// One key at `first_key`: runs whole on its shard.
+    Key,
+    /// Keys at first..=last by step: whole on one shard when they share it, else split.
+    Keys(Merge),
+    /// Runs on every shard; replies merged.
+    AllShards(Merge),
+    /// SCAN: the cursor names the shard.
+    Cursor,
+}
+
+pub mod flags {
+    pub const WRITE: u32 = 1;
+    pub const READONLY: u32 = 1 << 1;
+    pub const DENYOOM: u32 = 1 << 2;
+    pub const ADMIN: u32 = 1 << 3;
+    pub const NOSCRIPT: u32 = 1 << 4;
+    pub const LOADING: u32 = 1 << 5;
+    pub const STALE: u32 = 1 << 6;
+    pub const FAST: u32 = 1 << 7;
+    pub const NO_AUTH: u32 = 1 << 8;
+    pub const SENTINEL: u32 = 1 << 9;
+    pub const ALLOW_BUSY: u32 = 1 << 10;
+    pub const NO_MULTI: u32 = 1 << 11;
+    pub const SKIP_SLOWLOG: u32 = 1 << 12;
+    pub const BLOCKING: u32 = 1 << 13;
+    pub const MAY_REPLICATE: u32 = 1 << 14;
+
+    /// Flag names as COMMAND INFO prints them, in Redis's order.
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (NOSCRIPT, "noscript"),
+        (BLOCKING, "blocking"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (MAY_REPLICATE, "may_replicate"),
+        (SENTINEL, "sentinel"),
+        (NO_MULTI, "no_multi"),
+        (ALLOW_BUSY, "allow_busy"),
+    ];
+}
+
+use flags::*;
+
+pub struct CommandSpec {
+    /// Lowercase name.
+    pub name: &'static str,
+    /// Redis arity: exact count when positive, minimum when negative (name included).
+    pub arity: i32,
+    pub flags: u32,
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub acl: &'static str,
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub since: &'static str,
+    pub route: Route,
+    pub handler: Handler,
+}
+
+impl CommandSpec {
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i32;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    pub fn is_write(&self) -> bool {
+        self.flags & WRITE != 0
+    }
+
+    /// Positions of the key arguments for a request of `argc` arguments.
+    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+        let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
+        let last = if self.first_key <= 0 {
+            0
+        } else if self.last_key < 0 {
+            (argc as i32 + self.last_key).max(0) as usize
+        } else {
+            self.last_key as usize
+        };
+        let range = if self.first_key <= 0 { 1..0 } else { first..last + 1 };
+        range.step_by(step)
+    }
+}
+
+struct Def {
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    acl: &'static str,
+    group: &'static str,
+    since: &'static str,
+    summary: &'static str,
+    route: Route,
+    handler: Handler,
+}
+
+const fn spec(d: Def) -> CommandSpec {
+    CommandSpec {
+        name: d.name,
+        arity: d.arity,
+        flags: d.flags,
+        first_key: d.keys.0,
+        last_key: d.keys.1,
+        step: d.keys.2,
+        acl: d.acl,
+        group: d.group,
+        summary: d.summary,
+        since: d.since,
+        route: d.route,
+        handler: d.handler,
+    }
+}
+
+macro_rules! cmd {
+    ($name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
+        spec(Def {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            keys: $keys,
+            acl: $acl,
+            group: $group,
+            since: $since,
+            summary: $summary,
+            route: $route,
+            handler: $handler,
+        })
+    };
+}
+
+const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
+const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
+const PAIRS: (i32, i32, i32) = (1, -1, 2);
+
+use Handler::{Coord as C, Shard as S};
+use Route::{AllShards, Coordinator, Cursor, Key, Keys};
+
+pub static COMMANDS: &[CommandSpec] = &[
+    // connection
+    cmd!("ping", -1, FAST | SENTINEL, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Returns the server's liveliness response.", Coordinator, C(CoordCmd::Ping)),
+    cmd!("echo", 2, FAST, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Returns the given string.", Coordinator, C(CoordCmd::Echo)),
+    cmd!("quit", -1, ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Closes the connection.", Coordinator, C(CoordCmd::Quit)),
+    cmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "6.0.0", "Handshakes with the Redis server.", Coordinator, C(CoordCmd::Hello)),
+    cmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Authenticates the connection.", Coordinator, C(CoordCmd::Auth)),
+    cmd!("select", 2, LOADING | STALE | FAST, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Changes the selected database.", Coordinator, C(CoordCmd::Select)),
+    cmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "6.2.0", "Resets the connection.", Coordinator, C(CoordCmd::Reset)),
+    cmd!("client", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "connection", "2.4.0", "A container for client connection commands.", Coordinator, C(CoordCmd::Client)),
+    // server
+    cmd!("command", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "server", "2.8.13", "Returns detailed information about all commands.", Coordinator, C(CoordCmd::Command)),
+    cmd!("info", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @dangerous", "server", "1.0.0", "Returns information and statistics about the server.", Coordinator, C(CoordCmd::Info)),
+    cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.0.0", "A container for server configuration commands.", Coordinator, C(CoordCmd::Config)),
+    cmd!("time", 1, LOADING | STALE | FAST, NO_KEYS, "@fast", "server", "2.6.0", "Returns the server time.", Coordinator, C(CoordCmd::Time)),
+    cmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the server.", Coordinator, C(CoordCmd::Shutdown)),
+    cmd!("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
+    cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
+    cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),
+    cmd!("flushall", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from all databases.", AllShards(Merge::AllOk), S(server::flushall)),
+    // generic keyspace
+    cmd!("del", -2, WRITE, ALL_KEYS, "@keyspace @write @slow", "generic", "1.0.0", "Deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
+    cmd!("unlink", -2, WRITE | FAST, ALL_KEYS, "@keyspace @write @fast", "generic", "4.0.0", "Asynchronously deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
+    cmd!("exists", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "1.0.0", "Determines whether one or more keys exist.", Keys(Merge::Sum), S(keys::exists)),
+    cmd!("touch", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", Keys(Merge::Sum), S(keys::exists)),
+    cmd!("type", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "1.0.0", "Determines the type of value stored at a key.", Key, S(keys::type_cmd)),
+    cmd!("expire", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Sets the expiration time of a key in seconds.", Key, S(keys::expire)),
+    cmd!("pexpire", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.6.0", "Sets the expiration time of a key in milliseconds.", Key, S(keys::pexpire)),
+    cmd!("expireat", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.2.0", "Sets the expiration time of a key to a Unix timestamp.", Key, S(keys::expireat)),
+    cmd!("pexpireat", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.6.0", "Sets the expiration time of a key to a Unix milliseconds timestamp.", Key, S(keys::pexpireat)),
+    cmd!("ttl", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "1.0.0", "Returns the expiration time in seconds of a key.", Key, S(keys::ttl)),
+    cmd!("pttl", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "2.6.0", "Returns the expiration time in milliseconds of a key.", Key, S(keys::pttl)),
+    cmd!("expiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", Key, S(keys::expiretime)),
+    cmd!("pexpiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", Key, S(keys::pexpiretime)),
+    cmd!("persist", 2, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.2.0", "Removes the expiration time of a key.", Key, S(keys::persist)),
+    cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),
+    cmd!("scan", -2, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "2.8.0", "Iterates over the key names in the database.", Cursor, S(keys::scan)),
+    cmd!("randomkey", 1, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "1.0.0", "Returns a random key name from the database.", AllShards(Merge::RandomKey), S(keys::randomkey)),
+    // strings
+    cmd!("get", 2, READONLY | FAST, ONE_KEY, "@read @string @fast", "string", "1.0.0", "Returns the string value of a key.", Key, S(strings::get)),
+    cmd!("set", -3, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "1.0.0", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", Key, S(strings::set)),
+    cmd!("setnx", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Set the string value of a key only when the key doesn't exist.", Key, S(strings::setnx)),
+    cmd!("setex", 4, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "2.0.0", "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.", Key, S(strings::setex)),
+    cmd!("psetex", 4, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "2.6.0", "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.", Key, S(strings::psetex)),
+    cmd!("getset", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Returns the previous string value of a key after setting it to a new value.", Key, S(strings::getset)),
+    cmd!("getdel", 2, WRITE | FAST, ONE_KEY, "@write @string @fast", "string", "6.2.0", "Returns the string value of a key after deleting the key.", Key, S(strings::getdel)),
+    cmd!("getex", -2, WRITE | FAST, ONE_KEY, "@write @string @fast", "string", "6.2.0", "Returns the string value of a key after setting its expiration time.", Key, S(strings::getex)),
+    cmd!("mget", -2, READONLY | FAST, ALL_KEYS, "@read @string @fast", "string", "1.0.0", "Atomically returns the string values of one or more keys.", Keys(Merge::Items), S(strings::mget)),
+    cmd!("mset", -3, WRITE | DENYOOM, PAIRS, "@write @string @slow", "string", "1.0.1", "Atomically creates or modifies the string values of one or more keys.", Keys(Merge::AllOk), S(strings::mset)),
+    cmd!("msetnx", -3, WRITE | DENYOOM, PAIRS, "@write @string @slow", "string", "1.0.1", "Atomically modifies the string values of one or more keys only when all keys don't exist.", Keys(Merge::MsetNx), S(strings::msetnx)),
+    cmd!("append", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.", Key, S(strings::append)),
+    cmd!("strlen", 2, READONLY | FAST, ONE_KEY, "@read @string @fast", "string", "2.2.0", "Returns the length of a string value.", Key, S(strings::strlen)),
+    cmd!("getrange", 4, READONLY, ONE_KEY, "@read @string @slow", "string", "2.4.0", "Returns a substring of the string stored at a key.", Key, S(strings::getrange)),
+    cmd!("substr", 4, READONLY, ONE_KEY, "@read @string @slow", "string", "1.0.0", "Returns a substring from a string value.", Key, S(strings::getrange)),
+    cmd!("setrange", 4, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", Key, S(strings::setrange)),
+    cmd!("incr", 2, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incr)),
+    cmd!("decr", 2, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decr)),
+    cmd!("incrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrby)),
+    cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decrby)),
+    cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrbyfloat)),
+];
+
+/// Finds a command by name, case-insensitively. Returns its index in [`COMMANDS`].
+pub fn lookup(name: &[u8]) -> Option<usize> {
+    let mut lower = [0u8; 24];
+    if name.len() > lower.len() {
+        return None;
+    }
+    for (d, s) in lower.iter_mut().zip(name) {
+        *d = s.to_ascii_lowercase();
+    }
+    let lower = &lower[..name.len()];
+    index().get(lower).copied()
+}
+
+fn index() -> &'static std::collections::HashMap<&'static [u8], usize> {
+    static INDEX: std::sync::OnceLock<std::collections::HashMap<&'static [u8], usize>> =
+        std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        COMMANDS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_bytes(), i))
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        let i = lookup(b"GeT").expect("get");
+        assert_eq!(COMMANDS[i].name, "get");
+        assert!(lookup(b"nosuchcommand").is_none());
+        assert!(lookup(&[b'a'; 100]).is_none());
+    }
+
+    #[test]
+    fn names_are_unique_and_lowercase() {
+        let mut seen = std::collections::HashSet::new();
+        for c in COMMANDS {
+            assert_eq!(c.name, c.name.to_ascii_lowercase());
+            assert!(seen.insert(c.name), "duplicate {}", c.name);
+            assert!(c.name.len() <= 24);
+        }
+    }
+
+    #[test]
+    fn key_positions() {
+        let mset = &COMMANDS[lookup(b"mset").unwrap()];
+        assert_eq!(mset.key_positions(7).collect::<Vec<_>>(), vec![1, 3, 5]);
+        let get = &COMMANDS[lookup(b"get").unwrap()];
+        assert_eq!(get.key_positions(2).collect::<Vec<_>>(), vec![1]);
+        let ping = &COMMANDS[lookup(b"ping").unwrap()];
+        assert_eq!(ping.key_positions(1).count(), 0);
+        assert!(get.arity_ok(2) && !get.arity_ok(3));
+        assert!(mset.arity_ok(3) && mset.arity_ok(9) && !mset.arity_ok(2));
+    }
+}
