@@ -1,0 +1,174 @@
+//! Client bookkeeping on one thread: who is connected here, for CLIENT LIST / INFO / KILL and
+//! idle timeouts. Each thread keeps its own registry; CLIENT LIST and KILL ask every thread.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One connected client, shared between its connection and the thread's registry.
+pub struct ClientInfo {
+    pub id: u64,
+    pub fd: i32,
+    pub addr: String,
+    pub laddr: String,
+    pub created: Instant,
+    pub last_active: Cell<Instant>,
+    pub name: RefCell<Vec<u8>>,
+    pub lib_name: RefCell<Vec<u8>>,
+    pub lib_ver: RefCell<Vec<u8>>,
+    pub db: Cell<usize>,
+    pub resp: Cell<u8>,
+    pub last_cmd: Cell<&'static str>,
+    pub query_buf: Cell<usize>,
+    pub killed: Cell<bool>,
+}
+
+impl ClientInfo {
+    pub fn new(id: u64, fd: i32, addr: String, laddr: String) -> Self {
+        let now = Instant::now();
+        ClientInfo {
+            id,
+            fd,
+            addr,
+            laddr,
+            created: now,
+            last_active: Cell::new(now),
+            name: RefCell::new(Vec::new()),
+            lib_name: RefCell::new(Vec::new()),
+            lib_ver: RefCell::new(Vec::new()),
+            db: Cell::new(0),
+            resp: Cell::new(2),
+            last_cmd: Cell::new("NULL"),
+            query_buf: Cell::new(0),
+            killed: Cell::new(false),
+        }
+    }
+
+    /// The CLIENT LIST / CLIENT INFO line (without the trailing newline), in Redis's field order.
+    pub fn describe(&self, now: Instant) -> String {
+        let age = now.duration_since(self.created).as_secs();
+        let idle = now.duration_since(self.last_active.get()).as_secs();
+        format!(
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            self.fd,
+            String::from_utf8_lossy(&self.name.borrow()),
+            age,
+            idle,
+            self.db.get(),
+            self.query_buf.get(),
+            self.last_cmd.get(),
+            self.resp.get(),
+            String::from_utf8_lossy(&self.lib_name.borrow()),
+            String::from_utf8_lossy(&self.lib_ver.borrow()),
+        )
+    }
+
+    /// Closes the socket under the connection so its pending read ends; the connection task
+    /// then cleans up. Only the owning thread calls this, while the fd is registered (open).
+    pub fn kill(&self) {
+        self.killed.set(true);
+        // SAFETY: the fd belongs to a live connection registered on this thread.
+        unsafe {
+            libc::shutdown(self.fd, libc::SHUT_RDWR);
+        }
+    }
+}
+
+/// CLIENT KILL filters (Redis's new form; the old `ip:port` form maps to `addr`).
+#[derive(Debug, Clone, Default)]
+pub struct KillFilter {
+    pub id: Option<u64>,
+    pub addr: Option<String>,
+    pub laddr: Option<String>,
+    pub user: Option<String>,
+    pub normal_only: Option<bool>,
+    /// The caller's id when SKIPME is yes (the default).
+    pub skip: Option<u64>,
+    /// The caller's id, so killing oneself closes after the reply instead of at once.
+    pub caller: u64,
+}
+
+impl KillFilter {
+    fn matches(&self, c: &ClientInfo) -> bool {
+        self.id.is_none_or(|id| id == c.id)
+            && self.addr.as_ref().is_none_or(|a| *a == c.addr)
+            && self.laddr.as_ref().is_none_or(|a| *a == c.laddr)
+            && self.user.as_ref().is_none_or(|u| u == "default")
+            && self.normal_only.is_none_or(|n| n)
+            && self.skip != Some(c.id)
+    }
+}
+
+#[derive(Default)]
+pub struct Registry {
+    clients: BTreeMap<u64, Rc<ClientInfo>>,
+}
+
+impl Registry {
+    pub fn add(&mut self, c: Rc<ClientInfo>) {
+        self.clients.insert(c.id, c);
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        self.clients.remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// CLIENT LIST lines of this thread's clients (all, or those with the given ids).
+    pub fn list(&self, ids: &Option<Vec<u64>>) -> Vec<(u64, String)> {
+        let now = Instant::now();
+        self.clients
+            .values()
+            .filter(|c| ids.as_ref().is_none_or(|ids| ids.contains(&c.id)))
+            .map(|c| (c.id, c.describe(now)))
+            .collect()
+    }
+
+    /// Kills matching clients; returns (how many, whether the caller was among them). The
+    /// caller itself is only flagged: it closes after its reply is written.
+    pub fn kill(&self, filter: &KillFilter) -> (usize, bool) {
+        let mut n = 0;
+        let mut me = false;
+        for c in self.clients.values().filter(|c| filter.matches(c)) {
+            n += 1;
+            if c.id == filter.caller {
+                me = true;
+                c.killed.set(true);
+            } else {
+                c.kill();
+            }
+        }
+        (n, me)
+    }
+
+    /// Closes clients idle longer than `timeout_secs` (0 = never).
+    pub fn close_idle(&self, timeout_secs: u64) {
+        if timeout_secs == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for c in self.clients.values() {
+            if now.duration_since(c.last_active.get()).as_secs() >= timeout_secs {
+                c.kill();
+            }
+        }
+    }
+
+    /// Closes every client (shutdown).
+    pub fn close_all(&self) {
+        for c in self.clients.values() {
+            c.kill();
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Server-wide handles every thread shares: the mailboxes of all shards, the configuration,
+//! client counters, start-up facts for INFO, and the shutdown signal. Nothing here holds
+//! keyspace data.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
+use damselfly_commands::config::Config;
+
+use crate::mailbox::MailboxSender;
+use crate::worker::ShardMsg;
+
+/// Facts about the running server that INFO reports, fixed at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct ServerInfo {
+    pub multiplexing_api: &'static str,
+    pub tcp_port: u16,
+    pub executable: String,
+    pub config_file: String,
+}
+
+/// Set once when the server should stop; wakes everyone waiting for it.
+#[derive(Default)]
+pub struct ShutdownSignal {
+    flag: AtomicBool,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+impl ShutdownSignal {
+    pub fn trigger(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    pub fn is_triggered(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once shutdown has been triggered.
+    pub async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            if self.is_triggered() {
+                return Poll::Ready(());
+            }
+            self.waiters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(cx.waker().clone());
+            if self.is_triggered() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+pub struct Cluster {
+    pub config: Arc<Config>,
+    pub mailboxes: Vec<MailboxSender<ShardMsg>>,
+    pub databases: usize,
+    next_client_id: AtomicU64,
+    pub connected_clients: AtomicU64,
+    pub blocked_clients: AtomicU64,
+    pub started: Instant,
+    pub run_id: String,
+    pub shutdown: ShutdownSignal,
+    pub info: OnceLock<ServerInfo>,
+}
+
+impl Cluster {
+    pub fn new(config: Arc<Config>, mailboxes: Vec<MailboxSender<ShardMsg>>) -> Self {
+        let databases = config.get_u64("databases").max(1) as usize;
+        let run_id: String = (0..40)
+            .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
+            .collect();
+        Cluster {
+            config,
+            mailboxes,
+            databases,
+            next_client_id: AtomicU64::new(1),
+            connected_clients: AtomicU64::new(0),
+            blocked_clients: AtomicU64::new(0),
+            started: Instant::now(),
+            run_id,
+            shutdown: ShutdownSignal::default(),
+            info: OnceLock::new(),
+        }
+    }
+
+    pub fn num_shards(&self) -> usize {
+        self.mailboxes.len()
+    }
+
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Admits a new client unless `maxclients` is reached.
+    pub fn try_admit_client(&self) -> bool {
+        let max = self.config.maxclients.load(Ordering::Relaxed);
+        let prev = self.connected_clients.fetch_add(1, Ordering::SeqCst);
+        if prev >= max {
+            self.connected_clients.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub fn release_client(&self) {
+        self.connected_clients.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub fn server_info(&self) -> ServerInfo {
+        self.info.get().cloned().unwrap_or_default()
+    }
+}

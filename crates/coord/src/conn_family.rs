@@ -1,0 +1,380 @@
+//! Connection commands: PING, ECHO, QUIT, HELLO, AUTH, SELECT, RESET and the CLIENT family.
+//! They change or report this connection's state, so they run on the connection's thread.
+
+use std::sync::atomic::Ordering;
+
+use damselfly_commands::{errors, Args};
+use damselfly_protocol::number::parse_i64;
+
+use crate::client::KillFilter;
+use crate::connection::Connection;
+use crate::worker::ShardMsg;
+
+pub const REDIS_VERSION: &str = "7.0.15";
+
+/// Redis's rule for client names: printable ASCII without spaces.
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+impl Connection {
+    pub(crate) fn ping(&mut self, args: &Args) {
+        match args.len() {
+            1 => self.out.simple("PONG"),
+            2 => self.out.bulk(args.get(1)),
+            _ => self.reply_error(&errors::wrong_arity("ping")),
+        }
+    }
+
+    pub(crate) fn echo(&mut self, args: &Args) {
+        self.out.bulk(args.get(1));
+    }
+
+    pub(crate) fn quit(&mut self) {
+        self.out.ok();
+        self.closing = true;
+    }
+
+    /// Checks a password against `requirepass` for user `default`.
+    fn check_password(&mut self, user: Option<&[u8]>, pass: &[u8]) -> bool {
+        let required = self.worker.cluster.config.get("requirepass");
+        if user.is_some_and(|u| u != b"default") || required.as_bytes() != pass {
+            self.reply_error(errors::WRONG_PASS);
+            return false;
+        }
+        self.authenticated = true;
+        true
+    }
+
+    pub(crate) fn auth(&mut self, args: &Args) {
+        if args.len() > 3 {
+            self.reply_error(errors::SYNTAX);
+            return;
+        }
+        let no_password = !self.worker.cluster.config.has_password.load(Ordering::Relaxed);
+        if args.len() == 2 && no_password {
+            self.reply_error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
+            return;
+        }
+        let (user, pass) = if args.len() == 3 {
+            (Some(args.get(1)), args.get(2))
+        } else {
+            (None, args.get(1))
+        };
+        if no_password && user.is_some_and(|u| u == b"default") {
+            // The default user has no password: any password authenticates (Redis `nopass`).
+            self.authenticated = true;
+            self.out.ok();
+            return;
+        }
+        if self.check_password(user, pass) {
+            self.out.ok();
+        }
+    }
+
+    pub(crate) fn hello(&mut self, args: &Args) {
+        let mut version = self.info.resp.get() as i64;
+        let mut next = 1;
+        if args.len() >= 2 {
+            match parse_i64(args.get(1)) {
+                None => {
+                    self.reply_error("ERR Protocol version is not an integer or out of range");
+                    return;
+                }
+                Some(v) if !(2..=3).contains(&v) => {
+                    self.reply_error("NOPROTO unsupported protocol version");
+                    return;
+                }
+                Some(v) => version = v,
+            }
+            next = 2;
+        }
+        let mut credentials = None;
+        let mut name = None;
+        let mut j = next;
+        while j < args.len() {
+            let more = args.len() - 1 - j;
+            if args.is(j, "auth") && more >= 2 {
+                credentials = Some((args.get(j + 1), args.get(j + 2)));
+                j += 3;
+            } else if args.is(j, "setname") && more >= 1 {
+                let n = args.get(j + 1);
+                if !valid_client_name(n) {
+                    self.reply_error(BAD_NAME);
+                    return;
+                }
+                name = Some(n);
+                j += 2;
+            } else {
+                let opt = String::from_utf8_lossy(args.get(j)).into_owned();
+                self.reply_error(&format!("ERR Syntax error in HELLO option '{opt}'"));
+                return;
+            }
+        }
+        if let Some((user, pass)) = credentials {
+            let no_password = !self.worker.cluster.config.has_password.load(Ordering::Relaxed);
+            if no_password && user == b"default" {
+                self.authenticated = true;
+            } else if !self.check_password(Some(user), pass) {
+                return;
+            }
+        }
+        if !self.authenticated {
+            self.reply_error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+            return;
+        }
+        if let Some(n) = name {
+            *self.info.name.borrow_mut() = n.to_vec();
+        }
+        self.info.resp.set(version as u8);
+        self.out.resp3 = version == 3;
+        let out = &mut self.out;
+        out.map(7);
+        out.bulk(b"server");
+        out.bulk(b"redis");
+        out.bulk(b"version");
+        out.bulk(REDIS_VERSION.as_bytes());
+        out.bulk(b"proto");
+        out.int(version);
+        out.bulk(b"id");
+        out.int(self.info.id as i64);
+        out.bulk(b"mode");
+        out.bulk(b"standalone");
+        out.bulk(b"role");
+        out.bulk(b"master");
+        out.bulk(b"modules");
+        out.array(0);
+    }
+
+    pub(crate) fn select(&mut self, args: &Args) {
+        let Some(db) = parse_i64(args.get(1)) else {
+            self.reply_error(errors::NOT_INT);
+            return;
+        };
+        if db < 0 || db as usize >= self.worker.cluster.databases {
+            self.reply_error(errors::DB_INDEX);
+            return;
+        }
+        self.info.db.set(db as usize);
+        self.out.ok();
+    }
+
+    pub(crate) fn reset_cmd(&mut self) {
+        self.reset();
+        self.out.resp3 = false;
+        self.out.simple("RESET");
+    }
+
+    pub(crate) async fn client(&mut self, args: &Args<'_>) {
+        let sub = args.get(1).to_ascii_lowercase();
+        let arity_ok = |n: usize| match sub.as_slice() {
+            b"id" | b"getname" | b"info" => n == 2,
+            b"setname" | b"no-evict" | b"no-touch" | b"reply" => n == 3,
+            b"setinfo" => n == 4,
+            b"list" | b"kill" => n >= 2,
+            b"help" => n == 2,
+            _ => true,
+        };
+        if !arity_ok(args.len()) {
+            let full = format!("client|{}", String::from_utf8_lossy(&sub));
+            self.reply_error(&errors::wrong_arity(&full));
+            return;
+        }
+        match sub.as_slice() {
+            b"id" => self.out.int(self.info.id as i64),
+            b"getname" => {
+                let name = self.info.name.borrow().clone();
+                if name.is_empty() {
+                    self.out.null();
+                } else {
+                    self.out.bulk(&name);
+                }
+            }
+            b"setname" => {
+                let n = args.get(2);
+                if !valid_client_name(n) {
+                    self.reply_error(BAD_NAME);
+                    return;
+                }
+                *self.info.name.borrow_mut() = n.to_vec();
+                self.out.ok();
+            }
+            b"setinfo" => {
+                let value = args.get(3);
+                let field = if args.is(2, "lib-name") {
+                    &self.info.lib_name
+                } else if args.is(2, "lib-ver") {
+                    &self.info.lib_ver
+                } else {
+                    let attr = String::from_utf8_lossy(args.get(2)).into_owned();
+                    self.reply_error(&format!("ERR Unrecognized option '{attr}'"));
+                    return;
+                };
+                if !valid_client_name(value) {
+                    let attr = String::from_utf8_lossy(args.get(2)).to_ascii_lowercase();
+                    self.reply_error(&format!("ERR {attr} cannot contain spaces, newlines or special characters."));
+                    return;
+                }
+                *field.borrow_mut() = value.to_vec();
+                self.out.ok();
+            }
+            b"info" => {
+                let line = self.info.describe(std::time::Instant::now()) + "\n";
+                self.out.verbatim("txt", line.as_bytes());
+            }
+            b"list" => self.client_list(args).await,
+            b"kill" => self.client_kill(args).await,
+            b"no-evict" | b"no-touch" => {
+                if args.is(2, "on") || args.is(2, "off") {
+                    self.out.ok();
+                } else {
+                    self.reply_error(errors::SYNTAX);
+                }
+            }
+            b"reply" => {
+                if args.is(2, "on") {
+                    self.out.ok();
+                } else {
+                    self.reply_error("ERR CLIENT REPLY OFF|SKIP is not supported yet");
+                }
+            }
+            b"help" => {
+                let lines = [
+                    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "ID", "    Return the ID of the current connection.",
+                    "GETNAME", "    Return the name of the current connection.",
+                    "SETNAME <name>", "    Assign the name <name> to the current connection.",
+                    "SETINFO <LIB-NAME|LIB-VER> <value>", "    Set client library name or version.",
+                    "INFO", "    Return information about the current client connection.",
+                    "LIST [TYPE NORMAL] [ID <id> [<id> ...]]", "    Return information about client connections.",
+                    "KILL <ip:port>", "    Kill connection made from <ip:port>.",
+                    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, ADDR, LADDR, TYPE, USER, SKIPME.",
+                    "HELP", "    Print this help.",
+                ];
+                self.out.array(lines.len());
+                for l in lines {
+                    self.out.simple(l);
+                }
+            }
+            _ => self.reply_error(&errors::unknown_subcommand("client", args.get(1))),
+        }
+    }
+
+    async fn client_list(&mut self, args: &Args<'_>) {
+        let mut ids: Option<Vec<u64>> = None;
+        let mut j = 2;
+        while j < args.len() {
+            if args.is(j, "type") && j + 1 < args.len() {
+                let t = args.get(j + 1).to_ascii_lowercase();
+                match t.as_slice() {
+                    b"normal" => {}
+                    b"master" | b"replica" | b"slave" | b"pubsub" => ids = Some(Vec::new()),
+                    _ => {
+                        let t = String::from_utf8_lossy(args.get(j + 1)).into_owned();
+                        self.reply_error(&format!("ERR Unknown client type '{t}'"));
+                        return;
+                    }
+                }
+                j += 2;
+            } else if args.is(j, "id") && j + 1 < args.len() {
+                let mut list = Vec::new();
+                for k in j + 1..args.len() {
+                    match parse_i64(args.get(k)) {
+                        Some(id) if id > 0 => list.push(id as u64),
+                        _ => {
+                            self.reply_error("ERR Invalid client ID");
+                            return;
+                        }
+                    }
+                }
+                ids = Some(list);
+                j = args.len();
+            } else {
+                self.reply_error(errors::SYNTAX);
+                return;
+            }
+        }
+        let mut lines: Vec<(u64, String)> = self
+            .ask_all(|tx| ShardMsg::ClientList(ids.clone(), tx))
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        lines.sort_by_key(|(id, _)| *id);
+        let mut text = String::new();
+        for (_, l) in lines {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        self.out.verbatim("txt", text.as_bytes());
+    }
+
+    async fn client_kill(&mut self, args: &Args<'_>) {
+        let mut filter = KillFilter {
+            skip: Some(self.info.id),
+            caller: self.info.id,
+            ..KillFilter::default()
+        };
+        let old_form = args.len() == 3;
+        if old_form {
+            filter.addr = Some(String::from_utf8_lossy(args.get(2)).into_owned());
+            filter.skip = None;
+        } else {
+            if args.len() % 2 != 0 {
+                self.reply_error(errors::SYNTAX);
+                return;
+            }
+            for j in (2..args.len()).step_by(2) {
+                let value = String::from_utf8_lossy(args.get(j + 1)).into_owned();
+                match args.get(j).to_ascii_lowercase().as_slice() {
+                    b"id" => match parse_i64(args.get(j + 1)) {
+                        Some(id) if id > 0 => filter.id = Some(id as u64),
+                        _ => {
+                            self.reply_error("ERR client-id should be greater than 0");
+                            return;
+                        }
+                    },
+                    b"addr" => filter.addr = Some(value),
+                    b"laddr" => filter.laddr = Some(value),
+                    b"user" => filter.user = Some(value),
+                    b"type" => match value.to_ascii_lowercase().as_str() {
+                        "normal" => filter.normal_only = Some(true),
+                        "master" | "replica" | "slave" | "pubsub" => filter.normal_only = Some(false),
+                        _ => {
+                            self.reply_error(&format!("ERR Unknown client type '{value}'"));
+                            return;
+                        }
+                    },
+                    b"skipme" => match value.to_ascii_lowercase().as_str() {
+                        "yes" => filter.skip = Some(self.info.id),
+                        "no" => filter.skip = None,
+                        _ => {
+                            self.reply_error(errors::SYNTAX);
+                            return;
+                        }
+                    },
+                    _ => {
+                        self.reply_error(errors::SYNTAX);
+                        return;
+                    }
+                }
+            }
+        }
+        let results = self.ask_all(|tx| ShardMsg::ClientKill(filter.clone(), tx)).await;
+        let killed: usize = results.iter().map(|(n, _)| n).sum();
+        if results.iter().any(|(_, me)| *me) {
+            self.closing = true;
+        }
+        if old_form {
+            if killed == 0 {
+                self.reply_error("ERR No such client");
+            } else {
+                self.out.ok();
+            }
+        } else {
+            self.out.int(killed as i64);
+        }
+    }
+}

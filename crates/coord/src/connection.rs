@@ -1,0 +1,476 @@
+//! The per-connection coordinator. It owns the read buffer, parses every complete command,
+//! checks it against the command table and routes it: commands for this thread's shard run
+//! inline; commands for other shards are squashed into one message per shard for the round
+//! and their replies spliced back in request order; multi-key and whole-keyspace commands fan
+//! out; connection and server commands run here.
+//!
+//! Ordering: replies always come back in request order. Within one connection, commands on the
+//! same shard (so on the same key) take effect in request order, so a client always reads its
+//! own writes. Pipelined commands on different shards may take effect in a different order as
+//! seen by *other* clients; a fan-out command waits for every earlier command of its connection
+//! to finish first.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use damselfly_commands::table::{flags, Handler, Route, COMMANDS};
+use damselfly_commands::{errors, lookup, Args};
+use damselfly_protocol::{parse_command, Limits, ParsedCommand, ProtocolError, ReplyBuf, Span};
+use damselfly_storage::shard_for_key;
+use futures_channel::oneshot;
+
+use crate::client::ClientInfo;
+use crate::worker::{BatchReply, ExecBatch, RemoteCmd, ShardMsg, Worker};
+
+/// Most commands handled per round before replies are flushed to the socket. Bounds the
+/// memory one pipelining client can make the server hold for it.
+const ROUND_MAX_COMMANDS: usize = 1024;
+/// Output size at which a round stops early so it can be flushed.
+const ROUND_MAX_OUTPUT: usize = 1 << 20;
+/// Free space kept at the end of the read buffer.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What the I/O loop does next (after writing any pending output).
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Step {
+    /// Read more bytes from the client.
+    Read,
+    /// More complete commands are buffered: call `step` again.
+    Again,
+    /// Write the output, then close the connection.
+    Close,
+}
+
+/// Where the connection came from, for CLIENT LIST.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub addr: String,
+    pub laddr: String,
+    pub fd: i32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ParsedCmd {
+    first: usize,
+    nargs: usize,
+    inline: bool,
+}
+
+/// A remote reply to be spliced into the output at `at`.
+struct PendingSlot {
+    at: usize,
+    shard: usize,
+    index: usize,
+}
+
+pub struct Connection {
+    pub(crate) worker: Rc<Worker>,
+    pub(crate) info: Rc<ClientInfo>,
+    pub(crate) authenticated: bool,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    need: usize,
+    spans: Vec<Span>,
+    aux: Vec<u8>,
+    cmds: Vec<ParsedCmd>,
+    pub(crate) out: ReplyBuf,
+    pub(crate) closing: bool,
+    batches: Vec<ExecBatch>,
+    pending: Vec<PendingSlot>,
+}
+
+impl Connection {
+    /// Registers a new client on this thread. The caller has already admitted it against
+    /// `maxclients`.
+    pub fn new(worker: Rc<Worker>, peer: PeerInfo) -> Self {
+        let id = worker.cluster.next_client_id();
+        let info = Rc::new(ClientInfo::new(id, peer.fd, peer.addr, peer.laddr));
+        worker.clients.borrow_mut().add(info.clone());
+        worker.stats.borrow_mut().total_connections += 1;
+        let authenticated = !worker.cluster.config.has_password.load(Ordering::Relaxed);
+        let shards = worker.num_shards();
+        Connection {
+            worker,
+            info,
+            authenticated,
+            rbuf: vec![0; READ_CHUNK],
+            rstart: 0,
+            rend: 0,
+            need: 0,
+            spans: Vec::new(),
+            aux: Vec::new(),
+            cmds: Vec::new(),
+            out: ReplyBuf::new(false),
+            closing: false,
+            batches: (0..shards).map(|_| ExecBatch::default()).collect(),
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.info.id
+    }
+
+    /// True once CLIENT KILL, an idle timeout or shutdown closed this client.
+    pub fn killed(&self) -> bool {
+        self.info.killed.get()
+    }
+
+    /// Space to read into; grows so a known-size frame fits in one piece.
+    pub fn read_space(&mut self) -> &mut [u8] {
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        let want = (self.need.saturating_sub(self.rstart)).max(self.rend - self.rstart + READ_CHUNK);
+        if self.rstart > 0 && self.rstart + want > self.rbuf.len() {
+            // Move the partial frame to the front instead of growing.
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.need = self.need.saturating_sub(self.rstart);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+        }
+        let target = self.rstart + want;
+        if self.rbuf.len() < target {
+            self.rbuf.resize(target, 0);
+        }
+        &mut self.rbuf[self.rend..]
+    }
+
+    /// Accounts `n` bytes read into `read_space`. False when the query buffer limit is
+    /// exceeded and the client must be dropped.
+    pub fn advance(&mut self, n: usize) -> bool {
+        self.rend += n;
+        self.worker.stats.borrow_mut().net_input_bytes += n as u64;
+        self.info.last_active.set(Instant::now());
+        let pending = self.rend - self.rstart;
+        self.info.query_buf.set(pending);
+        let limit = self.worker.cluster.config.query_buffer_limit.load(Ordering::Relaxed);
+        if pending as u64 > limit {
+            tracing::warn!(client = self.info.id, addr = %self.info.addr, "closing client that reached max query buffer length");
+            return false;
+        }
+        true
+    }
+
+    /// The encoded replies waiting to be written.
+    pub fn output(&self) -> &[u8] {
+        &self.out.buf
+    }
+
+    /// Marks the output as written.
+    pub fn consume_output(&mut self) {
+        self.worker.stats.borrow_mut().net_output_bytes += self.out.buf.len() as u64;
+        self.out.buf.clear();
+        self.out.error_offsets.clear();
+        if self.out.buf.capacity() > 4 * ROUND_MAX_OUTPUT {
+            self.out.buf.shrink_to(ROUND_MAX_OUTPUT);
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_bulk_len: self.worker.cluster.config.proto_max_bulk_len.load(Ordering::Relaxed),
+            authenticated: self.authenticated,
+        }
+    }
+
+    /// Parses and runs the buffered complete commands (up to a round's worth).
+    pub async fn step(&mut self) -> Step {
+        if self.closing {
+            return Step::Close;
+        }
+        if self.rend < self.need {
+            return Step::Read;
+        }
+        let (parsed_to, more, protocol_error) = self.parse_round();
+        let cmds = std::mem::take(&mut self.cmds);
+        let rbuf = std::mem::take(&mut self.rbuf);
+        let aux = std::mem::take(&mut self.aux);
+        let spans = std::mem::take(&mut self.spans);
+        for c in &cmds {
+            let src: &[u8] = if c.inline { &aux } else { &rbuf };
+            let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
+            self.dispatch(&args).await;
+            if self.closing {
+                break;
+            }
+        }
+        self.flush_remote().await;
+        self.cmds = cmds;
+        self.rbuf = rbuf;
+        self.aux = aux;
+        self.spans = spans;
+        self.rstart = parsed_to;
+        self.info.query_buf.set(self.rend - self.rstart);
+        if let Some(e) = protocol_error {
+            self.reply_error(&format!("ERR {e}"));
+            tracing::debug!(client = self.info.id, "protocol error: {e}");
+            self.closing = true;
+        }
+        if self.closing {
+            Step::Close
+        } else if more {
+            Step::Again
+        } else {
+            Step::Read
+        }
+    }
+
+    /// Parses complete commands into `self.cmds`. Returns where parsing stopped, whether more
+    /// complete commands may follow, and a protocol error if one ended the stream.
+    fn parse_round(&mut self) -> (usize, bool, Option<ProtocolError>) {
+        self.cmds.clear();
+        self.spans.clear();
+        self.aux.clear();
+        let limits = self.limits();
+        // Until a client authenticates its limits change after each command, so parse one.
+        let max = if self.authenticated { ROUND_MAX_COMMANDS } else { 1 };
+        let mut pos = self.rstart;
+        let buf = &self.rbuf[..self.rend];
+        while self.cmds.len() < max {
+            let first = self.spans.len();
+            match parse_command(buf, pos, &mut self.spans, &mut self.aux, &limits) {
+                Ok(ParsedCommand::Command {
+                    consumed,
+                    nargs,
+                    inline,
+                }) => {
+                    self.cmds.push(ParsedCmd {
+                        first,
+                        nargs,
+                        inline,
+                    });
+                    pos = consumed;
+                }
+                Ok(ParsedCommand::Empty { consumed }) => pos = consumed,
+                Ok(ParsedCommand::Incomplete { need }) => {
+                    self.need = need;
+                    return (pos, false, None);
+                }
+                Err(e) => return (pos, false, Some(e)),
+            }
+        }
+        self.need = 0;
+        (pos, pos < self.rend, None)
+    }
+
+    pub(crate) fn reply_error(&mut self, msg: &str) {
+        let before = self.out.error_offsets.len();
+        self.out.error(msg);
+        self.worker.stats.borrow_mut().count_errors(&self.out, before);
+    }
+
+    async fn dispatch(&mut self, args: &Args<'_>) {
+        let name = args.get(0);
+        let Some(idx) = lookup(name) else {
+            self.reply_error(&errors::unknown_command(name, args.iter().skip(1)));
+            return;
+        };
+        let spec = &COMMANDS[idx];
+        if !spec.arity_ok(args.len()) {
+            self.worker.stats.borrow_mut().record_rejected(idx);
+            self.reply_error(&errors::wrong_arity(spec.name));
+            return;
+        }
+        if !self.authenticated && spec.flags & flags::NO_AUTH == 0 {
+            self.worker.stats.borrow_mut().record_rejected(idx);
+            self.reply_error(errors::NO_AUTH);
+            return;
+        }
+        self.info.last_cmd.set(spec.name);
+        let db = self.info.db.get();
+        match spec.route {
+            Route::Key => {
+                let shard = shard_for_key(args.get(spec.first_key as usize), self.worker.num_shards());
+                self.run_on(shard, idx, db, args);
+            }
+            Route::Keys(merge) => {
+                let n = self.worker.num_shards();
+                let mut positions = spec.key_positions(args.len());
+                let first = positions.next().map_or(0, |p| shard_for_key(args.get(p), n));
+                if positions.all(|p| shard_for_key(args.get(p), n) == first) {
+                    self.run_on(first, idx, db, args);
+                } else {
+                    self.fan_out_keys(idx, merge, args).await;
+                }
+            }
+            Route::AllShards(merge) => self.fan_out_all(idx, merge, args).await,
+            Route::Cursor => {
+                let cursor = damselfly_protocol::number::parse_u64(args.get(1)).unwrap_or(0);
+                let shard = damselfly_commands::keys_family::scan_cursor_shard(cursor);
+                let target = if shard < self.worker.num_shards() { shard } else { self.worker.id };
+                self.run_on(target, idx, db, args);
+            }
+            Route::Coordinator => {
+                let Handler::Coord(cmd) = spec.handler else {
+                    return;
+                };
+                let started = Instant::now();
+                let errors_before = self.out.error_offsets.len();
+                self.run_coordinator(cmd, args).await;
+                let mut stats = self.worker.stats.borrow_mut();
+                let failed = stats.count_errors(&self.out, errors_before) > 0;
+                stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
+            }
+        }
+    }
+
+    fn resp3(&self) -> bool {
+        self.info.resp.get() == 3
+    }
+
+    /// Runs a whole command on `shard`: inline when local, else queued for the round's batch.
+    fn run_on(&mut self, shard: usize, spec: usize, db: usize, args: &Args) {
+        if shard == self.worker.id {
+            self.out.resp3 = self.resp3();
+            self.worker.exec(spec, db, args, &mut self.out, true);
+            return;
+        }
+        let cmd = RemoteCmd {
+            spec: spec as u16,
+            db: db as u16,
+            resp3: self.resp3(),
+            record: true,
+            first: 0,
+            nargs: 0,
+        };
+        let batch = &mut self.batches[shard];
+        batch.push(cmd, args.iter());
+        self.pending.push(PendingSlot {
+            at: self.out.buf.len(),
+            shard,
+            index: batch.cmds.len() - 1,
+        });
+    }
+
+    /// Sends the round's squashed batches, waits for their replies and splices them into the
+    /// output in request order.
+    pub(crate) async fn flush_remote(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut waiting: Vec<(usize, oneshot::Receiver<BatchReply>)> = Vec::new();
+        for (shard, batch) in self.batches.iter_mut().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            let batch = std::mem::take(batch);
+            if self.worker.cluster.mailboxes[shard].send(ShardMsg::Exec(batch, tx)) {
+                waiting.push((shard, rx));
+            }
+        }
+        let mut replies: Vec<Option<BatchReply>> = (0..self.batches.len()).map(|_| None).collect();
+        for (shard, rx) in waiting {
+            replies[shard] = rx.await.ok();
+        }
+        let local = std::mem::take(&mut self.out.buf);
+        let mut merged = Vec::with_capacity(local.len() + replies.iter().flatten().map(|r| r.out.len()).sum::<usize>());
+        let mut copied = 0;
+        for slot in self.pending.drain(..) {
+            merged.extend_from_slice(&local[copied..slot.at]);
+            copied = slot.at;
+            match &replies[slot.shard] {
+                Some(r) => merged.extend_from_slice(r.get(slot.index)),
+                None => merged.extend_from_slice(b"-ERR shard unavailable\r\n"),
+            }
+        }
+        merged.extend_from_slice(&local[copied..]);
+        self.out.buf = merged;
+        // Offsets of local errors moved; they were already counted.
+        self.out.error_offsets.clear();
+    }
+
+    /// Runs commands on several shards now and returns each reply, in `parts` order. Earlier
+    /// commands of this connection are flushed first, so the fan-out sees their effects.
+    pub(crate) async fn call_shards(&mut self, spec: usize, parts: Vec<(usize, Vec<&[u8]>)>) -> Vec<Vec<u8>> {
+        self.flush_remote().await;
+        let db = self.info.db.get();
+        let resp3 = self.resp3();
+        let mut results: Vec<Option<Vec<u8>>> = vec![None; parts.len()];
+        let mut waiting = Vec::new();
+        for (i, (shard, args)) in parts.iter().enumerate() {
+            if *shard == self.worker.id {
+                continue;
+            }
+            let mut batch = ExecBatch::default();
+            let cmd = RemoteCmd {
+                spec: spec as u16,
+                db: db as u16,
+                resp3,
+                record: false,
+                first: 0,
+                nargs: 0,
+            };
+            batch.push(cmd, args.iter());
+            let (tx, rx) = oneshot::channel();
+            if self.worker.cluster.mailboxes[*shard].send(ShardMsg::Exec(batch, tx)) {
+                waiting.push((i, rx));
+            }
+        }
+        // The local part runs while the remote ones are in flight.
+        for (i, (shard, args)) in parts.iter().enumerate() {
+            if *shard != self.worker.id {
+                continue;
+            }
+            let spans: Vec<Span> = {
+                let mut acc = 0u32;
+                args.iter()
+                    .map(|a| {
+                        let s = Span { start: acc, len: a.len() as u32 };
+                        acc += a.len() as u32;
+                        s
+                    })
+                    .collect()
+            };
+            let data: Vec<u8> = args.concat();
+            let mut reply = ReplyBuf::new(resp3);
+            self.worker.exec(spec, db, &Args::new(&data, &spans), &mut reply, false);
+            results[i] = Some(reply.buf);
+        }
+        for (i, rx) in waiting {
+            results[i] = rx.await.ok().map(|r| r.out);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| b"-ERR shard unavailable\r\n".to_vec()))
+            .collect()
+    }
+
+    /// Sends a message to every thread and collects the answers, in shard order.
+    pub(crate) async fn ask_all<T>(&mut self, make: impl Fn(oneshot::Sender<T>) -> ShardMsg) -> Vec<T> {
+        self.flush_remote().await;
+        let mut waiting = Vec::new();
+        for mb in &self.worker.cluster.mailboxes {
+            let (tx, rx) = oneshot::channel();
+            if mb.send(make(tx)) {
+                waiting.push(rx);
+            }
+        }
+        let mut out = Vec::with_capacity(waiting.len());
+        for rx in waiting {
+            if let Ok(v) = rx.await {
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    /// Resets per-connection state (RESET).
+    pub(crate) fn reset(&mut self) {
+        self.info.db.set(0);
+        self.info.resp.set(2);
+        self.info.name.borrow_mut().clear();
+        self.authenticated = !self.worker.cluster.config.has_password.load(Ordering::Relaxed);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.worker.clients.borrow_mut().remove(self.info.id);
+        self.worker.cluster.release_client();
+    }
+}

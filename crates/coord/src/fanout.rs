@@ -1,0 +1,214 @@
+//! Commands that span shards: a multi-key command whose keys live on several shards is split
+//! into one sub-command per shard (same name, that shard's keys in request order); a
+//! whole-keyspace command runs on every shard. The per-shard replies are merged into the reply
+//! one Redis server would give. Atomicity across shards arrives with the transaction framework;
+//! until then each shard's part is atomic on its own.
+
+use std::time::Instant;
+
+use damselfly_commands::table::{lookup, Merge, COMMANDS};
+use damselfly_commands::{errors, Args};
+use damselfly_protocol::number::parse_i64;
+use damselfly_storage::shard_for_key;
+use rand::seq::SliceRandom;
+
+use crate::connection::Connection;
+
+/// Splits an encoded array reply of bulk/null items into the items' encodings.
+pub(crate) fn array_items(reply: &[u8]) -> Option<Vec<&[u8]>> {
+    let (count, mut pos) = header(reply, b'*')?;
+    let mut items = Vec::with_capacity(count.max(0) as usize);
+    for _ in 0..count {
+        let start = pos;
+        match reply.get(pos)? {
+            b'_' => pos += 3,
+            b'$' => {
+                let (len, body) = header(&reply[pos..], b'$')?;
+                pos += body + if len >= 0 { len as usize + 2 } else { 0 };
+            }
+            _ => return None,
+        }
+        items.push(reply.get(start..pos)?);
+    }
+    Some(items)
+}
+
+/// Parses `<tag><int>\r\n` at the start; returns the int and the bytes it took.
+fn header(buf: &[u8], tag: u8) -> Option<(i64, usize)> {
+    if buf.first() != Some(&tag) {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == b'\r')?;
+    Some((parse_i64(&buf[1..end])?, end + 2))
+}
+
+fn is_error(reply: &[u8]) -> bool {
+    reply.first() == Some(&b'-')
+}
+
+impl Connection {
+    /// A multi-key command whose keys live on more than one shard.
+    pub(crate) async fn fan_out_keys(&mut self, idx: usize, merge: Merge, args: &Args<'_>) {
+        let started = Instant::now();
+        let spec = &COMMANDS[idx];
+        if spec.step == 2 && args.len() % 2 == 0 {
+            self.reply_error(&errors::wrong_arity(spec.name));
+            return;
+        }
+        let n = self.worker.num_shards();
+        let step = spec.step.max(1) as usize;
+        let positions: Vec<usize> = spec.key_positions(args.len()).collect();
+        let key_shards: Vec<usize> = positions.iter().map(|&p| shard_for_key(args.get(p), n)).collect();
+        let split = |name: &'static [u8]| -> Vec<(usize, Vec<&[u8]>)> {
+            let mut parts: Vec<(usize, Vec<&[u8]>)> = Vec::new();
+            for (&p, &shard) in positions.iter().zip(&key_shards) {
+                let part = match parts.iter_mut().find(|(s, _)| *s == shard) {
+                    Some(part) => part,
+                    None => {
+                        parts.push((shard, vec![name]));
+                        parts.last_mut().expect("just pushed")
+                    }
+                };
+                part.1.extend((p..p + step).map(|i| args.get(i)));
+            }
+            parts
+        };
+        let errors_before = self.out.error_offsets.len();
+        if merge == Merge::MsetNx {
+            let exists = lookup(b"exists").expect("exists is in the table");
+            let replies = self.call_shards(exists, split(b"exists")).await;
+            match sum_replies(&replies) {
+                Err(e) => self.raw_error(&e),
+                Ok(0) => {
+                    let mset = lookup(b"mset").expect("mset is in the table");
+                    let replies = self.call_shards(mset, split(b"mset")).await;
+                    match replies.iter().find(|r| is_error(r)) {
+                        Some(e) => self.raw_error(&e.clone()),
+                        None => self.out.int(1),
+                    }
+                }
+                Ok(_) => self.out.int(0),
+            }
+        } else {
+            let name: &'static [u8] = spec.name.as_bytes();
+            let parts = split(name);
+            let shard_order: Vec<usize> = parts.iter().map(|(s, _)| *s).collect();
+            let replies = self.call_shards(idx, parts).await;
+            match merge {
+                Merge::Items => self.merge_items(&replies, &shard_order, &key_shards),
+                other => self.merge_simple(other, &replies),
+            }
+        }
+        self.record_fanout(idx, started, errors_before);
+    }
+
+    /// A command that runs on every shard (DBSIZE, FLUSHDB, KEYS, RANDOMKEY, ...).
+    pub(crate) async fn fan_out_all(&mut self, idx: usize, merge: Merge, args: &Args<'_>) {
+        let started = Instant::now();
+        let errors_before = self.out.error_offsets.len();
+        let all: Vec<&[u8]> = args.iter().collect();
+        let parts = (0..self.worker.num_shards()).map(|s| (s, all.clone())).collect();
+        let replies = self.call_shards(idx, parts).await;
+        self.merge_simple(merge, &replies);
+        self.record_fanout(idx, started, errors_before);
+    }
+
+    /// Copies an encoded error reply from a shard, marking it so stats count it.
+    fn raw_error(&mut self, encoded: &[u8]) {
+        self.out.error_offsets.push(self.out.buf.len());
+        self.out.raw(encoded);
+    }
+
+    fn record_fanout(&mut self, idx: usize, started: Instant, errors_before: usize) {
+        let mut stats = self.worker.stats.borrow_mut();
+        let failed = stats.count_errors(&self.out, errors_before) > 0;
+        stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
+    }
+
+    /// MGET: per-key items reassembled in request order.
+    fn merge_items(&mut self, replies: &[Vec<u8>], shard_order: &[usize], key_shards: &[usize]) {
+        if let Some(e) = replies.iter().find(|r| is_error(r)) {
+            self.raw_error(&e.clone());
+            return;
+        }
+        let mut items: Vec<std::vec::IntoIter<&[u8]>> = Vec::with_capacity(replies.len());
+        for r in replies {
+            match array_items(r) {
+                Some(v) => items.push(v.into_iter()),
+                None => {
+                    self.out.error("ERR internal error merging shard replies");
+                    return;
+                }
+            }
+        }
+        self.out.array(key_shards.len());
+        for shard in key_shards {
+            let part = shard_order.iter().position(|s| s == shard).unwrap_or(0);
+            match items[part].next() {
+                Some(item) => self.out.raw(item),
+                None => self.out.null(),
+            }
+        }
+    }
+
+    fn merge_simple(&mut self, merge: Merge, replies: &[Vec<u8>]) {
+        if let Some(e) = replies.iter().find(|r| is_error(r)) {
+            self.raw_error(&e.clone());
+            return;
+        }
+        match merge {
+            Merge::Sum => match sum_replies(replies) {
+                Ok(n) => self.out.int(n),
+                Err(e) => self.raw_error(&e),
+            },
+            Merge::AllOk | Merge::MsetNx => self.out.ok(),
+            Merge::Concat | Merge::Items => {
+                let all: Vec<&[u8]> = replies.iter().filter_map(|r| array_items(r)).flatten().collect();
+                self.out.array(all.len());
+                for item in all {
+                    self.out.raw(item);
+                }
+            }
+            Merge::RandomKey => {
+                let found: Vec<&Vec<u8>> = replies.iter().filter(|r| r.first() == Some(&b'$') && !r.starts_with(b"$-1")).collect();
+                match found.choose(&mut rand::thread_rng()) {
+                    Some(r) => self.out.raw(r),
+                    None => self.out.null(),
+                }
+            }
+        }
+    }
+}
+
+/// Sums integer replies; an error reply is returned as is.
+fn sum_replies(replies: &[Vec<u8>]) -> Result<i64, Vec<u8>> {
+    let mut total = 0i64;
+    for r in replies {
+        match header(r, b':') {
+            Some((n, _)) => total += n,
+            None => return Err(r.clone()),
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_array_items() {
+        let r = b"*3\r\n$1\r\na\r\n$-1\r\n_\r\n";
+        let items = array_items(r).unwrap();
+        assert_eq!(items, vec![&b"$1\r\na\r\n"[..], b"$-1\r\n", b"_\r\n"]);
+        assert_eq!(array_items(b"*0\r\n").unwrap().len(), 0);
+        assert!(array_items(b":1\r\n").is_none());
+        assert!(array_items(b"*2\r\n$5\r\nab").is_none());
+    }
+
+    #[test]
+    fn sums_integers() {
+        assert_eq!(sum_replies(&[b":2\r\n".to_vec(), b":3\r\n".to_vec()]), Ok(5));
+        assert!(sum_replies(&[b"-ERR x\r\n".to_vec()]).is_err());
+    }
+}

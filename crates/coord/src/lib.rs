@@ -1,0 +1,23 @@
+//! Coordination: everything between a parsed request and a shard. It routes keys to shards,
+//! runs local commands inline, ships remote ones through per-shard mailboxes (squashing a
+//! round's commands for one shard into one message), fans multi-key and whole-keyspace commands
+//! out and merges their replies, and implements the commands that need connection or
+//! server-wide state (HELLO, CLIENT, INFO, CONFIG, COMMAND, DEBUG, ...).
+//!
+//! It is runtime-agnostic: it uses only `std` futures, crossbeam channels, `AtomicWaker` and
+//! `futures-channel` oneshots, so the same code runs under the io_uring (glommio) and the epoll
+//! (tokio) backends.
+
+pub mod client;
+pub mod cluster;
+mod conn_family;
+pub mod connection;
+mod fanout;
+pub mod mailbox;
+mod server_family;
+pub mod worker;
+
+pub use cluster::{Cluster, ServerInfo, ShutdownSignal};
+pub use connection::{Connection, PeerInfo, Step};
+pub use mailbox::{mailbox, Mailbox, MailboxSender};
+pub use worker::{ShardMsg, Worker};

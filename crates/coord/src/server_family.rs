@@ -1,0 +1,544 @@
+//! Server commands that run on the connection's thread: COMMAND, INFO, CONFIG, TIME, SHUTDOWN
+//! and DEBUG, plus the dispatch of every coordinator command.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use damselfly_commands::stats::ThreadStats;
+use damselfly_commands::table::{flags, CommandSpec, CoordCmd, COMMANDS};
+use damselfly_commands::{errors, lookup, Args};
+use damselfly_protocol::number::parse_i64;
+
+use crate::conn_family::REDIS_VERSION;
+use crate::connection::Connection;
+use crate::worker::{ShardMsg, ThreadReport};
+
+/// INFO sections printed by plain `INFO` / `INFO default`.
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+    "errorstats", "cluster", "keyspace",
+];
+const ALL_SECTIONS: &[&str] = &[
+    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
+    "commandstats", "errorstats", "cluster", "keyspace", "shards",
+];
+
+fn human_bytes(n: u64) -> String {
+    let units = ["B", "K", "M", "G", "T"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n}B")
+    } else {
+        format!("{v:.2}{}", units[u])
+    }
+}
+
+fn rss_bytes() -> u64 {
+    let page = 4096;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * page)
+}
+
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_stime), secs(ru.ru_utime))
+}
+
+impl Connection {
+    pub(crate) async fn run_coordinator(&mut self, cmd: CoordCmd, args: &Args<'_>) {
+        match cmd {
+            CoordCmd::Ping => self.ping(args),
+            CoordCmd::Echo => self.echo(args),
+            CoordCmd::Quit => self.quit(),
+            CoordCmd::Hello => self.hello(args),
+            CoordCmd::Auth => self.auth(args),
+            CoordCmd::Select => self.select(args),
+            CoordCmd::Reset => self.reset_cmd(),
+            CoordCmd::Client => self.client(args).await,
+            CoordCmd::Command => self.command(args),
+            CoordCmd::Info => self.info_cmd(args).await,
+            CoordCmd::Config => self.config(args).await,
+            CoordCmd::Time => self.time(),
+            CoordCmd::Shutdown => self.shutdown(args).await,
+            CoordCmd::Debug => self.debug(args).await,
+        }
+    }
+
+    fn time(&mut self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.out.array(2);
+        self.out.bulk(now.as_secs().to_string().as_bytes());
+        self.out.bulk(now.subsec_micros().to_string().as_bytes());
+    }
+
+    async fn shutdown(&mut self, args: &Args<'_>) {
+        for a in args.iter().skip(1) {
+            let a = a.to_ascii_lowercase();
+            if !matches!(a.as_slice(), b"nosave" | b"save" | b"now" | b"force" | b"abort") {
+                self.reply_error(errors::SYNTAX);
+                return;
+            }
+        }
+        if args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(b"abort")) {
+            self.reply_error("ERR No shutdown in progress.");
+            return;
+        }
+        // Earlier commands of this client complete before the server stops.
+        self.flush_remote().await;
+        tracing::warn!("User requested shutdown...");
+        self.worker.cluster.shutdown.trigger();
+        // Like Redis, a successful SHUTDOWN closes the connection without a reply.
+        self.closing = true;
+    }
+
+    fn write_command_info(&mut self, spec: &CommandSpec) {
+        let out = &mut self.out;
+        out.array(10);
+        out.bulk(spec.name.as_bytes());
+        out.int(spec.arity as i64);
+        let names: Vec<&str> = flags::NAMES
+            .iter()
+            .filter(|(f, _)| spec.flags & f != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        out.set(names.len());
+        for n in names {
+            out.simple(n);
+        }
+        out.int(spec.first_key as i64);
+        out.int(spec.last_key as i64);
+        out.int(spec.step as i64);
+        let cats: Vec<&str> = spec.acl.split_whitespace().collect();
+        out.set(cats.len());
+        for c in cats {
+            out.simple(c);
+        }
+        out.set(0);
+        if spec.first_key > 0 {
+            out.array(1);
+            out.map(3);
+            out.bulk(b"flags");
+            out.set(1);
+            out.simple(if spec.flags & flags::WRITE != 0 { "RW" } else { "RO" });
+            out.bulk(b"begin_search");
+            out.map(2);
+            out.bulk(b"type");
+            out.bulk(b"index");
+            out.bulk(b"spec");
+            out.map(1);
+            out.bulk(b"index");
+            out.int(spec.first_key as i64);
+            out.bulk(b"find_keys");
+            out.map(2);
+            out.bulk(b"type");
+            out.bulk(b"range");
+            out.bulk(b"spec");
+            out.map(3);
+            out.bulk(b"lastkey");
+            out.int(if spec.last_key < 0 { spec.last_key as i64 } else { (spec.last_key - spec.first_key) as i64 });
+            out.bulk(b"keystep");
+            out.int(spec.step as i64);
+            out.bulk(b"limit");
+            out.int(0);
+        } else {
+            out.array(0);
+        }
+        out.array(0);
+    }
+
+    fn write_command_docs(&mut self, spec: &CommandSpec) {
+        let out = &mut self.out;
+        out.bulk(spec.name.as_bytes());
+        out.map(3);
+        out.bulk(b"summary");
+        out.bulk(spec.summary.as_bytes());
+        out.bulk(b"since");
+        out.bulk(spec.since.as_bytes());
+        out.bulk(b"group");
+        out.bulk(spec.group.as_bytes());
+    }
+
+    fn command(&mut self, args: &Args) {
+        if args.len() == 1 {
+            self.out.array(COMMANDS.len());
+            for spec in COMMANDS {
+                self.write_command_info(spec);
+            }
+            return;
+        }
+        let sub = args.get(1).to_ascii_lowercase();
+        match sub.as_slice() {
+            b"count" if args.len() == 2 => self.out.int(COMMANDS.len() as i64),
+            b"info" => {
+                if args.len() == 2 {
+                    self.out.array(COMMANDS.len());
+                    for spec in COMMANDS {
+                        self.write_command_info(spec);
+                    }
+                    return;
+                }
+                self.out.array(args.len() - 2);
+                for name in args.iter().skip(2) {
+                    match lookup(name) {
+                        Some(i) => self.write_command_info(&COMMANDS[i]),
+                        None => self.out.null_array(),
+                    }
+                }
+            }
+            b"docs" => {
+                let specs: Vec<&CommandSpec> = if args.len() == 2 {
+                    COMMANDS.iter().collect()
+                } else {
+                    args.iter().skip(2).filter_map(lookup).map(|i| &COMMANDS[i]).collect()
+                };
+                self.out.map(specs.len());
+                for spec in specs {
+                    self.write_command_docs(spec);
+                }
+            }
+            b"list" => {
+                let filter = match args.len() {
+                    2 => None,
+                    5 if args.is(2, "filterby") => Some((args.get(3).to_ascii_lowercase(), args.get(4))),
+                    _ => {
+                        self.reply_error(errors::SYNTAX);
+                        return;
+                    }
+                };
+                let names: Vec<&str> = COMMANDS
+                    .iter()
+                    .filter(|c| match &filter {
+                        None => true,
+                        Some((kind, v)) => match kind.as_slice() {
+                            b"pattern" => damselfly_storage::glob::glob_match(v, c.name.as_bytes(), true),
+                            b"aclcat" => c.acl.split_whitespace().any(|a| a[1..].as_bytes().eq_ignore_ascii_case(v)),
+                            _ => false,
+                        },
+                    })
+                    .map(|c| c.name)
+                    .collect();
+                self.out.array(names.len());
+                for n in names {
+                    self.out.bulk(n.as_bytes());
+                }
+            }
+            b"getkeys" if args.len() >= 3 => {
+                let Some(i) = lookup(args.get(2)) else {
+                    self.reply_error("ERR Invalid command specified");
+                    return;
+                };
+                let spec = &COMMANDS[i];
+                let argc = args.len() - 2;
+                if !spec.arity_ok(argc) {
+                    self.reply_error("ERR Invalid number of arguments specified for command");
+                    return;
+                }
+                let keys: Vec<usize> = spec.key_positions(argc).collect();
+                if keys.is_empty() {
+                    self.reply_error("ERR The command has no key arguments");
+                    return;
+                }
+                self.out.array(keys.len());
+                for k in keys {
+                    self.out.bulk(args.get(k + 2));
+                }
+            }
+            b"help" => {
+                self.out.array(1);
+                self.out.simple("COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS] ...");
+            }
+            b"count" | b"getkeys" => {
+                let full = format!("command|{}", String::from_utf8_lossy(&sub));
+                self.reply_error(&errors::wrong_arity(&full));
+            }
+            _ => self.reply_error(&errors::unknown_subcommand("command", args.get(1))),
+        }
+    }
+
+    async fn config(&mut self, args: &Args<'_>) {
+        let sub = args.get(1).to_ascii_lowercase();
+        let config = self.worker.cluster.config.clone();
+        match sub.as_slice() {
+            b"get" if args.len() >= 3 => {
+                let patterns: Vec<&[u8]> = args.iter().skip(2).collect();
+                let pairs = config.get_matching(&patterns);
+                self.out.map(pairs.len());
+                for (k, v) in pairs {
+                    self.out.bulk(k.as_bytes());
+                    self.out.bulk(v.as_bytes());
+                }
+            }
+            b"set" if args.len() >= 4 && args.len() % 2 == 0 => {
+                let pairs: Vec<(String, String)> = (2..args.len())
+                    .step_by(2)
+                    .map(|i| {
+                        (
+                            String::from_utf8_lossy(args.get(i)).into_owned(),
+                            String::from_utf8_lossy(args.get(i + 1)).into_owned(),
+                        )
+                    })
+                    .collect();
+                match config.set_runtime(&pairs) {
+                    Ok(()) => self.out.ok(),
+                    Err(e) => self.reply_error(&e),
+                }
+            }
+            b"resetstat" if args.len() == 2 => {
+                self.ask_all(ShardMsg::ResetStats).await;
+                self.out.ok();
+            }
+            b"rewrite" if args.len() == 2 => {
+                self.reply_error("ERR The server is running without a config file");
+            }
+            b"help" if args.len() == 2 => {
+                self.out.array(1);
+                self.out.simple("CONFIG <GET|SET|RESETSTAT> ...");
+            }
+            b"get" | b"set" | b"resetstat" | b"rewrite" | b"help" => {
+                let full = format!("config|{}", String::from_utf8_lossy(&sub));
+                self.reply_error(&errors::wrong_arity(&full));
+            }
+            _ => self.reply_error(&errors::unknown_subcommand("config", args.get(1))),
+        }
+    }
+
+    async fn debug(&mut self, args: &Args<'_>) {
+        let sub = args.get(1).to_ascii_lowercase();
+        let argc = args.len();
+        match sub.as_slice() {
+            b"sleep" if argc == 3 => {
+                let secs = std::str::from_utf8(args.get(2))
+                    .ok()
+                    .and_then(|s| s.trim().parse::<f64>().ok())
+                    .unwrap_or(0.0);
+                if secs > 0.0 && secs.is_finite() {
+                    // Blocks this thread, as Redis blocks its server.
+                    std::thread::sleep(std::time::Duration::from_secs_f64(secs.min(1e6)));
+                }
+                self.out.ok();
+            }
+            b"error" if argc == 3 => {
+                let msg = String::from_utf8_lossy(args.get(2)).into_owned();
+                match msg.strip_prefix('-') {
+                    Some(rest) => self.reply_error(rest),
+                    None => self.reply_error(&format!("ERR {msg}")),
+                }
+            }
+            b"set-active-expire" if argc == 3 => {
+                let on = parse_i64(args.get(2)).unwrap_or(0) != 0;
+                self.worker.cluster.config.active_expire.store(on, Ordering::Relaxed);
+                self.out.ok();
+            }
+            b"populate" if (3..=5).contains(&argc) => {
+                let count = match parse_i64(args.get(2)) {
+                    Some(n) if n >= 0 => n as u64,
+                    Some(_) => {
+                        self.reply_error(errors::NOT_POSITIVE);
+                        return;
+                    }
+                    None => {
+                        self.reply_error(errors::NOT_INT);
+                        return;
+                    }
+                };
+                let prefix = if argc >= 4 { args.get(3).to_vec() } else { b"key".to_vec() };
+                let size = if argc == 5 {
+                    match parse_i64(args.get(4)) {
+                        Some(n) if n >= 0 => (n > 0).then_some(n as usize),
+                        Some(_) => {
+                            self.reply_error(errors::NOT_POSITIVE);
+                            return;
+                        }
+                        None => {
+                            self.reply_error(errors::NOT_INT);
+                            return;
+                        }
+                    }
+                } else {
+                    None
+                };
+                let db = self.info.db.get();
+                self.ask_all(|done| ShardMsg::Populate {
+                    db,
+                    count,
+                    prefix: prefix.clone(),
+                    size,
+                    done,
+                })
+                .await;
+                self.out.ok();
+            }
+            b"help" => {
+                self.out.array(1);
+                self.out.simple("DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE> ...");
+            }
+            _ => {
+                let sub = String::from_utf8_lossy(args.get(1)).into_owned();
+                self.reply_error(&format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try DEBUG HELP."
+                ));
+            }
+        }
+    }
+
+    async fn info_cmd(&mut self, args: &Args<'_>) {
+        let mut sections: Vec<String> = Vec::new();
+        for a in args.iter().skip(1) {
+            let s = String::from_utf8_lossy(a).to_ascii_lowercase();
+            match s.as_str() {
+                "default" => sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string())),
+                "all" | "everything" => sections.extend(ALL_SECTIONS.iter().map(|s| s.to_string())),
+                _ => sections.push(s),
+            }
+        }
+        if sections.is_empty() {
+            sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string()));
+        }
+        let reports = self.ask_all(ShardMsg::Report).await;
+        let text = self.render_info(&sections, &reports);
+        self.out.verbatim("txt", text.as_bytes());
+    }
+
+    fn render_info(&self, wanted: &[String], reports: &[ThreadReport]) -> String {
+        let cluster = &self.worker.cluster;
+        let mut stats = ThreadStats::default();
+        for r in reports {
+            stats.merge(&r.stats);
+        }
+        let mut expired = 0;
+        let mut hits = 0;
+        let mut misses = 0;
+        for r in reports {
+            expired += r.shard_stats.expired_keys;
+            hits += r.shard_stats.keyspace_hits;
+            misses += r.shard_stats.keyspace_misses;
+        }
+        let used: u64 = reports.iter().map(|r| r.used_memory as u64).sum();
+        let rss = rss_bytes();
+        let info = cluster.server_info();
+        let uptime = cluster.started.elapsed().as_secs();
+        let mut out = String::new();
+        let mut first = true;
+        let mut section = |name: &str, body: &str, out: &mut String| {
+            if !wanted.iter().any(|w| w == &name.to_ascii_lowercase()) {
+                return;
+            }
+            if !first {
+                out.push_str("\r\n");
+            }
+            first = false;
+            let _ = write!(out, "# {name}\r\n{body}");
+        };
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "redis_version:{REDIS_VERSION}\r\ndamselfly_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:{}\r\nmultiplexing_api:{}\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:10\r\nexecutable:{}\r\nconfig_file:{}\r\nthreads:{}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            usize::BITS,
+            info.multiplexing_api,
+            std::process::id(),
+            cluster.run_id,
+            info.tcp_port,
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_micros(),
+            uptime,
+            uptime / 86400,
+            info.executable,
+            info.config_file,
+            cluster.num_shards(),
+        );
+        section("Server", &s, &mut out);
+        let s = format!(
+            "connected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
+            cluster.connected_clients.load(Ordering::Relaxed),
+            cluster.config.maxclients.load(Ordering::Relaxed),
+            cluster.blocked_clients.load(Ordering::Relaxed),
+        );
+        section("Clients", &s, &mut out);
+        let maxmemory = cluster.config.get_u64("maxmemory");
+        let s = format!(
+            "used_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{used}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_allocator:mimalloc\r\n",
+            human_bytes(used),
+            human_bytes(rss),
+            human_bytes(maxmemory),
+            cluster.config.get("maxmemory-policy"),
+            if used > 0 { rss as f64 / used as f64 } else { 1.0 },
+        );
+        section("Memory", &s, &mut out);
+        section(
+            "Persistence",
+            "loading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_last_write_status:ok\r\n",
+            &mut out,
+        );
+        let s = format!(
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\n",
+            stats.total_connections,
+            stats.total_commands,
+            stats.net_input_bytes,
+            stats.net_output_bytes,
+            stats.rejected_connections,
+            stats.total_error_replies,
+        );
+        section("Stats", &s, &mut out);
+        section("Replication", "role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n", &mut out);
+        let (sys, user) = cpu_times();
+        let s = format!("used_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n");
+        section("CPU", &s, &mut out);
+        section("Modules", "", &mut out);
+        let mut s = String::new();
+        for (i, c) in stats.cmds.iter().enumerate() {
+            if c.calls == 0 && c.rejected == 0 && c.failed == 0 {
+                continue;
+            }
+            let per = if c.calls > 0 { c.usec as f64 / c.calls as f64 } else { 0.0 };
+            let _ = write!(
+                s,
+                "cmdstat_{}:calls={},usec={},usec_per_call={per:.2},rejected_calls={},failed_calls={}\r\n",
+                COMMANDS[i].name, c.calls, c.usec, c.rejected, c.failed
+            );
+        }
+        section("Commandstats", &s, &mut out);
+        let mut s = String::new();
+        for (code, n) in &stats.errors {
+            let _ = write!(s, "errorstat_{code}:count={n}\r\n");
+        }
+        section("Errorstats", &s, &mut out);
+        section("Cluster", "cluster_enabled:0\r\n", &mut out);
+        let mut s = String::new();
+        for db in 0..cluster.databases {
+            let (keys, expires, ttl_sum, ttl_n) = reports.iter().fold((0, 0, 0u64, 0u64), |acc, r| {
+                let (k, e, t) = r.keyspace.get(db).copied().unwrap_or((0, 0, 0));
+                (acc.0 + k, acc.1 + e, acc.2 + t, acc.3 + u64::from(t > 0))
+            });
+            if keys > 0 {
+                let avg = if ttl_n > 0 { ttl_sum / ttl_n } else { 0 };
+                let _ = write!(s, "db{db}:keys={keys},expires={expires},avg_ttl={avg}\r\n");
+            }
+        }
+        section("Keyspace", &s, &mut out);
+        let mut s = String::new();
+        for r in reports {
+            let keys: usize = r.keyspace.iter().map(|k| k.0).sum();
+            let _ = write!(
+                s,
+                "shard{}:keys={keys},used_memory={},clients={},commands={},expired_keys={}\r\n",
+                r.shard_id, r.used_memory, r.clients, r.stats.total_commands, r.shard_stats.expired_keys
+            );
+        }
+        section("Shards", &s, &mut out);
+        out
+    }
+}

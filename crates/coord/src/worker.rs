@@ -1,0 +1,251 @@
+//! A worker: one thread's shard, its statistics and client registry, and the handling of
+//! messages other threads send to this shard. The runtime layer owns the thread and its event
+//! loop; it hands every mailbox message and every timer tick to the worker.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use damselfly_commands::stats::ThreadStats;
+use damselfly_commands::table::{Handler, COMMANDS};
+use damselfly_commands::{server_family, Args, ExecCtx};
+use damselfly_protocol::{ReplyBuf, Span};
+use damselfly_storage::{now_ms, Shard, ShardStats};
+use futures_channel::oneshot;
+
+use crate::client::{KillFilter, Registry};
+use crate::cluster::Cluster;
+
+/// Keys an active-expiry tick may remove per shard (ticks run 10 times a second).
+const EXPIRE_BUDGET: usize = 20_000;
+
+/// One command shipped to another shard. Its arguments are `spans[first..first + nargs]`
+/// over the batch's `data`.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteCmd {
+    pub spec: u16,
+    pub db: u16,
+    pub resp3: bool,
+    /// Count it in the executing thread's commandstats (false for parts of a fan-out, which
+    /// the coordinator counts once).
+    pub record: bool,
+    pub first: u32,
+    pub nargs: u32,
+}
+
+/// Commands for one shard, squashed into one message; replies come back together.
+#[derive(Debug, Default)]
+pub struct ExecBatch {
+    pub data: Vec<u8>,
+    pub spans: Vec<Span>,
+    pub cmds: Vec<RemoteCmd>,
+}
+
+impl ExecBatch {
+    /// Appends a command, copying its arguments.
+    pub fn push(&mut self, mut cmd: RemoteCmd, args: impl Iterator<Item = impl AsRef<[u8]>>) {
+        cmd.first = self.spans.len() as u32;
+        let mut n = 0;
+        for a in args {
+            let a = a.as_ref();
+            self.spans.push(Span {
+                start: self.data.len() as u32,
+                len: a.len() as u32,
+            });
+            self.data.extend_from_slice(a);
+            n += 1;
+        }
+        cmd.nargs = n;
+        self.cmds.push(cmd);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+}
+
+/// Encoded replies of a batch; reply i is `out[ends[i-1]..ends[i]]`.
+#[derive(Debug, Default)]
+pub struct BatchReply {
+    pub out: Vec<u8>,
+    pub ends: Vec<u32>,
+}
+
+impl BatchReply {
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.out[start..self.ends[i] as usize]
+    }
+}
+
+/// What a thread reports for INFO.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadReport {
+    pub shard_id: usize,
+    pub stats: ThreadStats,
+    pub shard_stats: ShardStats,
+    pub used_memory: usize,
+    /// (keys, keys with TTL, avg_ttl) per database.
+    pub keyspace: Vec<(usize, usize, u64)>,
+    pub clients: usize,
+}
+
+/// Messages between threads.
+pub enum ShardMsg {
+    Exec(ExecBatch, oneshot::Sender<BatchReply>),
+    Report(oneshot::Sender<ThreadReport>),
+    ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
+    ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
+    Populate {
+        db: usize,
+        count: u64,
+        prefix: Vec<u8>,
+        size: Option<usize>,
+        done: oneshot::Sender<()>,
+    },
+    ResetStats(oneshot::Sender<()>),
+}
+
+pub struct Worker {
+    pub id: usize,
+    pub cluster: Arc<Cluster>,
+    pub shard: RefCell<Shard>,
+    pub stats: RefCell<ThreadStats>,
+    pub clients: RefCell<Registry>,
+}
+
+impl Worker {
+    pub fn new(id: usize, cluster: Arc<Cluster>) -> Rc<Self> {
+        let shard = Shard::new(cluster.databases);
+        Rc::new(Worker {
+            id,
+            cluster,
+            shard: RefCell::new(shard),
+            stats: RefCell::new(ThreadStats::default()),
+            clients: RefCell::new(Registry::default()),
+        })
+    }
+
+    pub fn num_shards(&self) -> usize {
+        self.cluster.num_shards()
+    }
+
+    /// Runs a shard command on this thread's shard, writing its reply to `reply`.
+    pub fn exec(&self, spec: usize, db: usize, args: &Args, reply: &mut ReplyBuf, record: bool) {
+        let Handler::Shard(f) = COMMANDS[spec].handler else {
+            reply.error("ERR command cannot run on a shard");
+            return;
+        };
+        let started = Instant::now();
+        let errors_before = reply.error_offsets.len();
+        {
+            let mut shard = self.shard.borrow_mut();
+            let mut ctx = ExecCtx {
+                shard: &mut shard,
+                db,
+                now: now_ms(),
+                reply,
+                shard_id: self.id,
+                num_shards: self.num_shards(),
+                max_bulk_len: self.cluster.config.proto_max_bulk_len.load(Ordering::Relaxed),
+            };
+            f(&mut ctx, args);
+        }
+        if record {
+            let mut stats = self.stats.borrow_mut();
+            let failed = stats.count_errors(reply, errors_before) > 0;
+            stats.record_call(spec, started.elapsed().as_micros() as u64, failed);
+        }
+    }
+
+    /// Handles one message from another thread.
+    pub fn handle(&self, msg: ShardMsg) {
+        match msg {
+            ShardMsg::Exec(batch, done) => {
+                let mut reply = ReplyBuf::new(false);
+                let mut ends = Vec::with_capacity(batch.cmds.len());
+                for c in &batch.cmds {
+                    reply.resp3 = c.resp3;
+                    let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
+                    let args = Args::new(&batch.data, spans);
+                    self.exec(c.spec as usize, c.db as usize, &args, &mut reply, c.record);
+                    ends.push(reply.buf.len() as u32);
+                }
+                let _ = done.send(BatchReply {
+                    out: reply.buf,
+                    ends,
+                });
+            }
+            ShardMsg::Report(done) => {
+                let _ = done.send(self.report());
+            }
+            ShardMsg::ClientList(ids, done) => {
+                let _ = done.send(self.clients.borrow().list(&ids));
+            }
+            ShardMsg::ClientKill(filter, done) => {
+                let _ = done.send(self.clients.borrow().kill(&filter));
+            }
+            ShardMsg::Populate {
+                db,
+                count,
+                prefix,
+                size,
+                done,
+            } => {
+                self.populate(db, count, &prefix, size);
+                let _ = done.send(());
+            }
+            ShardMsg::ResetStats(done) => {
+                self.stats.borrow_mut().reset();
+                let mut shard = self.shard.borrow_mut();
+                shard.stats = ShardStats::default();
+                let _ = done.send(());
+            }
+        }
+    }
+
+    pub fn populate(&self, db: usize, count: u64, prefix: &[u8], size: Option<usize>) {
+        let mut shard = self.shard.borrow_mut();
+        let mut reply = ReplyBuf::new(false);
+        let mut ctx = ExecCtx {
+            shard: &mut shard,
+            db,
+            now: now_ms(),
+            reply: &mut reply,
+            shard_id: self.id,
+            num_shards: self.num_shards(),
+            max_bulk_len: u64::MAX,
+        };
+        server_family::populate(&mut ctx, count, prefix, size);
+    }
+
+    pub fn report(&self) -> ThreadReport {
+        let shard = self.shard.borrow();
+        ThreadReport {
+            shard_id: self.id,
+            stats: self.stats.borrow().clone(),
+            shard_stats: shard.stats,
+            used_memory: shard.used_memory(),
+            keyspace: shard
+                .dbs
+                .iter()
+                .map(|d| (d.len(), d.volatile_count(), d.avg_ttl))
+                .collect(),
+            clients: self.clients.borrow().len(),
+        }
+    }
+
+    /// Periodic work, 10 times a second: active expiry and idle-client timeouts.
+    pub fn tick(&self) {
+        let active = self.cluster.config.active_expire.load(Ordering::Relaxed);
+        {
+            let mut shard = self.shard.borrow_mut();
+            shard.active_expire = active;
+            shard.expire_cycle(now_ms(), EXPIRE_BUDGET);
+        }
+        let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
+        self.clients.borrow().close_idle(timeout);
+    }
+}
