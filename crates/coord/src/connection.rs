@@ -109,6 +109,10 @@ impl Connection {
         }
     }
 
+    pub fn cluster(&self) -> std::sync::Arc<crate::Cluster> {
+        self.worker.cluster.clone()
+    }
+
     pub fn id(&self) -> u64 {
         self.info.id
     }

@@ -1,0 +1,115 @@
+//! The runtime layer: it owns threads, sockets and event loops, and nothing else knows which
+//! backend runs. One thread per shard, each pinned to a core; each thread runs its shard's
+//! mailbox, a 10 Hz housekeeping tick, and the connections it accepted. Two interchangeable
+//! backends drive those tasks: glommio executors (io_uring) and tokio current-thread runtimes
+//! (epoll).
+
+mod cpus;
+mod drive;
+mod epoll_backend;
+mod listeners;
+pub mod probe;
+mod uring_backend;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use damselfly_commands::config::Config;
+use damselfly_coord::{mailbox, Cluster, Mailbox, ServerInfo, ShardMsg};
+
+pub use cpus::available_cpus;
+pub use listeners::{Listeners, ListenerSpec};
+
+/// Which I/O backend runs the event loops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Uring,
+    Epoll,
+}
+
+impl Backend {
+    pub fn multiplexing_api(self) -> &'static str {
+        match self {
+            Backend::Uring => "io_uring",
+            Backend::Epoll => "epoll",
+        }
+    }
+}
+
+/// How often each thread runs active expiry and idle-client checks (Redis's default hz 10).
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// How long shutdown waits for connections to finish their in-flight commands.
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything the threads of one server share in the runtime layer.
+pub(crate) struct Shared {
+    pub cluster: Arc<Cluster>,
+    pub listeners: Listeners,
+    pub pin: Option<Vec<core_affinity::CoreId>>,
+    /// Threads that have closed all their connections during shutdown.
+    pub drained: AtomicUsize,
+}
+
+impl Shared {
+    /// Pins the calling thread to its core, when pinning is on.
+    pub fn pin(&self, index: usize) {
+        if let Some(cores) = &self.pin {
+            if !cores.is_empty() && !core_affinity::set_for_current(cores[index % cores.len()]) {
+                tracing::debug!(thread = index, "could not pin thread");
+            }
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.cluster.num_shards()
+    }
+
+    /// Marks this thread drained and waits (by polling with the given sleep) until every thread
+    /// is, so shards keep answering other threads' in-flight requests until nobody needs them.
+    pub fn all_drained(&self) -> bool {
+        self.drained.load(Ordering::SeqCst) >= self.threads()
+    }
+}
+
+/// A built, not yet running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    mailboxes: Vec<Mailbox<ShardMsg>>,
+    backend: Backend,
+}
+
+impl Server {
+    /// Creates the shards' mailboxes and the shared state; listeners are already bound.
+    pub fn new(config: Arc<Config>, threads: usize, backend: Backend, pin: bool, listeners: Listeners, info: ServerInfo) -> Server {
+        let (senders, mailboxes): (Vec<_>, Vec<_>) = (0..threads).map(|_| mailbox()).unzip();
+        let cluster = Arc::new(Cluster::new(config, senders));
+        let _ = cluster.info.set(ServerInfo {
+            multiplexing_api: backend.multiplexing_api(),
+            ..info
+        });
+        let pin = pin.then(|| core_affinity::get_core_ids().unwrap_or_default());
+        Server {
+            shared: Arc::new(Shared {
+                cluster,
+                listeners,
+                pin,
+                drained: AtomicUsize::new(0),
+            }),
+            mailboxes,
+            backend,
+        }
+    }
+
+    pub fn cluster(&self) -> Arc<Cluster> {
+        self.shared.cluster.clone()
+    }
+
+    /// Runs until shutdown is triggered and every thread has drained.
+    pub fn run(self) -> std::io::Result<()> {
+        match self.backend {
+            Backend::Epoll => epoll_backend::run(self.shared, self.mailboxes),
+            Backend::Uring => uring_backend::run(self.shared, self.mailboxes),
+        }
+    }
+}

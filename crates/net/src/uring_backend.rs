@@ -1,0 +1,213 @@
+//! The io_uring backend: a glommio executor per shard thread. TCP connections are accepted by
+//! every executor on the shared listening socket. glommio cannot adopt an already bound unix
+//! listener, so a small blocking acceptor thread accepts unix connections and hands them to
+//! the executors round-robin through their adoption mailboxes.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use damselfly_coord::{mailbox, Connection, Mailbox, MailboxSender, PeerInfo, ShardMsg, Worker};
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncWrite};
+use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
+
+use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnIo};
+use crate::listeners::{describe_tcp, describe_unix};
+use crate::{Shared, SHUTDOWN_GRACE, TICK};
+
+struct GlommioIo<S>(S);
+
+impl<S: AsyncRead + AsyncWrite + Unpin> ConnIo for GlommioIo<S> {
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).await
+    }
+
+    async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all(buf).await
+    }
+}
+
+pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io::Result<()> {
+    let (adopt_tx, adopt_rx): (Vec<MailboxSender<i32>>, Vec<Mailbox<i32>>) =
+        (0..mailboxes.len()).map(|_| mailbox()).unzip();
+    let unix_path = shared
+        .listeners
+        .unix
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+        .unwrap_or_default();
+    let acceptor = match &shared.listeners.unix {
+        Some(l) => {
+            let l = l.try_clone()?;
+            l.set_nonblocking(false)?;
+            let shared = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("damselfly-unix-accept".into())
+                    .spawn(move || unix_acceptor(l, adopt_tx, shared))?,
+            )
+        }
+        None => None,
+    };
+    let mut handles = Vec::new();
+    for (index, (mailbox, adopt)) in mailboxes.into_iter().zip(adopt_rx).enumerate() {
+        let shared = shared.clone();
+        let tcp = shared
+            .listeners
+            .tcp
+            .iter()
+            .map(|l| l.try_clone())
+            .collect::<io::Result<Vec<_>>>()?;
+        let unix_path = unix_path.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Unbound)
+            .name(&format!("damselfly-{index}"))
+            .spawn(move || thread_main(index, shared, mailbox, adopt, tcp, unix_path))
+            .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
+        handles.push(handle);
+    }
+    let mut result = Ok(());
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = Err(e),
+            Err(e) => result = Err(io::Error::other(format!("executor failed: {e}"))),
+        }
+    }
+    if let Some(a) = acceptor {
+        let _ = a.join();
+    }
+    result
+}
+
+/// Blocking accept loop for the unix socket; ends when shutdown closes the listener.
+fn unix_acceptor(listener: std::os::unix::net::UnixListener, targets: Vec<MailboxSender<i32>>, shared: Arc<Shared>) {
+    let mut next = 0;
+    for stream in listener.incoming() {
+        if shared.cluster.shutdown.is_triggered() {
+            break;
+        }
+        match stream {
+            Ok(s) => {
+                let fd = s.into_raw_fd();
+                if !targets[next % targets.len()].send(fd) {
+                    // SAFETY: fd was just released by into_raw_fd and nobody else owns it.
+                    unsafe { libc::close(fd) };
+                }
+                next += 1;
+            }
+            Err(e) => {
+                if shared.cluster.shutdown.is_triggered() {
+                    break;
+                }
+                tracing::warn!("unix accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+async fn thread_main(
+    index: usize,
+    shared: Arc<Shared>,
+    mailbox: Mailbox<ShardMsg>,
+    adopt: Mailbox<i32>,
+    tcp: Vec<std::net::TcpListener>,
+    unix_path: String,
+) -> io::Result<()> {
+    shared.pin(index);
+    let worker = Worker::new(index, shared.cluster.clone());
+    spawn_local(mailbox_loop(worker.clone(), mailbox)).detach();
+    spawn_local(tick_loop(worker.clone())).detach();
+    let mut acceptors: Vec<Task<()>> = Vec::new();
+    for l in tcp {
+        // SAFETY: the descriptor comes from a bound, listening socket we own.
+        let listener = unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) };
+        acceptors.push(spawn_local(accept_tcp(worker.clone(), listener)));
+    }
+    acceptors.push(spawn_local(adopt_unix(worker.clone(), adopt, unix_path)));
+    shared.cluster.shutdown.wait().await;
+    drop(acceptors);
+    if index == 0 {
+        if let Some(l) = &shared.listeners.unix {
+            // Wakes the blocking acceptor thread so it can exit.
+            // SAFETY: shutting down a listening socket we own.
+            unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+    }
+    drain(&worker, &shared).await;
+    Ok(())
+}
+
+async fn drain(worker: &Rc<Worker>, shared: &Shared) {
+    worker.clients.borrow().close_all();
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
+    while !worker.clients.borrow().is_empty() && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    shared.drained.fetch_add(1, Ordering::SeqCst);
+    while !shared.all_drained() && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn tick_loop(worker: Rc<Worker>) {
+    loop {
+        glommio::timer::sleep(TICK).await;
+        worker.tick();
+    }
+}
+
+async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let fd = stream.as_raw_fd();
+                if !worker.cluster.try_admit_client() {
+                    refuse(fd);
+                    note_rejected(&worker);
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                let secs = worker.cluster.config.get_u64("tcp-keepalive");
+                if secs > 0 {
+                    let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(secs));
+                    // SAFETY: fd stays owned by `stream`; SockRef only borrows it.
+                    let _ = socket2::SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).set_tcp_keepalive(&ka);
+                }
+                let (addr, laddr) = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
+                let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });
+                spawn_local(serve(GlommioIo(stream), conn)).detach();
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serves unix connections handed over by the acceptor thread.
+async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String) {
+    let mut fds = Vec::new();
+    while adopt.recv_all(&mut fds).await {
+        for fd in fds.drain(..) {
+            if !worker.cluster.try_admit_client() {
+                refuse(fd);
+                note_rejected(&worker);
+                // SAFETY: we own the adopted descriptor.
+                unsafe { libc::close(fd) };
+                continue;
+            }
+            // SAFETY: the acceptor thread handed us ownership of this connected socket.
+            let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
+            let (addr, laddr) = describe_unix(&path);
+            let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });
+            spawn_local(serve(GlommioIo(stream), conn)).detach();
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The `damselfly` server binary: reads flags and an optional redis.conf-style file, sets up
+//! logging, binds the listeners, picks the I/O backend and runs until SHUTDOWN, SIGTERM or
+//! SIGINT.
+
+mod options;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use damselfly_commands::config::Config;
+use damselfly_coord::ServerInfo;
+use damselfly_net::{probe, Backend, Listeners, Server};
+
+// mimalloc: fast with many small allocations across threads, and returns memory to the OS.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Where both backends work, the one the benchmarks show faster on this machine class
+/// (docs/benchmarks.md).
+const AUTO_PREFERS: Backend = Backend::Epoll;
+
+fn choose_backend(requested: &str) -> Result<Backend, String> {
+    match requested {
+        "epoll" => Ok(Backend::Epoll),
+        "uring" => probe::io_uring_usable()
+            .map(|_| Backend::Uring)
+            .map_err(|why| format!("--io-backend uring is not usable here: {why}")),
+        _ => match probe::io_uring_usable() {
+            Ok(()) => Ok(AUTO_PREFERS),
+            Err(why) => {
+                tracing::warn!("io_uring unavailable, falling back to epoll: {why}");
+                Ok(Backend::Epoll)
+            }
+        },
+    }
+}
+
+/// Blocks SIGTERM and SIGINT in every thread and turns them into a shutdown request, handled
+/// by a dedicated thread waiting in sigwait (no async-signal-safety concerns).
+fn install_signal_thread(cluster: Arc<damselfly_coord::Cluster>) {
+    // SAFETY: plain libc signal-mask calls on a zeroed sigset.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let spawned = std::thread::Builder::new()
+        .name("damselfly-signals".into())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: waits on the signals blocked above.
+            if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                tracing::warn!(signal = sig, "received signal, shutting down");
+                cluster.shutdown.trigger();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the signal thread: {e}");
+    }
+}
+
+fn main() -> ExitCode {
+    let opts = options::Options::parse_from_env();
+    let config = Arc::new(Config::default());
+    if let Err(e) = opts.apply(&config) {
+        eprintln!("damselfly: {e}");
+        return ExitCode::from(1);
+    }
+    if let Err(e) = options::init_logging(&config) {
+        eprintln!("damselfly: {e}");
+        return ExitCode::from(1);
+    }
+    let backend = match choose_backend(&config.get("io-backend")) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let threads = match config.get_u64("threads") {
+        0 => damselfly_net::available_cpus(),
+        n => n as usize,
+    };
+    let listeners = match Listeners::bind(&options::listener_spec(&config)) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let info = ServerInfo {
+        multiplexing_api: backend.multiplexing_api(),
+        tcp_port: listeners.tcp_port(),
+        executable: std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
+        config_file: opts.config_file.clone().unwrap_or_default(),
+    };
+    let described = listeners.describe();
+    let pin = config.get("pin-threads") == "yes";
+    let server = Server::new(config.clone(), threads, backend, pin, listeners, info);
+    install_signal_thread(server.cluster());
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        threads,
+        backend = backend.multiplexing_api(),
+        listeners = %described,
+        "Damselfly ready to accept connections"
+    );
+    match server.run() {
+        Ok(()) => {
+            tracing::info!("Damselfly is now ready to exit, bye bye...");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("server failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

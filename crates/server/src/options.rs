@@ -1,0 +1,255 @@
+//! Command-line flags and redis.conf-style files. Both are applied through the configuration
+//! table, so they accept what CONFIG SET accepts; flags override the file.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use damselfly_commands::config::Config;
+use damselfly_net::ListenerSpec;
+
+#[derive(Parser, Debug)]
+#[command(name = "damselfly", version, about = "A Redis-compatible, multi-threaded, shared-nothing in-memory datastore")]
+pub struct Options {
+    /// A redis.conf-style file (`name value` per line); flags override it.
+    pub config_file: Option<String>,
+    /// TCP port; 0 disables TCP.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Addresses to listen on (space separated, `-` prefix = optional).
+    #[arg(long, num_args = 1..)]
+    pub bind: Option<Vec<String>>,
+    /// Unix socket path.
+    #[arg(long)]
+    pub unixsocket: Option<String>,
+    /// Unix socket permissions, octal (e.g. 700).
+    #[arg(long)]
+    pub unixsocketperm: Option<String>,
+    /// Password clients must AUTH with.
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Number of databases (SELECT 0..N-1).
+    #[arg(long)]
+    pub databases: Option<String>,
+    /// Most clients connected at once.
+    #[arg(long)]
+    pub maxclients: Option<String>,
+    /// Close clients idle this many seconds (0 = never).
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// TCP keepalive interval in seconds (0 = off).
+    #[arg(long = "tcp-keepalive")]
+    pub tcp_keepalive: Option<String>,
+    /// Largest bulk string a client may send (e.g. 512mb).
+    #[arg(long = "proto-max-bulk-len")]
+    pub proto_max_bulk_len: Option<String>,
+    /// Largest unparsed query buffer per client (e.g. 1gb).
+    #[arg(long = "client-query-buffer-limit")]
+    pub client_query_buffer_limit: Option<String>,
+    /// debug, verbose, notice, warning or nothing.
+    #[arg(long)]
+    pub loglevel: Option<String>,
+    /// Log to this file instead of standard output.
+    #[arg(long)]
+    pub logfile: Option<String>,
+    /// Shard threads (default: CPUs this process may use).
+    #[arg(long)]
+    pub threads: Option<String>,
+    /// auto, uring or epoll.
+    #[arg(long = "io-backend")]
+    pub io_backend: Option<String>,
+    /// Do not pin threads to cores.
+    #[arg(long = "no-pin")]
+    pub no_pin: bool,
+    /// Accepted for compatibility with Redis command lines (persistence is not built yet).
+    #[arg(long)]
+    pub save: Option<String>,
+    #[arg(long)]
+    pub appendonly: Option<String>,
+    #[arg(long)]
+    pub appendfsync: Option<String>,
+    #[arg(long)]
+    pub dir: Option<String>,
+    #[arg(long)]
+    pub dbfilename: Option<String>,
+    #[arg(long)]
+    pub maxmemory: Option<String>,
+    #[arg(long = "maxmemory-policy")]
+    pub maxmemory_policy: Option<String>,
+    #[arg(long = "protected-mode")]
+    pub protected_mode: Option<String>,
+    #[arg(long)]
+    pub daemonize: Option<String>,
+}
+
+/// Splits a config-file line like Redis's `sdssplitargs` (quotes supported).
+fn split_line(line: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let Some(&first) = chars.peek() else {
+            return Some(out);
+        };
+        let mut word = String::new();
+        if first == '"' || first == '\'' {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => return None,
+                    Some('\\') if first == '"' => match chars.next() {
+                        Some('n') => word.push('\n'),
+                        Some('t') => word.push('\t'),
+                        Some(c) => word.push(c),
+                        None => return None,
+                    },
+                    Some(c) if c == first => break,
+                    Some(c) => word.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                word.push(c);
+                chars.next();
+            }
+        }
+        out.push(word);
+    }
+}
+
+impl Options {
+    pub fn parse_from_env() -> Options {
+        Options::parse()
+    }
+
+    /// Applies the config file, then the flags.
+    pub fn apply(&self, config: &Config) -> Result<(), String> {
+        if let Some(path) = &self.config_file {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {path}: {e}"))?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let words = split_line(line).ok_or_else(|| format!("{path}:{}: unbalanced quotes", n + 1))?;
+                let (name, values) = words.split_first().ok_or("empty line")?;
+                let value = values.join(" ");
+                if Config::param(name).is_none() {
+                    eprintln!("damselfly: {path}:{}: ignoring unsupported directive '{name}'", n + 1);
+                    continue;
+                }
+                config
+                    .set_initial(name, &value)
+                    .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
+            }
+        }
+        let flags: [(&str, Option<String>); 23] = [
+            ("port", self.port.map(|p| p.to_string())),
+            ("bind", self.bind.as_ref().map(|b| b.join(" "))),
+            ("unixsocket", self.unixsocket.clone()),
+            ("unixsocketperm", self.unixsocketperm.clone()),
+            ("requirepass", self.requirepass.clone()),
+            ("databases", self.databases.clone()),
+            ("maxclients", self.maxclients.clone()),
+            ("timeout", self.timeout.clone()),
+            ("tcp-keepalive", self.tcp_keepalive.clone()),
+            ("proto-max-bulk-len", self.proto_max_bulk_len.clone()),
+            ("client-query-buffer-limit", self.client_query_buffer_limit.clone()),
+            ("loglevel", self.loglevel.clone()),
+            ("logfile", self.logfile.clone()),
+            ("threads", self.threads.clone()),
+            ("io-backend", self.io_backend.clone()),
+            ("pin-threads", self.no_pin.then(|| "no".to_string())),
+            ("save", self.save.clone()),
+            ("appendonly", self.appendonly.clone()),
+            ("appendfsync", self.appendfsync.clone()),
+            ("dir", self.dir.clone()),
+            ("dbfilename", self.dbfilename.clone()),
+            ("maxmemory", self.maxmemory.clone()),
+            ("maxmemory-policy", self.maxmemory_policy.clone()),
+        ];
+        for (name, value) in flags {
+            if let Some(v) = value {
+                config.set_initial(name, &v).map_err(|e| format!("--{name}: {e}"))?;
+            }
+        }
+        for (name, value) in [("protected-mode", &self.protected_mode), ("daemonize", &self.daemonize)] {
+            if let Some(v) = value {
+                config.set_initial(name, v).map_err(|e| format!("--{name}: {e}"))?;
+            }
+        }
+        if config.get("daemonize") == "yes" {
+            return Err("daemonize yes is not supported; run under a supervisor instead".into());
+        }
+        Ok(())
+    }
+}
+
+/// Listener settings from the configuration.
+pub fn listener_spec(config: &Config) -> ListenerSpec {
+    let unixsocket = config.get("unixsocket");
+    let perm = config.get("unixsocketperm");
+    ListenerSpec {
+        bind: config.get("bind").split_whitespace().map(str::to_string).collect(),
+        port: config.get_u64("port") as u16,
+        unixsocket: (!unixsocket.is_empty()).then(|| PathBuf::from(unixsocket)),
+        unixsocketperm: u32::from_str_radix(&perm, 8).ok().filter(|&m| m != 0),
+        backlog: config.get_u64("tcp-backlog") as i32,
+    }
+}
+
+/// tracing output at the configured level, to the logfile or standard output.
+pub fn init_logging(config: &Config) -> Result<(), String> {
+    let level = match config.get("loglevel").as_str() {
+        "debug" | "verbose" => "debug",
+        "warning" => "warn",
+        "nothing" => "off",
+        _ => "info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DAMSELFLY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let logfile = config.get("logfile");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    if logfile.is_empty() {
+        builder.init();
+    } else {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&logfile)
+            .map_err(|e| format!("cannot open logfile {logfile}: {e}"))?;
+        builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_config_lines() {
+        assert_eq!(split_line("bind 127.0.0.1 -::1").unwrap(), vec!["bind", "127.0.0.1", "-::1"]);
+        assert_eq!(split_line("save \"\"").unwrap(), vec!["save", ""]);
+        assert_eq!(split_line("requirepass 'a b'").unwrap(), vec!["requirepass", "a b"]);
+        assert!(split_line("x \"open").is_none());
+    }
+
+    #[test]
+    fn file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.conf");
+        std::fs::write(&path, "# comment\nport 7000\nmaxclients 5\nsupervised no\n").unwrap();
+        let opts = Options::parse_from(["damselfly", path.to_str().unwrap(), "--maxclients", "9"]);
+        let config = Config::default();
+        opts.apply(&config).unwrap();
+        assert_eq!(config.get("port"), "7000");
+        assert_eq!(config.get("maxclients"), "9");
+        let bad = Options::parse_from(["damselfly", "--timeout", "x"]);
+        assert!(bad.apply(&Config::default()).is_err());
+    }
+}
