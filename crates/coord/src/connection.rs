@@ -125,6 +125,7 @@ impl Connection {
     /// Space to read into; grows so a known-size frame fits in one piece.
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rstart == self.rend {
+            self.need = self.need.saturating_sub(self.rstart);
             self.rstart = 0;
             self.rend = 0;
         }

@@ -55,22 +55,21 @@ impl<T> Mailbox<T> {
     /// Returns false when every sender is gone and the mailbox is empty.
     pub async fn recv_all(&self, out: &mut Vec<T>) -> bool {
         poll_fn(|cx| {
-            let drained = self.drain(out);
-            if drained > 0 {
+            if let Drained::Some(_) = self.drain(out) {
                 return Poll::Ready(true);
             }
             self.waker.register(cx.waker());
             // Re-check after registering so a send racing with registration is not lost.
             match self.drain(out) {
-                0 if self.rx.is_empty() && self.disconnected() => Poll::Ready(false),
-                0 => Poll::Pending,
-                _ => Poll::Ready(true),
+                Drained::Some(_) => Poll::Ready(true),
+                Drained::Closed => Poll::Ready(false),
+                Drained::Empty => Poll::Pending,
             }
         })
         .await
     }
 
-    fn drain(&self, out: &mut Vec<T>) -> usize {
+    fn drain(&self, out: &mut Vec<T>) -> Drained {
         let mut n = 0;
         loop {
             match self.rx.try_recv() {
@@ -78,14 +77,21 @@ impl<T> Mailbox<T> {
                     out.push(m);
                     n += 1;
                 }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return n,
+                Err(TryRecvError::Empty) if n > 0 => return Drained::Some(n),
+                Err(TryRecvError::Disconnected) if n > 0 => return Drained::Some(n),
+                Err(TryRecvError::Empty) => return Drained::Empty,
+                Err(TryRecvError::Disconnected) => return Drained::Closed,
             }
         }
     }
+}
 
-    fn disconnected(&self) -> bool {
-        matches!(self.rx.try_recv(), Err(TryRecvError::Disconnected))
-    }
+/// What one drain of the channel found.
+enum Drained {
+    Some(usize),
+    Empty,
+    /// Every sender is gone and nothing is queued.
+    Closed,
 }
 
 #[cfg(test)]
