@@ -55,13 +55,13 @@ impl<T> Mailbox<T> {
     /// Returns false when every sender is gone and the mailbox is empty.
     pub async fn recv_all(&self, out: &mut Vec<T>) -> bool {
         poll_fn(|cx| {
-            if let Drained::Some(_) = self.drain(out) {
+            if let Drained::Messages = self.drain(out) {
                 return Poll::Ready(true);
             }
             self.waker.register(cx.waker());
             // Re-check after registering so a send racing with registration is not lost.
             match self.drain(out) {
-                Drained::Some(_) => Poll::Ready(true),
+                Drained::Messages => Poll::Ready(true),
                 Drained::Closed => Poll::Ready(false),
                 Drained::Empty => Poll::Pending,
             }
@@ -77,8 +77,8 @@ impl<T> Mailbox<T> {
                     out.push(m);
                     n += 1;
                 }
-                Err(TryRecvError::Empty) if n > 0 => return Drained::Some(n),
-                Err(TryRecvError::Disconnected) if n > 0 => return Drained::Some(n),
+                Err(TryRecvError::Empty) if n > 0 => return Drained::Messages,
+                Err(TryRecvError::Disconnected) if n > 0 => return Drained::Messages,
                 Err(TryRecvError::Empty) => return Drained::Empty,
                 Err(TryRecvError::Disconnected) => return Drained::Closed,
             }
@@ -88,7 +88,7 @@ impl<T> Mailbox<T> {
 
 /// What one drain of the channel found.
 enum Drained {
-    Some(usize),
+    Messages,
     Empty,
     /// Every sender is gone and nothing is queued.
     Closed,
