@@ -165,9 +165,14 @@ impl Connection {
         &self.out.buf
     }
 
-    /// Marks the output as written.
-    pub fn consume_output(&mut self) {
+    /// Moves the encoded replies to the end of `into` (swapping buffers when `into` is empty).
+    pub fn take_output(&mut self, into: &mut Vec<u8>) {
         self.worker.stats.borrow_mut().net_output_bytes += self.out.buf.len() as u64;
+        if into.is_empty() {
+            std::mem::swap(into, &mut self.out.buf);
+        } else {
+            into.extend_from_slice(&self.out.buf);
+        }
         self.out.buf.clear();
         self.out.error_offsets.clear();
         if self.out.buf.capacity() > 4 * ROUND_MAX_OUTPUT {

@@ -1,60 +1,126 @@
-//! The connection loop both backends share: read, let the coordinator run what was read, write
-//! the replies, repeat. Backends only provide the socket reads and writes.
+//! The connection loop both backends share. It reads, lets the coordinator run what was read,
+//! and writes replies, reading and writing concurrently: a client that pipelines a large
+//! request without reading replies keeps being served (as Redis buffers output), while a
+//! client whose unread replies exceed the output buffer limit is disconnected, so no client
+//! can grow server memory without bound. Backends only provide the socket halves.
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
 
-use damselfly_coord::{Connection, Step};
+use damselfly_coord::{Connection, Mailbox, ShardMsg, Step, Worker};
 
-/// The socket operations a backend provides for one connection.
-pub(crate) trait ConnIo {
+/// The reading half of a client socket.
+pub(crate) trait ConnRead {
     fn read(&mut self, buf: &mut [u8]) -> impl Future<Output = io::Result<usize>>;
-    fn write_all(&mut self, buf: &[u8]) -> impl Future<Output = io::Result<()>>;
+}
+
+/// The writing half of a client socket.
+pub(crate) trait ConnWrite {
+    /// Writes some bytes; cancel-safe (nothing is written if the future is dropped pending).
+    fn write(&mut self, buf: &[u8]) -> impl Future<Output = io::Result<usize>>;
+}
+
+enum Either<A, B> {
+    Left(A),
+    Right(B),
+}
+
+/// Waits for whichever future finishes first; the other is dropped.
+async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
+    let mut a = pin!(a);
+    let mut b = pin!(b);
+    poll_fn(|cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(Either::Left(v));
+        }
+        if let Poll::Ready(v) = b.as_mut().poll(cx) {
+            return Poll::Ready(Either::Right(v));
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Yields once to the executor so one busy client cannot starve the thread's other tasks.
-struct YieldNow(bool);
-
-impl Future for YieldNow {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
+async fn yield_now() {
+    let mut yielded = false;
+    poll_fn(|cx| {
+        if yielded {
             return Poll::Ready(());
         }
-        self.0 = true;
+        yielded = true;
         cx.waker().wake_by_ref();
         Poll::Pending
-    }
+    })
+    .await
 }
 
-/// Serves one client until it quits, disconnects, is killed, or the server shuts down.
-pub(crate) async fn serve<I: ConnIo>(mut io: I, mut conn: Connection) {
+async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match wr.write(buf).await? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => buf = &buf[n..],
+        }
+    }
+    Ok(())
+}
+
+/// Serves one client until it quits, disconnects, is killed, exceeds its output limit, or the
+/// server shuts down.
+pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut conn: Connection) {
     let cluster = conn.cluster();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut sent = 0;
+    let mut rounds = 0u32;
     loop {
         let step = conn.step().await;
-        if !conn.output().is_empty() {
-            if io.write_all(conn.output()).await.is_err() {
-                break;
-            }
-            conn.consume_output();
+        conn.take_output(&mut pending);
+        let unsent = (pending.len() - sent) as u64;
+        if unsent > cluster.config.output_buffer_limit.load(Ordering::Relaxed) {
+            tracing::warn!(client = conn.id(), bytes = unsent, "closing client over the output buffer limit");
+            return;
         }
         match step {
-            Step::Close => break,
-            Step::Again => YieldNow(false).await,
-            Step::Read => {
-                if conn.killed() || cluster.shutdown.is_triggered() {
-                    break;
+            Step::Close => {
+                let _ = write_all(&mut wr, &pending[sent..]).await;
+                return;
+            }
+            Step::Again => {
+                rounds += 1;
+                if rounds % 16 == 0 {
+                    yield_now().await;
                 }
-                match io.read(conn.read_space()).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if !conn.advance(n) {
-                            break;
-                        }
-                    }
-                }
+                continue;
+            }
+            Step::Read => {}
+        }
+        if conn.killed() || cluster.shutdown.is_triggered() {
+            let _ = write_all(&mut wr, &pending[sent..]).await;
+            return;
+        }
+        if sent == pending.len() {
+            pending.clear();
+            sent = 0;
+            match rd.read(conn.read_space()).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) if !conn.advance(n) => return,
+                Ok(_) => {}
+            }
+        } else {
+            match race(wr.write(&pending[sent..]), rd.read(conn.read_space())).await {
+                Either::Left(Ok(n)) if n > 0 => sent += n,
+                Either::Left(_) => return,
+                Either::Right(Ok(0) | Err(_)) => return,
+                Either::Right(Ok(n)) if !conn.advance(n) => return,
+                Either::Right(Ok(_)) => {}
+            }
+            if sent == pending.len() {
+                pending.clear();
+                sent = 0;
             }
         }
     }
@@ -70,12 +136,12 @@ pub(crate) fn refuse(fd: i32) {
 }
 
 /// Counts a refused connection in the thread's stats.
-pub(crate) fn note_rejected(worker: &damselfly_coord::Worker) {
+pub(crate) fn note_rejected(worker: &Worker) {
     worker.stats.borrow_mut().rejected_connections += 1;
 }
 
-/// Mailbox and housekeeping work of one thread, shared by both backends.
-pub(crate) async fn mailbox_loop(worker: std::rc::Rc<damselfly_coord::Worker>, mailbox: damselfly_coord::Mailbox<damselfly_coord::ShardMsg>) {
+/// Hands every message sent to this thread's shard to its worker.
+pub(crate) async fn mailbox_loop(worker: Rc<Worker>, mailbox: Mailbox<ShardMsg>) {
     let mut msgs = Vec::with_capacity(64);
     while mailbox.recv_all(&mut msgs).await {
         for m in msgs.drain(..) {

@@ -13,19 +13,22 @@ use damselfly_coord::{Connection, Mailbox, PeerInfo, ShardMsg, Worker};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
-use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnIo};
+use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnRead, ConnWrite};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::{Shared, SHUTDOWN_GRACE, TICK};
 
-struct TokioIo<S>(S);
+struct Reader<S>(S);
+struct Writer<S>(S);
 
-impl<S: AsyncRead + AsyncWrite + Unpin> ConnIo for TokioIo<S> {
+impl<S: AsyncRead + Unpin> ConnRead for Reader<S> {
     async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read(buf).await
     }
+}
 
-    async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.0.write_all(buf).await
+impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
+    async fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf).await
     }
 }
 
@@ -141,7 +144,8 @@ async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener) {
                         fd: stream.as_raw_fd(),
                     },
                 );
-                spawn_local(serve(TokioIo(stream), conn));
+                let (rd, wr) = stream.into_split();
+                spawn_local(serve(Reader(rd), Writer(wr), conn));
             }
             Err(e) => {
                 // Out of descriptors and similar: back off instead of spinning.
@@ -170,7 +174,8 @@ async fn accept_unix(worker: Rc<Worker>, listener: tokio::net::UnixListener, pat
                         fd: stream.as_raw_fd(),
                     },
                 );
-                spawn_local(serve(TokioIo(stream), conn));
+                let (rd, wr) = stream.into_split();
+                spawn_local(serve(Reader(rd), Writer(wr), conn));
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");

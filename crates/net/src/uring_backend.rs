@@ -15,20 +15,29 @@ use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
-use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnIo};
+use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnRead, ConnWrite};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::{Shared, SHUTDOWN_GRACE, TICK};
 
-struct GlommioIo<S>(S);
+struct Reader<S>(S);
+struct Writer<S>(S);
 
-impl<S: AsyncRead + AsyncWrite + Unpin> ConnIo for GlommioIo<S> {
+impl<S: AsyncRead + Unpin> ConnRead for Reader<S> {
     async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read(buf).await
     }
+}
 
-    async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.0.write_all(buf).await
+impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
+    async fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf).await
     }
+}
+
+/// Serves a glommio stream, split into halves so reads and writes can overlap.
+fn spawn_serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(stream: S, conn: Connection) {
+    let (rd, wr) = futures_lite::io::split(stream);
+    spawn_local(serve(Reader(rd), Writer(wr), conn)).detach();
 }
 
 pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io::Result<()> {
@@ -181,7 +190,7 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
                 }
                 let (addr, laddr) = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
                 let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });
-                spawn_local(serve(GlommioIo(stream), conn)).detach();
+                spawn_serve(stream, conn);
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -207,7 +216,7 @@ async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String) {
             let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
             let (addr, laddr) = describe_unix(&path);
             let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });
-            spawn_local(serve(GlommioIo(stream), conn)).detach();
+            spawn_serve(stream, conn);
         }
     }
 }
