@@ -216,7 +216,7 @@ impl Connection {
         self.rstart = parsed_to;
         self.info.query_buf.set(self.rend - self.rstart);
         if let Some(e) = protocol_error {
-            self.reply_error(&format!("ERR {e}"));
+            self.refuse(&format!("ERR {e}"));
             tracing::debug!(client = self.info.id, "protocol error: {e}");
             self.closing = true;
         }
@@ -267,7 +267,14 @@ impl Connection {
         (pos, pos < self.rend, None)
     }
 
+    /// Writes an error reply. The caller's path counts it in the stats once: dispatch for
+    /// coordinator commands and refusals, the worker for shard commands.
     pub(crate) fn reply_error(&mut self, msg: &str) {
+        self.out.error(msg);
+    }
+
+    /// Writes and counts an error for a command that never ran.
+    fn refuse(&mut self, msg: &str) {
         let before = self.out.error_offsets.len();
         self.out.error(msg);
         self.worker.stats.borrow_mut().count_errors(&self.out, before);
@@ -276,18 +283,18 @@ impl Connection {
     async fn dispatch(&mut self, args: &Args<'_>) {
         let name = args.get(0);
         let Some(idx) = lookup(name) else {
-            self.reply_error(&errors::unknown_command(name, args.iter().skip(1)));
+            self.refuse(&errors::unknown_command(name, args.iter().skip(1)));
             return;
         };
         let spec = &COMMANDS[idx];
         if !spec.arity_ok(args.len()) {
             self.worker.stats.borrow_mut().record_rejected(idx);
-            self.reply_error(&errors::wrong_arity(spec.name));
+            self.refuse(&errors::wrong_arity(spec.name));
             return;
         }
         if !self.authenticated && spec.flags & flags::NO_AUTH == 0 {
             self.worker.stats.borrow_mut().record_rejected(idx);
-            self.reply_error(errors::NO_AUTH);
+            self.refuse(errors::NO_AUTH);
             return;
         }
         self.info.last_cmd.set(spec.name);

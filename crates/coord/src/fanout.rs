@@ -51,8 +51,10 @@ impl Connection {
     pub(crate) async fn fan_out_keys(&mut self, idx: usize, merge: Merge, args: &Args<'_>) {
         let started = Instant::now();
         let spec = &COMMANDS[idx];
+        let errors_before = self.out.error_offsets.len();
         if spec.step == 2 && args.len() % 2 == 0 {
             self.reply_error(&errors::wrong_arity(spec.name));
+            self.record_fanout(idx, started, errors_before);
             return;
         }
         let n = self.worker.num_shards();
@@ -73,7 +75,6 @@ impl Connection {
             }
             parts
         };
-        let errors_before = self.out.error_offsets.len();
         if merge == Merge::MsetNx {
             let exists = lookup(b"exists").expect("exists is in the table");
             let replies = self.call_shards(exists, split(b"exists")).await;

@@ -114,14 +114,12 @@ impl Table {
         self.segments[seg].slots.find_mut(h, |e| &*e.key == key)
     }
 
-    /// Entries whose full hash equals `hash` (normally one), for expiry by hash.
-    pub fn find_by_hash(&mut self, hash: u64, mut f: impl FnMut(&Entry) -> bool) -> Option<Box<[u8]>> {
+    /// The key of an entry with this full hash that satisfies `f` (expiry by hash).
+    pub fn find_by_hash(&self, hash: u64, mut f: impl FnMut(&Entry) -> bool) -> Option<Box<[u8]>> {
         let seg = self.segment_of(hash);
-        let hasher = self.hasher.clone();
         self.segments[seg]
             .slots
-            .iter()
-            .find(|e| hasher.hash_one(&*e.key) == hash && f(e))
+            .find(hash, |e| f(e) && self.hasher.hash_one(&*e.key) == hash)
             .map(|e| e.key.clone())
     }
 

@@ -1,0 +1,351 @@
+//! Test harness: starts the real `damselfly` binary (or `redis-server`) on a free port and a
+//! unix socket in a temporary directory, and talks to it with raw sockets.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The I/O backends the suite runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Epoll,
+    Uring,
+}
+
+impl Backend {
+    pub fn flag(self) -> &'static str {
+        match self {
+            Backend::Epoll => "epoll",
+            Backend::Uring => "uring",
+        }
+    }
+
+    /// False (with the reason printed) when io_uring cannot run on this kernel.
+    pub fn available(self) -> bool {
+        if self == Backend::Uring {
+            if let Err(why) = damselfly_net::probe::io_uring_usable() {
+                println!("SKIPPED under io_uring: {why}");
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Generates one test per backend from `fn(Backend)`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                fn epoll() {
+                    super::$name($crate::common::Backend::Epoll);
+                }
+                #[test]
+                fn uring() {
+                    if $crate::common::Backend::Uring.available() {
+                        super::$name($crate::common::Backend::Uring);
+                    }
+                }
+            }
+        )*
+    };
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0");
+    l.local_addr().expect("addr").port()
+}
+
+pub struct Server {
+    pub child: Option<Child>,
+    pub port: u16,
+    pub unix: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts Damselfly with `--threads 2`, TCP and a unix socket, plus `extra` flags.
+    pub fn start(backend: Backend, extra: &[&str]) -> Server {
+        Self::start_with(backend, 2, extra)
+    }
+
+    pub fn start_with(backend: Backend, threads: usize, extra: &[&str]) -> Server {
+        let mut dir = tempfile::tempdir().expect("tempdir");
+        let unix = dir.path().join("damselfly.sock");
+        for _ in 0..5 {
+            let port = free_port();
+            let unix = dir.path().join("damselfly.sock");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_damselfly"));
+            cmd.args(["--port", &port.to_string(), "--threads", &threads.to_string()])
+                .args(["--io-backend", backend.flag(), "--loglevel", "warning"]);
+            let own_socket = !extra.contains(&"--unixsocket");
+            if own_socket {
+                cmd.arg("--unixsocket").arg(&unix);
+            }
+            cmd
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd.spawn().expect("spawn damselfly");
+            let unix = match extra.iter().position(|a| *a == "--unixsocket") {
+                Some(i) => PathBuf::from(extra[i + 1]),
+                None => unix,
+            };
+            let mut s = Server {
+                child: Some(child),
+                port,
+                unix,
+                dir,
+            };
+            if s.wait_ready() {
+                return s;
+            }
+            dir = std::mem::replace(&mut s.dir, tempfile::tempdir().expect("tempdir"));
+            drop(s);
+        }
+        panic!("damselfly did not start");
+    }
+
+    /// Starts Debian's redis-server as the reference.
+    pub fn redis() -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let unix = dir.path().join("redis.sock");
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&unix)
+            .args(["--dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server); .ci/run installs it");
+        let mut s = Server {
+            child: Some(child),
+            port,
+            unix,
+            dir,
+        };
+        assert!(s.wait_ready(), "redis-server did not start");
+        s
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return false;
+                }
+            }
+            if let Ok(mut c) = Raw::try_tcp(self.port) {
+                // PONG, or NOAUTH when a password is set: either way it answers.
+                if let Ok(reply) = c.try_cmd(&["PING"]) {
+                    if reply == b"+PONG\r\n" || reply.starts_with(b"-NOAUTH") {
+                        return true;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn raw(&self) -> Raw {
+        Raw::tcp(self.port)
+    }
+
+    pub fn raw_unix(&self) -> Raw {
+        let s = UnixStream::connect(&self.unix).expect("connect unix");
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        Raw::new(Box::new(s.try_clone().expect("clone")), Box::new(s))
+    }
+
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .expect("client")
+            .get_connection()
+            .expect("connection")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        wait_timeout(&mut child, Duration::from_secs(15)).expect("server exits after SIGTERM")
+    }
+}
+
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    None
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A raw RESP client: sends bytes, reads exactly one reply at a time.
+pub struct Raw {
+    w: Box<dyn Write + Send>,
+    r: BufReader<Box<dyn Read + Send>>,
+}
+
+impl Raw {
+    fn new(r: Box<dyn Read + Send>, w: Box<dyn Write + Send>) -> Raw {
+        Raw {
+            w,
+            r: BufReader::with_capacity(1 << 16, r),
+        }
+    }
+
+    pub fn unix_at(path: &std::path::Path) -> Raw {
+        let s = UnixStream::connect(path).expect("connect unix");
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+        Raw::new(Box::new(s.try_clone().expect("clone")), Box::new(s))
+    }
+
+    /// A second connection-independent writer is not possible on one socket through this
+    /// wrapper, so pipelining tests use `w_clone`: another handle to the same TCP socket.
+    pub fn w_clone(&mut self, _port: u16) -> Box<dyn Write + Send> {
+        std::mem::replace(&mut self.w, Box::new(std::io::sink()))
+    }
+
+    /// Writes without panicking; Err once the server has closed the connection.
+    pub fn try_send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.w.write_all(bytes)?;
+        self.w.flush()
+    }
+
+    pub fn try_tcp(port: u16) -> std::io::Result<Raw> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        s.set_nodelay(true)?;
+        Ok(Raw::new(Box::new(s.try_clone()?), Box::new(s)))
+    }
+
+    pub fn tcp(port: u16) -> Raw {
+        Raw::try_tcp(port).expect("connect tcp")
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).expect("write");
+        self.w.flush().expect("flush");
+    }
+
+    /// Sends a command as a RESP array and returns its raw reply.
+    pub fn cmd<S: AsRef<[u8]>>(&mut self, args: &[S]) -> Vec<u8> {
+        self.send(&encode(args));
+        self.reply()
+    }
+
+    pub fn try_cmd<S: AsRef<[u8]>>(&mut self, args: &[S]) -> std::io::Result<Vec<u8>> {
+        self.try_send(&encode(args))?;
+        self.try_reply()
+    }
+
+    /// Reads one complete reply, returned as its exact wire bytes.
+    pub fn reply(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_value(&mut out).expect("reply");
+        out
+    }
+
+    pub fn try_reply(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_value(&mut out)?;
+        Ok(out)
+    }
+
+    fn read_line(&mut self, out: &mut Vec<u8>) -> std::io::Result<Vec<u8>> {
+        let mut line = Vec::new();
+        let n = self.r.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        out.extend_from_slice(&line);
+        Ok(line)
+    }
+
+    fn read_value(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let line = self.read_line(out)?;
+        let body = &line[1..line.len().saturating_sub(2)];
+        let num = || -> i64 { std::str::from_utf8(body).ok().and_then(|s| s.parse().ok()).unwrap_or(-1) };
+        match line[0] {
+            b'$' | b'=' | b'!' => {
+                let n = num();
+                if n >= 0 {
+                    let mut buf = vec![0u8; n as usize + 2];
+                    self.r.read_exact(&mut buf)?;
+                    out.extend_from_slice(&buf);
+                }
+            }
+            b'*' | b'~' | b'>' => {
+                for _ in 0..num().max(0) {
+                    self.read_value(out)?;
+                }
+            }
+            b'%' | b'|' => {
+                for _ in 0..num().max(0) * 2 {
+                    self.read_value(out)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// True when the server closed the connection (EOF within the timeout).
+    pub fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.r.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+pub fn encode<S: AsRef<[u8]>>(args: &[S]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        let a = a.as_ref();
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+pub fn bulk(s: &str) -> Vec<u8> {
+    format!("${}\r\n{s}\r\n", s.len()).into_bytes()
+}
+
+/// Reads a field from an INFO reply.
+pub fn info_field(raw: &mut Raw, section: &str, field: &str) -> Option<String> {
+    let reply = raw.cmd(&["INFO", section]);
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+}
