@@ -64,5 +64,6 @@ mod tests {
         assert_eq!(incr_by_float(Some(b"abc"), b"1"), Err(IncrFloatError::ValueNotFloat));
         assert_eq!(incr_by_float(Some(b"1"), b" 1"), Err(IncrFloatError::IncrNotFloat));
         assert_eq!(incr_by_float(Some(b"1"), b"inf"), Err(IncrFloatError::NanOrInfinity));
+        assert_eq!(incr_by_float(Some(b"1.5\0\0x"), b"1"), Err(IncrFloatError::ValueNotFloat));
     }
 }

@@ -1,0 +1,317 @@
+//! Differential test: the same seeded random command stream goes to Debian's redis-server and
+//! to Damselfly (`--threads 2`); every reply must be byte-for-byte equal, except KEYS (order is
+//! unspecified: compared sorted) and the TTL family (clock readings: compared within a
+//! tolerance). Runs in RESP2 and then RESP3, under both backends.
+
+mod common;
+
+use common::{encode, Backend, Raw, Server};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+const COMMANDS_RESP2: usize = 12_000;
+const COMMANDS_RESP3: usize = 6_000;
+const CHUNK: usize = 40;
+
+struct Gen {
+    rng: StdRng,
+    now_secs: u64,
+    history: Vec<Vec<String>>,
+}
+
+impl Gen {
+    fn key(&mut self) -> String {
+        let n = self.rng.gen_range(0..24);
+        match self.rng.gen_range(0..6) {
+            0 => format!("{{tag}}:{n}"),
+            _ => format!("k{n}"),
+        }
+    }
+
+    fn value(&mut self) -> String {
+        match self.rng.gen_range(0..10) {
+            0 => String::new(),
+            1 => self.rng.gen_range(-1000i64..1000).to_string(),
+            2 => i64::MAX.to_string(),
+            3 => "01".into(),
+            4 => format!("{:.3}", self.rng.gen_range(-100.0f64..100.0)),
+            5 => "hello world".into(),
+            6 => "x".repeat(self.rng.gen_range(1..100)),
+            _ => format!("v{}", self.rng.gen_range(0..1000)),
+        }
+    }
+
+    fn int(&mut self) -> String {
+        match self.rng.gen_range(0..12) {
+            0 => "abc".into(),
+            1 => "9223372036854775807".into(),
+            2 => "-9223372036854775808".into(),
+            3 => "1.5".into(),
+            4 => "".into(),
+            _ => self.rng.gen_range(-20i64..50).to_string(),
+        }
+    }
+
+    fn float(&mut self) -> String {
+        ["0.1", "-1.5", "1e3", "3.0e-2", "abc", "inf", "-0", "10", "5.0e3", " 1", "1.7976931348623157e308"]
+            .choose(&mut self.rng)
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    }
+
+    /// An expire argument that cannot race between the two servers: far future, or past.
+    fn expire_arg(&mut self, unit_ms: bool, absolute: bool) -> String {
+        let scale = if unit_ms { 1000 } else { 1 };
+        match self.rng.gen_range(0..8) {
+            0 => "0".into(),
+            1 => "-5".into(),
+            2 => "notanumber".into(),
+            3 if absolute => ((self.now_secs - 1000) * scale).to_string(),
+            _ if absolute => ((self.now_secs + self.rng.gen_range(1000..100_000)) * scale).to_string(),
+            _ => (self.rng.gen_range(1000..100_000) * scale).to_string(),
+        }
+    }
+
+    fn set_options(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for _ in 0..self.rng.gen_range(0..3) {
+            match self.rng.gen_range(0..9) {
+                0 => out.push("NX".into()),
+                1 => out.push("XX".into()),
+                2 => out.push("GET".into()),
+                3 => out.push("KEEPTTL".into()),
+                4 => out.extend(["EX".into(), self.expire_arg(false, false)]),
+                5 => out.extend(["PX".into(), self.expire_arg(true, false)]),
+                6 => out.extend(["EXAT".into(), self.expire_arg(false, true)]),
+                7 => out.extend(["PXAT".into(), self.expire_arg(true, true)]),
+                _ => out.push("BOGUS".into()),
+            }
+        }
+        out
+    }
+
+    fn command(&mut self) -> Vec<String> {
+        let k = self.key();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let pick = self.rng.gen_range(0..100);
+        let mut c = match pick {
+            0..=9 => s(&["GET", &k]),
+            10..=17 => {
+                let v = self.value();
+                let mut c = s(&["SET", &k, &v]);
+                c.extend(self.set_options());
+                c
+            }
+            18 => s(&["SETNX", &k, &self.value()]),
+            19 => {
+                let e = self.expire_arg(false, false);
+                s(&["SETEX", &k, &e, &self.value()])
+            }
+            20 => {
+                let e = self.expire_arg(true, false);
+                s(&["PSETEX", &k, &e, &self.value()])
+            }
+            21 => s(&["GETSET", &k, &self.value()]),
+            22 => s(&["GETDEL", &k]),
+            23..=24 => {
+                let mut c = s(&["GETEX", &k]);
+                match self.rng.gen_range(0..6) {
+                    0 => c.extend(["EX".into(), self.expire_arg(false, false)]),
+                    1 => c.extend(["PXAT".into(), self.expire_arg(true, true)]),
+                    2 => c.push("PERSIST".into()),
+                    3 => c.extend(["PERSIST".into(), "EX".into(), "100".into()]),
+                    4 => c.push("NX".into()),
+                    _ => {}
+                }
+                c
+            }
+            25..=28 => {
+                let mut c = s(&["MGET"]);
+                for _ in 0..self.rng.gen_range(1..6) {
+                    c.push(self.key());
+                }
+                c
+            }
+            29..=31 => {
+                let mut c = s(&["MSET"]);
+                for _ in 0..self.rng.gen_range(1..5) {
+                    c.push(self.key());
+                    c.push(self.value());
+                }
+                if self.rng.gen_ratio(1, 10) {
+                    c.pop();
+                }
+                c
+            }
+            32 => {
+                let mut c = s(&["MSETNX"]);
+                for _ in 0..self.rng.gen_range(1..4) {
+                    c.push(self.key());
+                    c.push(self.value());
+                }
+                c
+            }
+            33..=35 => s(&["APPEND", &k, &self.value()]),
+            36 => s(&["STRLEN", &k]),
+            37..=38 => {
+                let a = self.int();
+                let b = self.int();
+                let name = if self.rng.gen_bool(0.5) { "GETRANGE" } else { "SUBSTR" };
+                s(&[name, &k, &a, &b])
+            }
+            39..=40 => {
+                let off = match self.rng.gen_range(0..5) {
+                    0 => "-1".to_string(),
+                    1 => "x".to_string(),
+                    _ => self.rng.gen_range(0..40).to_string(),
+                };
+                s(&["SETRANGE", &k, &off, &self.value()])
+            }
+            41..=44 => s(&["INCR", &k]),
+            45..=46 => s(&["DECR", &k]),
+            47..=49 => s(&["INCRBY", &k, &self.int()]),
+            50..=51 => s(&["DECRBY", &k, &self.int()]),
+            52..=54 => s(&["INCRBYFLOAT", &k, &self.float()]),
+            55..=57 => {
+                let name = ["DEL", "UNLINK", "EXISTS", "TOUCH"].choose(&mut self.rng).copied().unwrap_or("DEL");
+                let mut c = s(&[name]);
+                for _ in 0..self.rng.gen_range(1..5) {
+                    c.push(self.key());
+                }
+                c
+            }
+            58..=59 => s(&["TYPE", &k]),
+            60..=65 => {
+                let (name, ms, abs) = *[("EXPIRE", false, false), ("PEXPIRE", true, false), ("EXPIREAT", false, true), ("PEXPIREAT", true, true)]
+                    .choose(&mut self.rng)
+                    .expect("non-empty");
+                let mut c = s(&[name, &k, &self.expire_arg(ms, abs)]);
+                for _ in 0..self.rng.gen_range(0..3) {
+                    c.push(["NX", "XX", "GT", "LT", "YY"].choose(&mut self.rng).copied().unwrap_or("NX").to_string());
+                }
+                c
+            }
+            66..=71 => {
+                let name = ["TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"].choose(&mut self.rng).copied().unwrap_or("TTL");
+                s(&[name, &k])
+            }
+            72..=73 => s(&["PERSIST", &k]),
+            74..=75 => s(&["DBSIZE"]),
+            76..=77 => s(&["KEYS", ["*", "k1*", "{tag}*", "k?", "*[0-3]"].choose(&mut self.rng).copied().unwrap_or("*")]),
+            78 => s(&["SELECT", ["0", "1", "0", "99", "x"].choose(&mut self.rng).copied().unwrap_or("0")]),
+            79 => s(&["ECHO", &self.value()]),
+            80 => s(&["PING"]),
+            81 => s(&["PING", &self.value()]),
+            82 => s(&["NOSUCHCMD", &k]),
+            83 => s(&[["GET", "SET", "INCR", "EXPIRE", "MGET", "TTL"].choose(&mut self.rng).copied().unwrap_or("GET")]),
+            84 => s(&["GET", &k, "extra"]),
+            85 => {
+                if self.rng.gen_ratio(1, 4) {
+                    s(&["FLUSHDB"])
+                } else {
+                    s(&["PING"])
+                }
+            }
+            86..=89 => s(&["SET", &k, &self.rng.gen_range(-5i64..5).to_string()]),
+            90..=92 => s(&["INCRBY", &k, &self.rng.gen_range(-3i64..3).to_string()]),
+            _ => s(&["GET", &k]),
+        };
+        if self.rng.gen_ratio(1, 50) {
+            c[0] = c[0].to_lowercase();
+        }
+        self.history.push(c.clone());
+        c
+    }
+}
+
+/// Returns the integer of a `:n` reply.
+fn int_reply(r: &[u8]) -> Option<i64> {
+    std::str::from_utf8(r.strip_prefix(b":")?).ok()?.trim_end().parse().ok()
+}
+
+/// Splits a flat array of bulk strings into its items (for KEYS).
+fn sorted_items(r: &[u8]) -> Vec<Vec<u8>> {
+    let text = r.to_vec();
+    let mut items: Vec<Vec<u8>> = Vec::new();
+    let mut pos = text.iter().position(|&b| b == b'\n').map_or(text.len(), |p| p + 1);
+    while pos < text.len() {
+        let end = text[pos..].iter().position(|&b| b == b'\n').map_or(text.len(), |p| pos + p + 1);
+        let len: usize = std::str::from_utf8(&text[pos + 1..end - 2]).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        items.push(text[end..end + len].to_vec());
+        pos = end + len + 2;
+    }
+    items.sort();
+    items
+}
+
+fn equivalent(cmd: &[String], ours: &[u8], theirs: &[u8]) -> bool {
+    if ours == theirs {
+        return true;
+    }
+    match cmd[0].to_ascii_uppercase().as_str() {
+        "KEYS" => ours[..1] == theirs[..1] && sorted_items(ours) == sorted_items(theirs),
+        name @ ("TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME") => {
+            let tolerance = if name.starts_with('P') { 1000 } else { 1 };
+            matches!((int_reply(ours), int_reply(theirs)), (Some(a), Some(b)) if a >= 0 && b >= 0 && (a - b).abs() <= tolerance)
+        }
+        _ => false,
+    }
+}
+
+fn run_stream(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, count: usize, label: &str) {
+    let mut sent = 0;
+    while sent < count {
+        let cmds: Vec<Vec<String>> = (0..CHUNK).map(|_| gen.command()).collect();
+        let wire: Vec<u8> = cmds.iter().flat_map(|c| encode(c)).collect();
+        redis.send(&wire);
+        ours.send(&wire);
+        for c in &cmds {
+            let theirs = redis.reply();
+            let mine = ours.reply();
+            if !equivalent(c, &mine, &theirs) && c.len() > 1 {
+                eprintln!("history of {}:", c[1]);
+                let upto = gen.history.len() - cmds.len() + cmds.iter().position(|x| std::ptr::eq(x, c)).unwrap_or(0);
+                for h in gen.history[..=upto].iter().filter(|h| h.len() > 1 && h[1..].contains(&c[1])) {
+                    eprintln!("  {h:?}");
+                }
+            }
+            assert!(
+                equivalent(c, &mine, &theirs),
+                "{label}: command #{sent} {c:?}\n redis:     {:?}\n damselfly: {:?}",
+                String::from_utf8_lossy(&theirs),
+                String::from_utf8_lossy(&mine)
+            );
+            sent += 1;
+        }
+    }
+}
+
+fn same_replies_as_redis(b: Backend) {
+    let redis_server = Server::redis();
+    let ours_server = Server::start(b, &[]);
+    let mut redis = redis_server.raw();
+    let mut ours = ours_server.raw();
+    let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let mut gen = Gen {
+        rng: StdRng::seed_from_u64(0xDA5E_1F1E),
+        now_secs,
+        history: Vec::new(),
+    };
+    run_stream(&mut gen, &mut redis, &mut ours, COMMANDS_RESP2, "RESP2");
+    for c in [&mut redis, &mut ours] {
+        let hello = c.cmd(&["HELLO", "3"]);
+        assert!(hello.starts_with(b"%7"));
+    }
+    run_stream(&mut gen, &mut redis, &mut ours, COMMANDS_RESP3, "RESP3");
+    // The final state matches too.
+    for db in ["0", "1"] {
+        redis.cmd(&["SELECT", db]);
+        ours.cmd(&["SELECT", db]);
+        let keys = vec!["KEYS".to_string(), "*".to_string()];
+        let (a, b) = (redis.cmd(&keys), ours.cmd(&keys));
+        assert!(equivalent(&keys, &b, &a), "final keyspace of db {db} differs");
+    }
+}
+
+backend_tests!(same_replies_as_redis);
