@@ -9,7 +9,10 @@ use std::sync::RwLock;
 /// What a parameter's value may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     /// A byte count: accepts `1gb`, `512mb`, `100k` as Redis's memtoull does.
     Memory,
     Bool,
@@ -34,7 +37,13 @@ pub struct Param {
     pub effect: Effect,
 }
 
-const fn p(name: &'static str, default: &'static str, kind: Kind, mutable: bool, effect: Effect) -> Param {
+const fn p(
+    name: &'static str,
+    default: &'static str,
+    kind: Kind,
+    mutable: bool,
+    effect: Effect,
+) -> Param {
     Param {
         name,
         default,
@@ -57,8 +66,14 @@ const POLICIES: &[&str] = &[
     "noeviction",
 ];
 const FSYNC: &[&str] = &["always", "everysec", "no"];
-const INT: Kind = Kind::Int { min: i64::MIN, max: i64::MAX };
-const NONNEG: Kind = Kind::Int { min: 0, max: i64::MAX };
+const INT: Kind = Kind::Int {
+    min: i64::MIN,
+    max: i64::MAX,
+};
+const NONNEG: Kind = Kind::Int {
+    min: 0,
+    max: i64::MAX,
+};
 
 use Effect::{Accepted as A, Applied as Y};
 
@@ -68,14 +83,50 @@ pub static PARAMS: &[Param] = &[
     p("unixsocket", "", Kind::Str, false, Y),
     p("unixsocketperm", "0", Kind::Str, false, Y),
     p("requirepass", "", Kind::Str, true, Y),
-    p("databases", "16", Kind::Int { min: 1, max: 1_000_000 }, false, Y),
-    p("maxclients", "10000", Kind::Int { min: 1, max: i64::MAX }, true, Y),
+    p(
+        "databases",
+        "16",
+        Kind::Int {
+            min: 1,
+            max: 1_000_000,
+        },
+        false,
+        Y,
+    ),
+    p(
+        "maxclients",
+        "10000",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+        true,
+        Y,
+    ),
     p("timeout", "0", NONNEG, true, Y),
     p("tcp-keepalive", "300", NONNEG, true, Y),
     p("proto-max-bulk-len", "536870912", Kind::Memory, true, Y),
-    p("client-query-buffer-limit", "1073741824", Kind::Memory, true, Y),
-    p("client-output-buffer-limit", "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60", Kind::Str, true, A),
-    p("damselfly-output-buffer-limit", "268435456", Kind::Memory, true, Y),
+    p(
+        "client-query-buffer-limit",
+        "1073741824",
+        Kind::Memory,
+        true,
+        Y,
+    ),
+    p(
+        "client-output-buffer-limit",
+        "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
+        Kind::Str,
+        true,
+        A,
+    ),
+    p(
+        "damselfly-output-buffer-limit",
+        "268435456",
+        Kind::Memory,
+        true,
+        Y,
+    ),
     p("loglevel", "notice", Kind::Enum(LOGLEVELS), true, Y),
     p("logfile", "", Kind::Str, false, Y),
     p("threads", "0", NONNEG, false, Y),
@@ -90,8 +141,23 @@ pub static PARAMS: &[Param] = &[
     p("dbfilename", "dump.rdb", Kind::Str, true, A),
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),
     p("maxmemory", "0", Kind::Memory, true, A),
-    p("maxmemory-policy", "noeviction", Kind::Enum(POLICIES), true, A),
-    p("maxmemory-samples", "5", Kind::Int { min: 1, max: i64::MAX }, true, A),
+    p(
+        "maxmemory-policy",
+        "noeviction",
+        Kind::Enum(POLICIES),
+        true,
+        A,
+    ),
+    p(
+        "maxmemory-samples",
+        "5",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+        true,
+        A,
+    ),
     p("hz", "10", Kind::Int { min: 1, max: 500 }, true, A),
     p("notify-keyspace-events", "", Kind::Str, true, A),
     p("hash-max-listpack-entries", "128", NONNEG, true, A),
@@ -119,7 +185,13 @@ pub static PARAMS: &[Param] = &[
     p("lazyfree-lazy-user-del", "no", Kind::Bool, true, A),
     p("lazyfree-lazy-user-flush", "no", Kind::Bool, true, A),
     p("activerehashing", "yes", Kind::Bool, true, A),
-    p("active-expire-effort", "1", Kind::Int { min: 1, max: 10 }, true, A),
+    p(
+        "active-expire-effort",
+        "1",
+        Kind::Int { min: 1, max: 10 },
+        true,
+        A,
+    ),
     p("protected-mode", "yes", Kind::Bool, true, A),
     p("daemonize", "no", Kind::Bool, false, A),
     p("io-threads", "1", Kind::Int { min: 1, max: 128 }, false, A),
@@ -131,10 +203,18 @@ pub static PARAMS: &[Param] = &[
 /// Parses a Redis memory value: plain bytes or with k/kb/m/mb/g/gb (k = 1000, kb = 1024).
 pub fn parse_memory(s: &str) -> Option<u64> {
     let lower = s.to_ascii_lowercase();
-    let (digits, mul) = [("gb", 1u64 << 30), ("g", 1_000_000_000), ("mb", 1 << 20), ("m", 1_000_000), ("kb", 1 << 10), ("k", 1000), ("b", 1)]
-        .iter()
-        .find_map(|(suf, mul)| lower.strip_suffix(suf).map(|d| (d.to_string(), *mul)))
-        .unwrap_or((lower.clone(), 1));
+    let (digits, mul) = [
+        ("gb", 1u64 << 30),
+        ("g", 1_000_000_000),
+        ("mb", 1 << 20),
+        ("m", 1_000_000),
+        ("kb", 1 << 10),
+        ("k", 1000),
+        ("b", 1),
+    ]
+    .iter()
+    .find_map(|(suf, mul)| lower.strip_suffix(suf).map(|d| (d.to_string(), *mul)))
+    .unwrap_or((lower.clone(), 1));
     let v: u64 = digits.parse().ok()?;
     v.checked_mul(mul)
 }
@@ -147,7 +227,9 @@ fn validate(param: &Param, value: &str) -> Result<String, String> {
                 .parse()
                 .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
             if v < min || v > max {
-                return Err(format!("argument must be between {min} and {max} inclusive"));
+                return Err(format!(
+                    "argument must be between {min} and {max} inclusive"
+                ));
             }
             Ok(v.to_string())
         }
@@ -186,7 +268,12 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         let c = Config {
-            values: RwLock::new(PARAMS.iter().map(|p| (p.name, p.default.to_string())).collect()),
+            values: RwLock::new(
+                PARAMS
+                    .iter()
+                    .map(|p| (p.name, p.default.to_string()))
+                    .collect(),
+            ),
             proto_max_bulk_len: AtomicU64::new(0),
             query_buffer_limit: AtomicU64::new(0),
             output_buffer_limit: AtomicU64::new(0),
@@ -207,7 +294,8 @@ impl Config {
 
     /// Sets a parameter at start-up (immutable ones allowed). Errors carry the reason.
     pub fn set_initial(&self, name: &str, value: &str) -> Result<(), String> {
-        let param = Self::param(name).ok_or_else(|| format!("unknown configuration parameter '{name}'"))?;
+        let param =
+            Self::param(name).ok_or_else(|| format!("unknown configuration parameter '{name}'"))?;
         let v = validate(param, value).map_err(|e| format!("'{name}': {e}"))?;
         self.values_mut().insert(param.name, v);
         self.refresh_atomics();
@@ -219,7 +307,9 @@ impl Config {
         let mut staged = Vec::with_capacity(pairs.len());
         for (i, (name, value)) in pairs.iter().enumerate() {
             let Some(param) = Self::param(name) else {
-                return Err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"));
+                return Err(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+                ));
             };
             if pairs[..i].iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
                 return Err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter"));
@@ -227,8 +317,9 @@ impl Config {
             if !param.mutable {
                 return Err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
             }
-            let v = validate(param, value)
-                .map_err(|e| format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"))?;
+            let v = validate(param, value).map_err(|e| {
+                format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
+            })?;
             staged.push((param.name, v));
         }
         let mut values = self.values_mut();
@@ -272,12 +363,16 @@ impl Config {
 
     fn refresh_atomics(&self) {
         let r = Ordering::Relaxed;
-        self.proto_max_bulk_len.store(self.get_u64("proto-max-bulk-len"), r);
-        self.query_buffer_limit.store(self.get_u64("client-query-buffer-limit"), r);
-        self.output_buffer_limit.store(self.get_u64("damselfly-output-buffer-limit"), r);
+        self.proto_max_bulk_len
+            .store(self.get_u64("proto-max-bulk-len"), r);
+        self.query_buffer_limit
+            .store(self.get_u64("client-query-buffer-limit"), r);
+        self.output_buffer_limit
+            .store(self.get_u64("damselfly-output-buffer-limit"), r);
         self.maxclients.store(self.get_u64("maxclients"), r);
         self.timeout_secs.store(self.get_u64("timeout"), r);
-        self.has_password.store(!self.get("requirepass").is_empty(), r);
+        self.has_password
+            .store(!self.get("requirepass").is_empty(), r);
     }
 }
 
@@ -308,11 +403,17 @@ mod tests {
             c.set_runtime(&[("nosuch".into(), "1".into())]).unwrap_err(),
             "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'"
         );
-        assert!(c.set_runtime(&[("databases".into(), "4".into())]).unwrap_err().contains("immutable"));
+        assert!(c
+            .set_runtime(&[("databases".into(), "4".into())])
+            .unwrap_err()
+            .contains("immutable"));
         // All or nothing.
-        assert!(c.set_runtime(&[("timeout".into(), "7".into()), ("hz".into(), "x".into())]).is_err());
+        assert!(c
+            .set_runtime(&[("timeout".into(), "7".into()), ("hz".into(), "x".into())])
+            .is_err());
         assert_eq!(c.get("timeout"), "0");
-        c.set_runtime(&[("proto-max-bulk-len".into(), "1mb".into())]).unwrap();
+        c.set_runtime(&[("proto-max-bulk-len".into(), "1mb".into())])
+            .unwrap();
         assert_eq!(c.get("proto-max-bulk-len"), "1048576");
         let got = c.get_matching(&[b"*max-*-entries*"]);
         assert!(got.iter().any(|(k, _)| *k == "hash-max-listpack-entries"));

@@ -11,8 +11,7 @@ pub const OFFSET_RANGE: &str = "ERR offset is out of range";
 pub const INVALID_CURSOR: &str = "ERR invalid cursor";
 pub const NOT_POSITIVE: &str = "ERR value is out of range, must be positive";
 pub const NO_AUTH: &str = "NOAUTH Authentication required.";
-pub const WRONG_PASS: &str =
-    "WRONGPASS invalid username-password pair or user is disabled.";
+pub const WRONG_PASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 pub const DB_INDEX: &str = "ERR DB index is out of range";
 
 /// `ERR wrong number of arguments for 'name' command`.

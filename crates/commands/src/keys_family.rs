@@ -73,7 +73,10 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
             b"gt" => GT,
             b"lt" => LT,
             _ => {
-                ctx.error(&format!("ERR Unsupported option {}", String::from_utf8_lossy(opt)));
+                ctx.error(&format!(
+                    "ERR Unsupported option {}",
+                    String::from_utf8_lossy(opt)
+                ));
                 return;
             }
         };
@@ -92,7 +95,7 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
         return;
     };
     if unit == Unit::Seconds {
-        if when > i64::MAX / 1000 || when < i64::MIN / 1000 {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
             ctx.error(&errors::invalid_expire(name));
             return;
         }
@@ -121,7 +124,8 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
     if when <= ctx.now as i64 {
         ctx.shard.remove(ctx.db, key);
     } else {
-        ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = when as u64);
+        ctx.shard
+            .update(ctx.db, key, ctx.now, |e| e.expire_at = when as u64);
     }
     ctx.reply.int(1);
 }
@@ -138,7 +142,11 @@ fn ttl_generic(ctx: &mut ExecCtx, args: &Args, millis: bool, absolute: bool) {
         return;
     }
     let expire = entry.expire_at as i64;
-    let ttl = if absolute { expire } else { (expire - now as i64).max(0) };
+    let ttl = if absolute {
+        expire
+    } else {
+        (expire - now as i64).max(0)
+    };
     ctx.reply.int(if millis { ttl } else { (ttl + 500) / 1000 });
 }
 
@@ -161,7 +169,9 @@ pub fn pexpiretime(ctx: &mut ExecCtx, args: &Args) {
 pub fn persist(ctx: &mut ExecCtx, args: &Args) {
     let had_ttl = ctx
         .shard
-        .update(ctx.db, args.get(1), ctx.now, |e| std::mem::replace(&mut e.expire_at, 0) != 0)
+        .update(ctx.db, args.get(1), ctx.now, |e| {
+            std::mem::replace(&mut e.expire_at, 0) != 0
+        })
         .unwrap_or(false);
     ctx.reply.int(i64::from(had_ttl));
 }

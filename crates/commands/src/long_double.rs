@@ -61,9 +61,21 @@ mod tests {
         assert_eq!(incr_by_float(None, b"3.0e3").unwrap(), b"3000");
         assert_eq!(incr_by_float(Some(b"5.0e3"), b"2.0e2").unwrap(), b"5200");
         assert_eq!(incr_by_float(Some(b"-1"), b"1").unwrap(), b"0");
-        assert_eq!(incr_by_float(Some(b"abc"), b"1"), Err(IncrFloatError::ValueNotFloat));
-        assert_eq!(incr_by_float(Some(b"1"), b" 1"), Err(IncrFloatError::IncrNotFloat));
-        assert_eq!(incr_by_float(Some(b"1"), b"inf"), Err(IncrFloatError::NanOrInfinity));
-        assert_eq!(incr_by_float(Some(b"1.5\0\0x"), b"1"), Err(IncrFloatError::ValueNotFloat));
+        assert_eq!(
+            incr_by_float(Some(b"abc"), b"1"),
+            Err(IncrFloatError::ValueNotFloat)
+        );
+        assert_eq!(
+            incr_by_float(Some(b"1"), b" 1"),
+            Err(IncrFloatError::IncrNotFloat)
+        );
+        assert_eq!(
+            incr_by_float(Some(b"1"), b"inf"),
+            Err(IncrFloatError::NanOrInfinity)
+        );
+        assert_eq!(
+            incr_by_float(Some(b"1.5\0\0x"), b"1"),
+            Err(IncrFloatError::ValueNotFloat)
+        );
     }
 }

@@ -89,7 +89,13 @@ fn expire_millis(ctx: &mut ExecCtx, raw: &[u8], flags: u32, name: &str) -> Optio
 
 /// Writes the value of a string key (or null); false after a WRONGTYPE error.
 fn reply_value(ctx: &mut ExecCtx, key: &[u8]) -> bool {
-    let ExecCtx { shard, reply, db, now, .. } = ctx;
+    let ExecCtx {
+        shard,
+        reply,
+        db,
+        now,
+        ..
+    } = ctx;
     let hit = match shard.get(*db, key, *now).map(|e| &e.value) {
         None => {
             reply.null();
@@ -113,7 +119,15 @@ pub fn get(ctx: &mut ExecCtx, args: &Args) {
 }
 
 /// SET and the shared tail of SETNX / SETEX / PSETEX / GETSET.
-fn set_generic(ctx: &mut ExecCtx, key: &[u8], val: &[u8], flags: u32, expire: Option<&[u8]>, name: &str, replies: (&str, &str)) {
+fn set_generic(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    val: &[u8],
+    flags: u32,
+    expire: Option<&[u8]>,
+    name: &str,
+    replies: (&str, &str),
+) {
     let mut when = 0;
     if let Some(raw) = expire {
         match expire_millis(ctx, raw, flags, name) {
@@ -160,19 +174,44 @@ pub fn set(ctx: &mut ExecCtx, args: &Args) {
 }
 
 fn is_wrong_type(ctx: &mut ExecCtx, key: &[u8]) -> bool {
-    ctx.lookup_write(key).is_some_and(|e| e.value.type_name() != "string")
+    ctx.lookup_write(key)
+        .is_some_and(|e| e.value.type_name() != "string")
 }
 
 pub fn setnx(ctx: &mut ExecCtx, args: &Args) {
-    set_generic(ctx, args.get(1), args.get(2), SET_NX, None, "setnx", (":1\r\n", ":0\r\n"));
+    set_generic(
+        ctx,
+        args.get(1),
+        args.get(2),
+        SET_NX,
+        None,
+        "setnx",
+        (":1\r\n", ":0\r\n"),
+    );
 }
 
 pub fn setex(ctx: &mut ExecCtx, args: &Args) {
-    set_generic(ctx, args.get(1), args.get(3), EX, Some(args.get(2)), "setex", OK_NULL);
+    set_generic(
+        ctx,
+        args.get(1),
+        args.get(3),
+        EX,
+        Some(args.get(2)),
+        "setex",
+        OK_NULL,
+    );
 }
 
 pub fn psetex(ctx: &mut ExecCtx, args: &Args) {
-    set_generic(ctx, args.get(1), args.get(3), PX, Some(args.get(2)), "psetex", OK_NULL);
+    set_generic(
+        ctx,
+        args.get(1),
+        args.get(3),
+        PX,
+        Some(args.get(2)),
+        "psetex",
+        OK_NULL,
+    );
 }
 
 pub fn getset(ctx: &mut ExecCtx, args: &Args) {
@@ -180,7 +219,15 @@ pub fn getset(ctx: &mut ExecCtx, args: &Args) {
         ctx.wrongtype();
         return;
     }
-    set_generic(ctx, args.get(1), args.get(2), SET_GET, None, "getset", OK_NULL);
+    set_generic(
+        ctx,
+        args.get(1),
+        args.get(2),
+        SET_GET,
+        None,
+        "getset",
+        OK_NULL,
+    );
 }
 
 pub fn getdel(ctx: &mut ExecCtx, args: &Args) {
@@ -239,19 +286,20 @@ pub fn mget(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn mset(ctx: &mut ExecCtx, args: &Args) {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         ctx.error(&errors::wrong_arity("mset"));
         return;
     }
     for i in (1..args.len()).step_by(2) {
-        ctx.shard.set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
+        ctx.shard
+            .set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
     }
     ctx.reply.ok();
 }
 
 /// MSETNX when all keys live on this shard: all set or none.
 pub fn msetnx(ctx: &mut ExecCtx, args: &Args) {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         ctx.error(&errors::wrong_arity("msetnx"));
         return;
     }
@@ -263,7 +311,8 @@ pub fn msetnx(ctx: &mut ExecCtx, args: &Args) {
         return;
     }
     for i in (1..args.len()).step_by(2) {
-        ctx.shard.set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
+        ctx.shard
+            .set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
     }
     ctx.reply.int(1);
 }
@@ -418,7 +467,8 @@ fn incr_generic(ctx: &mut ExecCtx, key: &[u8], by: i64) {
         return;
     };
     if current.is_some() {
-        ctx.shard.update(ctx.db, key, ctx.now, |e| e.value = Value::Int(new));
+        ctx.shard
+            .update(ctx.db, key, ctx.now, |e| e.value = Value::Int(new));
     } else {
         ctx.shard.set(ctx.db, key, Value::Int(new), 0);
     }
@@ -461,7 +511,9 @@ pub fn incrbyfloat(ctx: &mut ExecCtx, args: &Args) {
             }
             ctx.reply.bulk(&text);
         }
-        Err(IncrFloatError::ValueNotFloat | IncrFloatError::IncrNotFloat) => ctx.error(errors::NOT_FLOAT),
+        Err(IncrFloatError::ValueNotFloat | IncrFloatError::IncrNotFloat) => {
+            ctx.error(errors::NOT_FLOAT)
+        }
         Err(IncrFloatError::NanOrInfinity) => ctx.error(errors::NAN_OR_INF),
     }
 }

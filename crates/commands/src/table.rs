@@ -2,7 +2,10 @@
 //! the coordinator routes it, and its handler. COMMAND, arity checks and routing all read this
 //! one table, so they cannot disagree.
 
-use crate::{args::Args, ctx::ExecCtx, keys_family as keys, server_family as server, string_family as strings};
+use crate::{
+    args::Args, ctx::ExecCtx, keys_family as keys, server_family as server,
+    string_family as strings,
+};
 
 /// A handler that runs on the shard owning the command's keys.
 pub type ShardFn = fn(&mut ExecCtx, &Args);
@@ -136,15 +139,17 @@ impl CommandSpec {
 
     /// Positions of the key arguments for a request of `argc` arguments.
     pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
-        let (first, step) = (self.first_key.max(0) as usize, self.step.max(1) as usize);
-        let last = if self.first_key <= 0 {
-            0
-        } else if self.last_key < 0 {
-            (argc as i32 + self.last_key).max(0) as usize
+        let step = self.step.max(1) as usize;
+        let range = if self.first_key <= 0 {
+            0..0
         } else {
-            self.last_key as usize
+            let end = if self.last_key < 0 {
+                (argc as i32 + self.last_key + 1).max(0) as usize
+            } else {
+                self.last_key as usize + 1
+            };
+            self.first_key as usize..end
         };
-        let range = if self.first_key <= 0 { 1..0 } else { first..last + 1 };
         range.step_by(step)
     }
 }

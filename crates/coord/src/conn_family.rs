@@ -53,7 +53,12 @@ impl Connection {
             self.reply_error(errors::SYNTAX);
             return;
         }
-        let no_password = !self.worker.cluster.config.has_password.load(Ordering::Relaxed);
+        let no_password = !self
+            .worker
+            .cluster
+            .config
+            .has_password
+            .load(Ordering::Relaxed);
         if args.len() == 2 && no_password {
             self.reply_error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
             return;
@@ -114,7 +119,12 @@ impl Connection {
             }
         }
         if let Some((user, pass)) = credentials {
-            let no_password = !self.worker.cluster.config.has_password.load(Ordering::Relaxed);
+            let no_password = !self
+                .worker
+                .cluster
+                .config
+                .has_password
+                .load(Ordering::Relaxed);
             if no_password && user == b"default" {
                 self.authenticated = true;
             } else if !self.check_password(Some(user), pass) {
@@ -214,7 +224,9 @@ impl Connection {
                 };
                 if !valid_client_name(value) {
                     let attr = String::from_utf8_lossy(args.get(2)).to_ascii_lowercase();
-                    self.reply_error(&format!("ERR {attr} cannot contain spaces, newlines or special characters."));
+                    self.reply_error(&format!(
+                        "ERR {attr} cannot contain spaces, newlines or special characters."
+                    ));
                     return;
                 }
                 *field.borrow_mut() = value.to_vec();
@@ -243,15 +255,24 @@ impl Connection {
             b"help" => {
                 let lines = [
                     "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                    "ID", "    Return the ID of the current connection.",
-                    "GETNAME", "    Return the name of the current connection.",
-                    "SETNAME <name>", "    Assign the name <name> to the current connection.",
-                    "SETINFO <LIB-NAME|LIB-VER> <value>", "    Set client library name or version.",
-                    "INFO", "    Return information about the current client connection.",
-                    "LIST [TYPE NORMAL] [ID <id> [<id> ...]]", "    Return information about client connections.",
-                    "KILL <ip:port>", "    Kill connection made from <ip:port>.",
-                    "KILL <option> <value> [<option> <value> [...]]", "    Kill connections. Options are: ID, ADDR, LADDR, TYPE, USER, SKIPME.",
-                    "HELP", "    Print this help.",
+                    "ID",
+                    "    Return the ID of the current connection.",
+                    "GETNAME",
+                    "    Return the name of the current connection.",
+                    "SETNAME <name>",
+                    "    Assign the name <name> to the current connection.",
+                    "SETINFO <LIB-NAME|LIB-VER> <value>",
+                    "    Set client library name or version.",
+                    "INFO",
+                    "    Return information about the current client connection.",
+                    "LIST [TYPE NORMAL] [ID <id> [<id> ...]]",
+                    "    Return information about client connections.",
+                    "KILL <ip:port>",
+                    "    Kill connection made from <ip:port>.",
+                    "KILL <option> <value> [<option> <value> [...]]",
+                    "    Kill connections. Options are: ID, ADDR, LADDR, TYPE, USER, SKIPME.",
+                    "HELP",
+                    "    Print this help.",
                 ];
                 self.out.array(lines.len());
                 for l in lines {
@@ -322,7 +343,7 @@ impl Connection {
             filter.addr = Some(String::from_utf8_lossy(args.get(2)).into_owned());
             filter.skip = None;
         } else {
-            if args.len() % 2 != 0 {
+            if !args.len().is_multiple_of(2) {
                 self.reply_error(errors::SYNTAX);
                 return;
             }
@@ -341,7 +362,9 @@ impl Connection {
                     b"user" => filter.user = Some(value),
                     b"type" => match value.to_ascii_lowercase().as_str() {
                         "normal" => filter.normal_only = Some(true),
-                        "master" | "replica" | "slave" | "pubsub" => filter.normal_only = Some(false),
+                        "master" | "replica" | "slave" | "pubsub" => {
+                            filter.normal_only = Some(false)
+                        }
                         _ => {
                             self.reply_error(&format!("ERR Unknown client type '{value}'"));
                             return;
@@ -362,7 +385,9 @@ impl Connection {
                 }
             }
         }
-        let results = self.ask_all(|tx| ShardMsg::ClientKill(filter.clone(), tx)).await;
+        let results = self
+            .ask_all(|tx| ShardMsg::ClientKill(filter.clone(), tx))
+            .await;
         let killed: usize = results.iter().map(|(n, _)| n).sum();
         if results.iter().any(|(_, me)| *me) {
             self.closing = true;

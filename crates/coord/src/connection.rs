@@ -129,7 +129,8 @@ impl Connection {
             self.rstart = 0;
             self.rend = 0;
         }
-        let want = (self.need.saturating_sub(self.rstart)).max(self.rend - self.rstart + READ_CHUNK);
+        let want =
+            (self.need.saturating_sub(self.rstart)).max(self.rend - self.rstart + READ_CHUNK);
         if self.rstart > 0 && self.rstart + want > self.rbuf.len() {
             // Move the partial frame to the front instead of growing.
             self.rbuf.copy_within(self.rstart..self.rend, 0);
@@ -152,7 +153,12 @@ impl Connection {
         self.info.last_active.set(Instant::now());
         let pending = self.rend - self.rstart;
         self.info.query_buf.set(pending);
-        let limit = self.worker.cluster.config.query_buffer_limit.load(Ordering::Relaxed);
+        let limit = self
+            .worker
+            .cluster
+            .config
+            .query_buffer_limit
+            .load(Ordering::Relaxed);
         if pending as u64 > limit {
             tracing::warn!(client = self.info.id, addr = %self.info.addr, "closing client that reached max query buffer length");
             return false;
@@ -182,7 +188,12 @@ impl Connection {
 
     fn limits(&self) -> Limits {
         Limits {
-            max_bulk_len: self.worker.cluster.config.proto_max_bulk_len.load(Ordering::Relaxed),
+            max_bulk_len: self
+                .worker
+                .cluster
+                .config
+                .proto_max_bulk_len
+                .load(Ordering::Relaxed),
             authenticated: self.authenticated,
         }
     }
@@ -237,7 +248,11 @@ impl Connection {
         self.aux.clear();
         let limits = self.limits();
         // Until a client authenticates its limits change after each command, so parse one.
-        let max = if self.authenticated { ROUND_MAX_COMMANDS } else { 1 };
+        let max = if self.authenticated {
+            ROUND_MAX_COMMANDS
+        } else {
+            1
+        };
         let mut pos = self.rstart;
         let buf = &self.rbuf[..self.rend];
         while self.cmds.len() < max {
@@ -277,7 +292,10 @@ impl Connection {
     fn refuse(&mut self, msg: &str) {
         let before = self.out.error_offsets.len();
         self.out.error(msg);
-        self.worker.stats.borrow_mut().count_errors(&self.out, before);
+        self.worker
+            .stats
+            .borrow_mut()
+            .count_errors(&self.out, before);
     }
 
     async fn dispatch(&mut self, args: &Args<'_>) {
@@ -301,13 +319,16 @@ impl Connection {
         let db = self.info.db.get();
         match spec.route {
             Route::Key => {
-                let shard = shard_for_key(args.get(spec.first_key as usize), self.worker.num_shards());
+                let shard =
+                    shard_for_key(args.get(spec.first_key as usize), self.worker.num_shards());
                 self.run_on(shard, idx, db, args);
             }
             Route::Keys(merge) => {
                 let n = self.worker.num_shards();
                 let mut positions = spec.key_positions(args.len());
-                let first = positions.next().map_or(0, |p| shard_for_key(args.get(p), n));
+                let first = positions
+                    .next()
+                    .map_or(0, |p| shard_for_key(args.get(p), n));
                 if positions.all(|p| shard_for_key(args.get(p), n) == first) {
                     self.run_on(first, idx, db, args);
                 } else {
@@ -318,7 +339,11 @@ impl Connection {
             Route::Cursor => {
                 let cursor = damselfly_protocol::number::parse_u64(args.get(1)).unwrap_or(0);
                 let shard = damselfly_commands::keys_family::scan_cursor_shard(cursor);
-                let target = if shard < self.worker.num_shards() { shard } else { self.worker.id };
+                let target = if shard < self.worker.num_shards() {
+                    shard
+                } else {
+                    self.worker.id
+                };
                 self.run_on(target, idx, db, args);
             }
             Route::Coordinator => {
@@ -385,7 +410,9 @@ impl Connection {
             replies[shard] = rx.await.ok();
         }
         let local = std::mem::take(&mut self.out.buf);
-        let mut merged = Vec::with_capacity(local.len() + replies.iter().flatten().map(|r| r.out.len()).sum::<usize>());
+        let mut merged = Vec::with_capacity(
+            local.len() + replies.iter().flatten().map(|r| r.out.len()).sum::<usize>(),
+        );
         let mut copied = 0;
         for slot in self.pending.drain(..) {
             merged.extend_from_slice(&local[copied..slot.at]);
@@ -403,7 +430,11 @@ impl Connection {
 
     /// Runs commands on several shards now and returns each reply, in `parts` order. Earlier
     /// commands of this connection are flushed first, so the fan-out sees their effects.
-    pub(crate) async fn call_shards(&mut self, spec: usize, parts: Vec<(usize, Vec<&[u8]>)>) -> Vec<Vec<u8>> {
+    pub(crate) async fn call_shards(
+        &mut self,
+        spec: usize,
+        parts: Vec<(usize, Vec<&[u8]>)>,
+    ) -> Vec<Vec<u8>> {
         self.flush_remote().await;
         let db = self.info.db.get();
         let resp3 = self.resp3();
@@ -437,7 +468,10 @@ impl Connection {
                 let mut acc = 0u32;
                 args.iter()
                     .map(|a| {
-                        let s = Span { start: acc, len: a.len() as u32 };
+                        let s = Span {
+                            start: acc,
+                            len: a.len() as u32,
+                        };
                         acc += a.len() as u32;
                         s
                     })
@@ -445,7 +479,8 @@ impl Connection {
             };
             let data: Vec<u8> = args.concat();
             let mut reply = ReplyBuf::new(resp3);
-            self.worker.exec(spec, db, &Args::new(&data, &spans), &mut reply, false);
+            self.worker
+                .exec(spec, db, &Args::new(&data, &spans), &mut reply, false);
             results[i] = Some(reply.buf);
         }
         for (i, rx) in waiting {
@@ -458,7 +493,10 @@ impl Connection {
     }
 
     /// Sends a message to every thread and collects the answers, in shard order.
-    pub(crate) async fn ask_all<T>(&mut self, make: impl Fn(oneshot::Sender<T>) -> ShardMsg) -> Vec<T> {
+    pub(crate) async fn ask_all<T>(
+        &mut self,
+        make: impl Fn(oneshot::Sender<T>) -> ShardMsg,
+    ) -> Vec<T> {
         self.flush_remote().await;
         let mut waiting = Vec::new();
         for mb in &self.worker.cluster.mailboxes {
@@ -481,7 +519,12 @@ impl Connection {
         self.info.db.set(0);
         self.info.resp.set(2);
         self.info.name.borrow_mut().clear();
-        self.authenticated = !self.worker.cluster.config.has_password.load(Ordering::Relaxed);
+        self.authenticated = !self
+            .worker
+            .cluster
+            .config
+            .has_password
+            .load(Ordering::Relaxed);
     }
 }
 

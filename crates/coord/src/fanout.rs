@@ -52,7 +52,7 @@ impl Connection {
         let started = Instant::now();
         let spec = &COMMANDS[idx];
         let errors_before = self.out.error_offsets.len();
-        if spec.step == 2 && args.len() % 2 == 0 {
+        if spec.step == 2 && args.len().is_multiple_of(2) {
             self.reply_error(&errors::wrong_arity(spec.name));
             self.record_fanout(idx, started, errors_before);
             return;
@@ -60,7 +60,10 @@ impl Connection {
         let n = self.worker.num_shards();
         let step = spec.step.max(1) as usize;
         let positions: Vec<usize> = spec.key_positions(args.len()).collect();
-        let key_shards: Vec<usize> = positions.iter().map(|&p| shard_for_key(args.get(p), n)).collect();
+        let key_shards: Vec<usize> = positions
+            .iter()
+            .map(|&p| shard_for_key(args.get(p), n))
+            .collect();
         let split = |name: &'static [u8]| -> Vec<(usize, Vec<&[u8]>)> {
             let mut parts: Vec<(usize, Vec<&[u8]>)> = Vec::new();
             for (&p, &shard) in positions.iter().zip(&key_shards) {
@@ -108,7 +111,9 @@ impl Connection {
         let started = Instant::now();
         let errors_before = self.out.error_offsets.len();
         let all: Vec<&[u8]> = args.iter().collect();
-        let parts = (0..self.worker.num_shards()).map(|s| (s, all.clone())).collect();
+        let parts = (0..self.worker.num_shards())
+            .map(|s| (s, all.clone()))
+            .collect();
         let replies = self.call_shards(idx, parts).await;
         self.merge_simple(merge, &replies);
         self.record_fanout(idx, started, errors_before);
@@ -164,14 +169,21 @@ impl Connection {
             },
             Merge::AllOk | Merge::MsetNx => self.out.ok(),
             Merge::Concat | Merge::Items => {
-                let all: Vec<&[u8]> = replies.iter().filter_map(|r| array_items(r)).flatten().collect();
+                let all: Vec<&[u8]> = replies
+                    .iter()
+                    .filter_map(|r| array_items(r))
+                    .flatten()
+                    .collect();
                 self.out.array(all.len());
                 for item in all {
                     self.out.raw(item);
                 }
             }
             Merge::RandomKey => {
-                let found: Vec<&Vec<u8>> = replies.iter().filter(|r| r.first() == Some(&b'$') && !r.starts_with(b"$-1")).collect();
+                let found: Vec<&Vec<u8>> = replies
+                    .iter()
+                    .filter(|r| r.first() == Some(&b'$') && !r.starts_with(b"$-1"))
+                    .collect();
                 match found.choose(&mut rand::thread_rng()) {
                     Some(r) => self.out.raw(r),
                     None => self.out.null(),
@@ -209,7 +221,10 @@ mod tests {
 
     #[test]
     fn sums_integers() {
-        assert_eq!(sum_replies(&[b":2\r\n".to_vec(), b":3\r\n".to_vec()]), Ok(5));
+        assert_eq!(
+            sum_replies(&[b":2\r\n".to_vec(), b":3\r\n".to_vec()]),
+            Ok(5)
+        );
         assert!(sum_replies(&[b"-ERR x\r\n".to_vec()]).is_err());
     }
 }

@@ -121,7 +121,10 @@ mod tests {
             }
         });
         t.join().unwrap();
-        assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst), "sender must wake the owner");
+        assert!(
+            flag.0.load(std::sync::atomic::Ordering::SeqCst),
+            "sender must wake the owner"
+        );
         assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(true));
         drop(fut);
         assert_eq!(out, vec![0, 1, 2]);

@@ -15,12 +15,32 @@ use crate::worker::{ShardMsg, ThreadReport};
 
 /// INFO sections printed by plain `INFO` / `INFO default`.
 const DEFAULT_SECTIONS: &[&str] = &[
-    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
-    "errorstats", "cluster", "keyspace",
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "modules",
+    "errorstats",
+    "cluster",
+    "keyspace",
 ];
 const ALL_SECTIONS: &[&str] = &[
-    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "modules",
-    "commandstats", "errorstats", "cluster", "keyspace", "shards",
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "modules",
+    "commandstats",
+    "errorstats",
+    "cluster",
+    "keyspace",
+    "shards",
 ];
 
 fn human_bytes(n: u64) -> String {
@@ -42,7 +62,11 @@ fn rss_bytes() -> u64 {
     let page = 4096;
     std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .map_or(0, |pages| pages * page)
 }
 
@@ -86,12 +110,19 @@ impl Connection {
     async fn shutdown(&mut self, args: &Args<'_>) {
         for a in args.iter().skip(1) {
             let a = a.to_ascii_lowercase();
-            if !matches!(a.as_slice(), b"nosave" | b"save" | b"now" | b"force" | b"abort") {
+            if !matches!(
+                a.as_slice(),
+                b"nosave" | b"save" | b"now" | b"force" | b"abort"
+            ) {
                 self.reply_error(errors::SYNTAX);
                 return;
             }
         }
-        if args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(b"abort")) {
+        if args
+            .iter()
+            .skip(1)
+            .any(|a| a.eq_ignore_ascii_case(b"abort"))
+        {
             self.reply_error("ERR No shutdown in progress.");
             return;
         }
@@ -131,7 +162,11 @@ impl Connection {
             out.map(3);
             out.bulk(b"flags");
             out.set(1);
-            out.simple(if spec.flags & flags::WRITE != 0 { "RW" } else { "RO" });
+            out.simple(if spec.flags & flags::WRITE != 0 {
+                "RW"
+            } else {
+                "RO"
+            });
             out.bulk(b"begin_search");
             out.map(2);
             out.bulk(b"type");
@@ -147,7 +182,11 @@ impl Connection {
             out.bulk(b"spec");
             out.map(3);
             out.bulk(b"lastkey");
-            out.int(if spec.last_key < 0 { spec.last_key as i64 } else { (spec.last_key - spec.first_key) as i64 });
+            out.int(if spec.last_key < 0 {
+                spec.last_key as i64
+            } else {
+                (spec.last_key - spec.first_key) as i64
+            });
             out.bulk(b"keystep");
             out.int(spec.step as i64);
             out.bulk(b"limit");
@@ -201,7 +240,11 @@ impl Connection {
                 let specs: Vec<&CommandSpec> = if args.len() == 2 {
                     COMMANDS.iter().collect()
                 } else {
-                    args.iter().skip(2).filter_map(lookup).map(|i| &COMMANDS[i]).collect()
+                    args.iter()
+                        .skip(2)
+                        .filter_map(lookup)
+                        .map(|i| &COMMANDS[i])
+                        .collect()
                 };
                 self.out.map(specs.len());
                 for spec in specs {
@@ -211,7 +254,9 @@ impl Connection {
             b"list" => {
                 let filter = match args.len() {
                     2 => None,
-                    5 if args.is(2, "filterby") => Some((args.get(3).to_ascii_lowercase(), args.get(4))),
+                    5 if args.is(2, "filterby") => {
+                        Some((args.get(3).to_ascii_lowercase(), args.get(4)))
+                    }
                     _ => {
                         self.reply_error(errors::SYNTAX);
                         return;
@@ -222,8 +267,13 @@ impl Connection {
                     .filter(|c| match &filter {
                         None => true,
                         Some((kind, v)) => match kind.as_slice() {
-                            b"pattern" => damselfly_storage::glob::glob_match(v, c.name.as_bytes(), true),
-                            b"aclcat" => c.acl.split_whitespace().any(|a| a[1..].as_bytes().eq_ignore_ascii_case(v)),
+                            b"pattern" => {
+                                damselfly_storage::glob::glob_match(v, c.name.as_bytes(), true)
+                            }
+                            b"aclcat" => c
+                                .acl
+                                .split_whitespace()
+                                .any(|a| a.as_bytes()[1..].eq_ignore_ascii_case(v)),
                             _ => false,
                         },
                     })
@@ -257,7 +307,8 @@ impl Connection {
             }
             b"help" => {
                 self.out.array(1);
-                self.out.simple("COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS] ...");
+                self.out
+                    .simple("COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS] ...");
             }
             b"count" | b"getkeys" => {
                 let full = format!("command|{}", String::from_utf8_lossy(&sub));
@@ -280,7 +331,7 @@ impl Connection {
                     self.out.bulk(v.as_bytes());
                 }
             }
-            b"set" if args.len() >= 4 && args.len() % 2 == 0 => {
+            b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
                 let pairs: Vec<(String, String)> = (2..args.len())
                     .step_by(2)
                     .map(|i| {
@@ -338,7 +389,11 @@ impl Connection {
             }
             b"set-active-expire" if argc == 3 => {
                 let on = parse_i64(args.get(2)).unwrap_or(0) != 0;
-                self.worker.cluster.config.active_expire.store(on, Ordering::Relaxed);
+                self.worker
+                    .cluster
+                    .config
+                    .active_expire
+                    .store(on, Ordering::Relaxed);
                 self.out.ok();
             }
             b"populate" if (3..=5).contains(&argc) => {
@@ -353,7 +408,11 @@ impl Connection {
                         return;
                     }
                 };
-                let prefix = if argc >= 4 { args.get(3).to_vec() } else { b"key".to_vec() };
+                let prefix = if argc >= 4 {
+                    args.get(3).to_vec()
+                } else {
+                    b"key".to_vec()
+                };
                 let size = if argc == 5 {
                     match parse_i64(args.get(4)) {
                         Some(n) if n >= 0 => (n > 0).then_some(n as usize),
@@ -382,7 +441,8 @@ impl Connection {
             }
             b"help" => {
                 self.out.array(1);
-                self.out.simple("DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE> ...");
+                self.out
+                    .simple("DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE> ...");
             }
             _ => {
                 let sub = String::from_utf8_lossy(args.get(1)).into_owned();
@@ -493,7 +553,11 @@ impl Connection {
             stats.total_error_replies,
         );
         section("Stats", &s, &mut out);
-        section("Replication", "role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n", &mut out);
+        section(
+            "Replication",
+            "role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n",
+            &mut out,
+        );
         let (sys, user) = cpu_times();
         let s = format!("used_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n");
         section("CPU", &s, &mut out);
@@ -503,7 +567,11 @@ impl Connection {
             if c.calls == 0 && c.rejected == 0 && c.failed == 0 {
                 continue;
             }
-            let per = if c.calls > 0 { c.usec as f64 / c.calls as f64 } else { 0.0 };
+            let per = if c.calls > 0 {
+                c.usec as f64 / c.calls as f64
+            } else {
+                0.0
+            };
             let _ = write!(
                 s,
                 "cmdstat_{}:calls={},usec={},usec_per_call={per:.2},rejected_calls={},failed_calls={}\r\n",
@@ -519,12 +587,13 @@ impl Connection {
         section("Cluster", "cluster_enabled:0\r\n", &mut out);
         let mut s = String::new();
         for db in 0..cluster.databases {
-            let (keys, expires, ttl_sum, ttl_n) = reports.iter().fold((0, 0, 0u64, 0u64), |acc, r| {
-                let (k, e, t) = r.keyspace.get(db).copied().unwrap_or((0, 0, 0));
-                (acc.0 + k, acc.1 + e, acc.2 + t, acc.3 + u64::from(t > 0))
-            });
+            let (keys, expires, ttl_sum, ttl_n) =
+                reports.iter().fold((0, 0, 0u64, 0u64), |acc, r| {
+                    let (k, e, t) = r.keyspace.get(db).copied().unwrap_or((0, 0, 0));
+                    (acc.0 + k, acc.1 + e, acc.2 + t, acc.3 + u64::from(t > 0))
+                });
             if keys > 0 {
-                let avg = if ttl_n > 0 { ttl_sum / ttl_n } else { 0 };
+                let avg = ttl_sum.checked_div(ttl_n).unwrap_or(0);
                 let _ = write!(s, "db{db}:keys={keys},expires={expires},avg_ttl={avg}\r\n");
             }
         }
@@ -535,7 +604,11 @@ impl Connection {
             let _ = write!(
                 s,
                 "shard{}:keys={keys},used_memory={},clients={},commands={},expired_keys={}\r\n",
-                r.shard_id, r.used_memory, r.clients, r.stats.total_commands, r.shard_stats.expired_keys
+                r.shard_id,
+                r.used_memory,
+                r.clients,
+                r.stats.total_commands,
+                r.shard_stats.expired_keys
             );
         }
         section("Shards", &s, &mut out);

@@ -149,7 +149,11 @@ impl Worker {
                 reply,
                 shard_id: self.id,
                 num_shards: self.num_shards(),
-                max_bulk_len: self.cluster.config.proto_max_bulk_len.load(Ordering::Relaxed),
+                max_bulk_len: self
+                    .cluster
+                    .config
+                    .proto_max_bulk_len
+                    .load(Ordering::Relaxed),
             };
             f(&mut ctx, args);
         }

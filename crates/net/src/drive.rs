@@ -81,7 +81,11 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut c
         conn.take_output(&mut pending);
         let unsent = (pending.len() - sent) as u64;
         if unsent > cluster.config.output_buffer_limit.load(Ordering::Relaxed) {
-            tracing::warn!(client = conn.id(), bytes = unsent, "closing client over the output buffer limit");
+            tracing::warn!(
+                client = conn.id(),
+                bytes = unsent,
+                "closing client over the output buffer limit"
+            );
             return;
         }
         match step {
@@ -91,7 +95,7 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut c
             }
             Step::Again => {
                 rounds += 1;
-                if rounds % 16 == 0 {
+                if rounds.is_multiple_of(16) {
                     yield_now().await;
                 }
                 continue;
@@ -131,7 +135,12 @@ pub(crate) fn refuse(fd: i32) {
     const MSG: &[u8] = b"-ERR max number of clients reached\r\n";
     // SAFETY: fd is an accepted socket we still own; a short or failed write is acceptable.
     unsafe {
-        libc::send(fd, MSG.as_ptr().cast(), MSG.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+        libc::send(
+            fd,
+            MSG.as_ptr().cast(),
+            MSG.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        );
     }
 }
 

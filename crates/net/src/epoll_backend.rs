@@ -42,7 +42,12 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
             .iter()
             .map(|l| l.try_clone())
             .collect::<io::Result<Vec<_>>>()?;
-        let unix = shared.listeners.unix.as_ref().map(|l| l.try_clone()).transpose()?;
+        let unix = shared
+            .listeners
+            .unix
+            .as_ref()
+            .map(|l| l.try_clone())
+            .transpose()?;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("damselfly-{index}"))
@@ -64,7 +69,9 @@ fn thread_main(
     unix: Option<std::os::unix::net::UnixListener>,
 ) -> io::Result<()> {
     shared.pin(index);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let worker = Worker::new(index, shared.cluster.clone());

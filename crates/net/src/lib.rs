@@ -19,7 +19,7 @@ use damselfly_commands::config::Config;
 use damselfly_coord::{mailbox, Cluster, Mailbox, ServerInfo, ShardMsg};
 
 pub use cpus::available_cpus;
-pub use listeners::{Listeners, ListenerSpec};
+pub use listeners::{ListenerSpec, Listeners};
 
 /// Which I/O backend runs the event loops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,14 @@ pub struct Server {
 
 impl Server {
     /// Creates the shards' mailboxes and the shared state; listeners are already bound.
-    pub fn new(config: Arc<Config>, threads: usize, backend: Backend, pin: bool, listeners: Listeners, info: ServerInfo) -> Server {
+    pub fn new(
+        config: Arc<Config>,
+        threads: usize,
+        backend: Backend,
+        pin: bool,
+        listeners: Listeners,
+        info: ServerInfo,
+    ) -> Server {
         let (senders, mailboxes): (Vec<_>, Vec<_>) = (0..threads).map(|_| mailbox()).unzip();
         let cluster = Arc::new(Cluster::new(config, senders));
         let _ = cluster.info.set(ServerInfo {

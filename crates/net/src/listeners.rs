@@ -48,7 +48,10 @@ fn bind_unix(path: &PathBuf, perm: Option<u32>) -> io::Result<UnixListener> {
         if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
-                format!("unix socket {} is in use by a running server", path.display()),
+                format!(
+                    "unix socket {} is in use by a running server",
+                    path.display()
+                ),
             ));
         }
         tracing::info!(path = %path.display(), "removing stale unix socket file");
@@ -79,14 +82,22 @@ impl Listeners {
                 let addr: SocketAddr = match ip.parse::<std::net::IpAddr>() {
                     Ok(ip) => SocketAddr::new(ip, spec.port),
                     Err(_) => {
-                        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid bind address '{raw}'")))
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("invalid bind address '{raw}'"),
+                        ))
                     }
                 };
                 match bind_tcp(addr, spec.backlog) {
                     Ok(l) => tcp.push(l),
-                    Err(e) if optional => tracing::warn!("skipping optional bind address {addr}: {e}"),
+                    Err(e) if optional => {
+                        tracing::warn!("skipping optional bind address {addr}: {e}")
+                    }
                     Err(e) => {
-                        return Err(io::Error::new(e.kind(), format!("could not listen on {addr}: {e}")))
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("could not listen on {addr}: {e}"),
+                        ))
                     }
                 }
             }
@@ -96,7 +107,10 @@ impl Listeners {
             None => None,
         };
         if tcp.is_empty() && unix.is_none() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no listener configured: set --port or --unixsocket"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no listener configured: set --port or --unixsocket",
+            ));
         }
         Ok(Listeners {
             tcp,
@@ -107,7 +121,10 @@ impl Listeners {
 
     /// The TCP port in use (the first listener's), 0 when TCP is off.
     pub fn tcp_port(&self) -> u16 {
-        self.tcp.first().and_then(|l| l.local_addr().ok()).map_or(0, |a| a.port())
+        self.tcp
+            .first()
+            .and_then(|l| l.local_addr().ok())
+            .map_or(0, |a| a.port())
     }
 
     /// One line naming every listener, for the start-up log.
@@ -134,7 +151,10 @@ impl Drop for Listeners {
 }
 
 /// The peer and local address of an accepted socket, as CLIENT LIST prints them.
-pub(crate) fn describe_tcp(peer: Option<SocketAddr>, local: Option<SocketAddr>) -> (String, String) {
+pub(crate) fn describe_tcp(
+    peer: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+) -> (String, String) {
     let f = |a: Option<SocketAddr>| a.map_or_else(|| "?:0".to_string(), |a| a.to_string());
     (f(peer), f(local))
 }

@@ -24,7 +24,7 @@ pub fn io_uring_usable() -> Result<(), String> {
     // SAFETY: getrlimit fills the struct.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0
         && lim.rlim_cur != libc::RLIM_INFINITY
-        && (lim.rlim_cur as u64) < MIN_MEMLOCK
+        && lim.rlim_cur < MIN_MEMLOCK
     {
         return Err(format!(
             "RLIMIT_MEMLOCK is {} bytes, below the {} glommio needs",

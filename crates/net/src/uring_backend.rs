@@ -94,7 +94,11 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
 }
 
 /// Blocking accept loop for the unix socket; ends when shutdown closes the listener.
-fn unix_acceptor(listener: std::os::unix::net::UnixListener, targets: Vec<MailboxSender<i32>>, shared: Arc<Shared>) {
+fn unix_acceptor(
+    listener: std::os::unix::net::UnixListener,
+    targets: Vec<MailboxSender<i32>>,
+    shared: Arc<Shared>,
+) {
     let mut next = 0;
     for stream in listener.incoming() {
         if shared.cluster.shutdown.is_triggered() {
@@ -186,7 +190,9 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
                 if secs > 0 {
                     let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(secs));
                     // SAFETY: fd stays owned by `stream`; SockRef only borrows it.
-                    let _ = socket2::SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).set_tcp_keepalive(&ka);
+                    let _ =
+                        socket2::SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+                            .set_tcp_keepalive(&ka);
                 }
                 let (addr, laddr) = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
                 let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });

@@ -92,14 +92,7 @@ pub fn format_f64_17g(v: f64, out: &mut Vec<u8>) {
     }
     let mut buf = [0u8; 64];
     // SAFETY: the buffer is large enough for any %.17g rendering and snprintf NUL-terminates.
-    let n = unsafe {
-        libc::snprintf(
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            c"%.17g".as_ptr(),
-            v,
-        )
-    };
+    let n = unsafe { libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), c"%.17g".as_ptr(), v) };
     let n = usize::try_from(n).unwrap_or(0).min(buf.len() - 1);
     out.extend_from_slice(&buf[..n]);
 }

@@ -102,7 +102,9 @@ fn header_line(buf: &[u8], from: usize, what: &str) -> Result<Option<usize>, Pro
                 Ok(Some(from + i))
             }
         }
-        None if window.len() > INLINE_MAX => Err(ProtocolError(format!("too big {what} count string"))),
+        None if window.len() > INLINE_MAX => {
+            Err(ProtocolError(format!("too big {what} count string")))
+        }
         None => Ok(None),
     }
 }
@@ -118,7 +120,9 @@ fn parse_multibulk(
     limits: &Limits,
 ) -> Result<ParsedCommand, ProtocolError> {
     let Some(cr) = header_line(buf, pos, "mbulk")? else {
-        return Ok(ParsedCommand::Incomplete { need: buf.len() + 1 });
+        return Ok(ParsedCommand::Incomplete {
+            need: buf.len() + 1,
+        });
     };
     let count = parse_i64(&buf[pos + 1..cr]).ok_or_else(|| perr("invalid multibulk length"))?;
     if count > i64::from(i32::MAX) || (!limits.authenticated && count > 10) {
@@ -136,7 +140,9 @@ fn parse_multibulk(
         }
         let Some(cr) = header_line(buf, p, "bulk")? else {
             spans.truncate(mark);
-            return Ok(ParsedCommand::Incomplete { need: buf.len() + 1 });
+            return Ok(ParsedCommand::Incomplete {
+                need: buf.len() + 1,
+            });
         };
         if buf[p] != b'$' {
             spans.truncate(mark);
@@ -186,7 +192,9 @@ fn parse_inline(
         if window.len() > INLINE_MAX {
             return Err(perr("too big inline request"));
         }
-        return Ok(ParsedCommand::Incomplete { need: buf.len() + 1 });
+        return Ok(ParsedCommand::Incomplete {
+            need: buf.len() + 1,
+        });
     };
     let mut line = &window[..nl];
     if line.last() == Some(&b'\r') {
@@ -347,7 +355,8 @@ mod tests {
 
     #[test]
     fn multibulk_and_inline() {
-        let cmds = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\nset  \"a b\" 'c\\'d'\r\n\r\n").unwrap();
+        let cmds = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\nset  \"a b\" 'c\\'d'\r\n\r\n")
+            .unwrap();
         assert_eq!(
             cmds,
             vec![
@@ -396,7 +405,10 @@ mod tests {
 
     #[test]
     fn empty_multibulk_is_skipped() {
-        assert_eq!(parse_all(b"*0\r\n*-1\r\n").unwrap(), Vec::<Vec<Vec<u8>>>::new());
+        assert_eq!(
+            parse_all(b"*0\r\n*-1\r\n").unwrap(),
+            Vec::<Vec<Vec<u8>>>::new()
+        );
     }
 
     proptest! {

@@ -51,8 +51,10 @@ impl ReplyBuf {
     pub fn error(&mut self, msg: &str) {
         self.error_offsets.push(self.buf.len());
         self.buf.push(b'-');
-        self.buf
-            .extend(msg.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+        self.buf.extend(
+            msg.bytes()
+                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
         self.buf.extend_from_slice(b"\r\n");
     }
 
@@ -129,7 +131,8 @@ impl ReplyBuf {
     /// A boolean: `#t`/`#f` in RESP3, `:1`/`:0` in RESP2.
     pub fn boolean(&mut self, v: bool) {
         if self.resp3 {
-            self.buf.extend_from_slice(if v { b"#t\r\n" } else { b"#f\r\n" });
+            self.buf
+                .extend_from_slice(if v { b"#t\r\n" } else { b"#f\r\n" });
         } else {
             self.int(i64::from(v));
         }

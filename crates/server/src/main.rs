@@ -94,7 +94,9 @@ fn main() -> ExitCode {
     let info = ServerInfo {
         multiplexing_api: backend.multiplexing_api(),
         tcp_port: listeners.tcp_port(),
-        executable: std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
+        executable: std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
         config_file: opts.config_file.clone().unwrap_or_default(),
     };
     let described = listeners.describe();

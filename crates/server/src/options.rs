@@ -8,7 +8,11 @@ use damselfly_commands::config::Config;
 use damselfly_net::ListenerSpec;
 
 #[derive(Parser, Debug)]
-#[command(name = "damselfly", version, about = "A Redis-compatible, multi-threaded, shared-nothing in-memory datastore")]
+#[command(
+    name = "damselfly",
+    version,
+    about = "A Redis-compatible, multi-threaded, shared-nothing in-memory datastore"
+)]
 pub struct Options {
     /// A redis.conf-style file (`name value` per line); flags override it.
     pub config_file: Option<String>,
@@ -129,17 +133,22 @@ impl Options {
     /// Applies the config file, then the flags.
     pub fn apply(&self, config: &Config) -> Result<(), String> {
         if let Some(path) = &self.config_file {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {path}: {e}"))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {path}: {e}"))?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.trim();
                 if line.is_empty() || line.starts_with('#') {
                     continue;
                 }
-                let words = split_line(line).ok_or_else(|| format!("{path}:{}: unbalanced quotes", n + 1))?;
+                let words = split_line(line)
+                    .ok_or_else(|| format!("{path}:{}: unbalanced quotes", n + 1))?;
                 let (name, values) = words.split_first().ok_or("empty line")?;
                 let value = values.join(" ");
                 if Config::param(name).is_none() {
-                    eprintln!("damselfly: {path}:{}: ignoring unsupported directive '{name}'", n + 1);
+                    eprintln!(
+                        "damselfly: {path}:{}: ignoring unsupported directive '{name}'",
+                        n + 1
+                    );
                     continue;
                 }
                 config
@@ -158,7 +167,10 @@ impl Options {
             ("timeout", self.timeout.clone()),
             ("tcp-keepalive", self.tcp_keepalive.clone()),
             ("proto-max-bulk-len", self.proto_max_bulk_len.clone()),
-            ("client-query-buffer-limit", self.client_query_buffer_limit.clone()),
+            (
+                "client-query-buffer-limit",
+                self.client_query_buffer_limit.clone(),
+            ),
             ("loglevel", self.loglevel.clone()),
             ("logfile", self.logfile.clone()),
             ("threads", self.threads.clone()),
@@ -174,12 +186,19 @@ impl Options {
         ];
         for (name, value) in flags {
             if let Some(v) = value {
-                config.set_initial(name, &v).map_err(|e| format!("--{name}: {e}"))?;
+                config
+                    .set_initial(name, &v)
+                    .map_err(|e| format!("--{name}: {e}"))?;
             }
         }
-        for (name, value) in [("protected-mode", &self.protected_mode), ("daemonize", &self.daemonize)] {
+        for (name, value) in [
+            ("protected-mode", &self.protected_mode),
+            ("daemonize", &self.daemonize),
+        ] {
             if let Some(v) = value {
-                config.set_initial(name, v).map_err(|e| format!("--{name}: {e}"))?;
+                config
+                    .set_initial(name, v)
+                    .map_err(|e| format!("--{name}: {e}"))?;
             }
         }
         if config.get("daemonize") == "yes" {
@@ -194,7 +213,11 @@ pub fn listener_spec(config: &Config) -> ListenerSpec {
     let unixsocket = config.get("unixsocket");
     let perm = config.get("unixsocketperm");
     ListenerSpec {
-        bind: config.get("bind").split_whitespace().map(str::to_string).collect(),
+        bind: config
+            .get("bind")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
         port: config.get_u64("port") as u16,
         unixsocket: (!unixsocket.is_empty()).then(|| PathBuf::from(unixsocket)),
         unixsocketperm: u32::from_str_radix(&perm, 8).ok().filter(|&m| m != 0),
@@ -213,7 +236,9 @@ pub fn init_logging(config: &Config) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DAMSELFLY_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let logfile = config.get("logfile");
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     if logfile.is_empty() {
         builder.init();
     } else {
@@ -222,7 +247,10 @@ pub fn init_logging(config: &Config) -> Result<(), String> {
             .append(true)
             .open(&logfile)
             .map_err(|e| format!("cannot open logfile {logfile}: {e}"))?;
-        builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+        builder
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .init();
     }
     Ok(())
 }
@@ -233,9 +261,15 @@ mod tests {
 
     #[test]
     fn splits_config_lines() {
-        assert_eq!(split_line("bind 127.0.0.1 -::1").unwrap(), vec!["bind", "127.0.0.1", "-::1"]);
+        assert_eq!(
+            split_line("bind 127.0.0.1 -::1").unwrap(),
+            vec!["bind", "127.0.0.1", "-::1"]
+        );
         assert_eq!(split_line("save \"\"").unwrap(), vec!["save", ""]);
-        assert_eq!(split_line("requirepass 'a b'").unwrap(), vec!["requirepass", "a b"]);
+        assert_eq!(
+            split_line("requirepass 'a b'").unwrap(),
+            vec!["requirepass", "a b"]
+        );
         assert!(split_line("x \"open").is_none());
     }
 

@@ -54,10 +54,22 @@ impl Gen {
     }
 
     fn float(&mut self) -> String {
-        ["0.1", "-1.5", "1e3", "3.0e-2", "abc", "inf", "-0", "10", "5.0e3", " 1", "1.7976931348623157e308"]
-            .choose(&mut self.rng)
-            .map(|s| s.to_string())
-            .unwrap_or_default()
+        [
+            "0.1",
+            "-1.5",
+            "1e3",
+            "3.0e-2",
+            "abc",
+            "inf",
+            "-0",
+            "10",
+            "5.0e3",
+            " 1",
+            "1.7976931348623157e308",
+        ]
+        .choose(&mut self.rng)
+        .map(|s| s.to_string())
+        .unwrap_or_default()
     }
 
     /// An expire argument that cannot race between the two servers: far future, or past.
@@ -68,7 +80,9 @@ impl Gen {
             1 => "-5".into(),
             2 => "notanumber".into(),
             3 if absolute => ((self.now_secs - 1000) * scale).to_string(),
-            _ if absolute => ((self.now_secs + self.rng.gen_range(1000..100_000)) * scale).to_string(),
+            _ if absolute => {
+                ((self.now_secs + self.rng.gen_range(1000..100_000)) * scale).to_string()
+            }
             _ => (self.rng.gen_range(1000..100_000) * scale).to_string(),
         }
     }
@@ -157,7 +171,11 @@ impl Gen {
             37..=38 => {
                 let a = self.int();
                 let b = self.int();
-                let name = if self.rng.gen_bool(0.5) { "GETRANGE" } else { "SUBSTR" };
+                let name = if self.rng.gen_bool(0.5) {
+                    "GETRANGE"
+                } else {
+                    "SUBSTR"
+                };
                 s(&[name, &k, &a, &b])
             }
             39..=40 => {
@@ -174,7 +192,10 @@ impl Gen {
             50..=51 => s(&["DECRBY", &k, &self.int()]),
             52..=54 => s(&["INCRBYFLOAT", &k, &self.float()]),
             55..=57 => {
-                let name = ["DEL", "UNLINK", "EXISTS", "TOUCH"].choose(&mut self.rng).copied().unwrap_or("DEL");
+                let name = ["DEL", "UNLINK", "EXISTS", "TOUCH"]
+                    .choose(&mut self.rng)
+                    .copied()
+                    .unwrap_or("DEL");
                 let mut c = s(&[name]);
                 for _ in 0..self.rng.gen_range(1..5) {
                     c.push(self.key());
@@ -183,28 +204,57 @@ impl Gen {
             }
             58..=59 => s(&["TYPE", &k]),
             60..=65 => {
-                let (name, ms, abs) = *[("EXPIRE", false, false), ("PEXPIRE", true, false), ("EXPIREAT", false, true), ("PEXPIREAT", true, true)]
-                    .choose(&mut self.rng)
-                    .expect("non-empty");
+                let (name, ms, abs) = *[
+                    ("EXPIRE", false, false),
+                    ("PEXPIRE", true, false),
+                    ("EXPIREAT", false, true),
+                    ("PEXPIREAT", true, true),
+                ]
+                .choose(&mut self.rng)
+                .expect("non-empty");
                 let mut c = s(&[name, &k, &self.expire_arg(ms, abs)]);
                 for _ in 0..self.rng.gen_range(0..3) {
-                    c.push(["NX", "XX", "GT", "LT", "YY"].choose(&mut self.rng).copied().unwrap_or("NX").to_string());
+                    c.push(
+                        ["NX", "XX", "GT", "LT", "YY"]
+                            .choose(&mut self.rng)
+                            .copied()
+                            .unwrap_or("NX")
+                            .to_string(),
+                    );
                 }
                 c
             }
             66..=71 => {
-                let name = ["TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"].choose(&mut self.rng).copied().unwrap_or("TTL");
+                let name = ["TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"]
+                    .choose(&mut self.rng)
+                    .copied()
+                    .unwrap_or("TTL");
                 s(&[name, &k])
             }
             72..=73 => s(&["PERSIST", &k]),
             74..=75 => s(&["DBSIZE"]),
-            76..=77 => s(&["KEYS", ["*", "k1*", "{tag}*", "k?", "*[0-3]"].choose(&mut self.rng).copied().unwrap_or("*")]),
-            78 => s(&["SELECT", ["0", "1", "0", "99", "x"].choose(&mut self.rng).copied().unwrap_or("0")]),
+            76..=77 => s(&[
+                "KEYS",
+                ["*", "k1*", "{tag}*", "k?", "*[0-3]"]
+                    .choose(&mut self.rng)
+                    .copied()
+                    .unwrap_or("*"),
+            ]),
+            78 => s(&[
+                "SELECT",
+                ["0", "1", "0", "99", "x"]
+                    .choose(&mut self.rng)
+                    .copied()
+                    .unwrap_or("0"),
+            ]),
             79 => s(&["ECHO", &self.value()]),
             80 => s(&["PING"]),
             81 => s(&["PING", &self.value()]),
             82 => s(&["NOSUCHCMD", &k]),
-            83 => s(&[["GET", "SET", "INCR", "EXPIRE", "MGET", "TTL"].choose(&mut self.rng).copied().unwrap_or("GET")]),
+            83 => s(&[["GET", "SET", "INCR", "EXPIRE", "MGET", "TTL"]
+                .choose(&mut self.rng)
+                .copied()
+                .unwrap_or("GET")]),
             84 => s(&["GET", &k, "extra"]),
             85 => {
                 if self.rng.gen_ratio(1, 4) {
@@ -227,17 +277,30 @@ impl Gen {
 
 /// Returns the integer of a `:n` reply.
 fn int_reply(r: &[u8]) -> Option<i64> {
-    std::str::from_utf8(r.strip_prefix(b":")?).ok()?.trim_end().parse().ok()
+    std::str::from_utf8(r.strip_prefix(b":")?)
+        .ok()?
+        .trim_end()
+        .parse()
+        .ok()
 }
 
 /// Splits a flat array of bulk strings into its items (for KEYS).
 fn sorted_items(r: &[u8]) -> Vec<Vec<u8>> {
     let text = r.to_vec();
     let mut items: Vec<Vec<u8>> = Vec::new();
-    let mut pos = text.iter().position(|&b| b == b'\n').map_or(text.len(), |p| p + 1);
+    let mut pos = text
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(text.len(), |p| p + 1);
     while pos < text.len() {
-        let end = text[pos..].iter().position(|&b| b == b'\n').map_or(text.len(), |p| pos + p + 1);
-        let len: usize = std::str::from_utf8(&text[pos + 1..end - 2]).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let end = text[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(text.len(), |p| pos + p + 1);
+        let len: usize = std::str::from_utf8(&text[pos + 1..end - 2])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         items.push(text[end..end + len].to_vec());
         pos = end + len + 2;
     }
@@ -271,8 +334,12 @@ fn run_stream(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, count: usize, labe
             let mine = ours.reply();
             if !equivalent(c, &mine, &theirs) && c.len() > 1 {
                 eprintln!("history of {}:", c[1]);
-                let upto = gen.history.len() - cmds.len() + cmds.iter().position(|x| std::ptr::eq(x, c)).unwrap_or(0);
-                for h in gen.history[..=upto].iter().filter(|h| h.len() > 1 && h[1..].contains(&c[1])) {
+                let upto = gen.history.len() - cmds.len()
+                    + cmds.iter().position(|x| std::ptr::eq(x, c)).unwrap_or(0);
+                for h in gen.history[..=upto]
+                    .iter()
+                    .filter(|h| h.len() > 1 && h[1..].contains(&c[1]))
+                {
                     eprintln!("  {h:?}");
                 }
             }
@@ -292,7 +359,10 @@ fn same_replies_as_redis(b: Backend) {
     let ours_server = Server::start(b, &[]);
     let mut redis = redis_server.raw();
     let mut ours = ours_server.raw();
-    let now_secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let now_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let mut gen = Gen {
         rng: StdRng::seed_from_u64(0xDA5E_1F1E),
         now_secs,
@@ -310,7 +380,10 @@ fn same_replies_as_redis(b: Backend) {
         ours.cmd(&["SELECT", db]);
         let keys = vec!["KEYS".to_string(), "*".to_string()];
         let (a, b) = (redis.cmd(&keys), ours.cmd(&keys));
-        assert!(equivalent(&keys, &b, &a), "final keyspace of db {db} differs");
+        assert!(
+            equivalent(&keys, &b, &a),
+            "final keyspace of db {db} differs"
+        );
     }
 }
 

@@ -16,12 +16,22 @@ fn strings_and_keys(b: Backend) {
     let v: String = c.get("greeting").unwrap();
     assert_eq!(v, "hello");
     // Keys spread over both shards: MSET/MGET/DEL/EXISTS fan out and merge in key order.
-    let pairs: Vec<(String, String)> = (0..20).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+    let pairs: Vec<(String, String)> = (0..20)
+        .map(|i| (format!("k{i}"), format!("v{i}")))
+        .collect();
     let _: () = c.mset(&pairs).unwrap();
     let keys: Vec<String> = pairs.iter().map(|p| p.0.clone()).collect();
     let vals: Vec<Option<String>> = c.mget(&keys).unwrap();
-    assert_eq!(vals, pairs.iter().map(|p| Some(p.1.clone())).collect::<Vec<_>>());
-    let n: i64 = redis::cmd("EXISTS").arg(&keys).arg("nope").arg("k1").query(&mut c).unwrap();
+    assert_eq!(
+        vals,
+        pairs.iter().map(|p| Some(p.1.clone())).collect::<Vec<_>>()
+    );
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(&keys)
+        .arg("nope")
+        .arg("k1")
+        .query(&mut c)
+        .unwrap();
     assert_eq!(n, 21);
     let n: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
     assert_eq!(n, 21);
@@ -40,7 +50,10 @@ fn strings_and_keys(b: Backend) {
     // SELECT isolates databases.
     assert_eq!(u.cmd(&["SELECT", "3"]), b"+OK\r\n");
     assert_eq!(u.cmd(&["GET", "greeting"]), b"$-1\r\n");
-    assert_eq!(u.cmd(&["SELECT", "16"]), b"-ERR DB index is out of range\r\n");
+    assert_eq!(
+        u.cmd(&["SELECT", "16"]),
+        b"-ERR DB index is out of range\r\n"
+    );
     assert_eq!(u.cmd(&["FLUSHALL"]), b"+OK\r\n");
     assert_eq!(u.cmd(&["DBSIZE"]), b":0\r\n");
 }
@@ -49,18 +62,31 @@ fn resp3_and_inline(b: Backend) {
     let s = Server::start(b, &[]);
     let mut r = s.raw();
     let hello = r.cmd(&["HELLO", "3"]);
-    assert!(hello.starts_with(b"%7\r\n"), "{}", String::from_utf8_lossy(&hello));
+    assert!(
+        hello.starts_with(b"%7\r\n"),
+        "{}",
+        String::from_utf8_lossy(&hello)
+    );
     assert!(String::from_utf8_lossy(&hello).contains("7.0.15"));
     assert_eq!(r.cmd(&["GET", "missing"]), b"_\r\n");
-    assert_eq!(r.cmd(&["CONFIG", "GET", "maxclients"]), b"%1\r\n$10\r\nmaxclients\r\n$5\r\n10000\r\n");
-    assert_eq!(r.cmd(&["HELLO", "4"]), b"-NOPROTO unsupported protocol version\r\n");
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "maxclients"]),
+        b"%1\r\n$10\r\nmaxclients\r\n$5\r\n10000\r\n"
+    );
+    assert_eq!(
+        r.cmd(&["HELLO", "4"]),
+        b"-NOPROTO unsupported protocol version\r\n"
+    );
     let info = r.cmd(&["INFO", "server"]);
     assert!(info.starts_with(b"="), "INFO is a verbatim string in RESP3");
     // Inline commands, as typed in telnet, with quoting.
     r.send(b"PING\r\n");
     assert_eq!(r.reply(), b"+PONG\r\n");
     r.send(b"SET \"two words\" 'it''s'\r\n");
-    assert_eq!(r.reply(), b"-ERR Protocol error: unbalanced quotes in request\r\n");
+    assert_eq!(
+        r.reply(),
+        b"-ERR Protocol error: unbalanced quotes in request\r\n"
+    );
     assert!(r.closed());
     let mut r = s.raw();
     r.send(b"SET \"two words\" value\nGET \"two words\"\r\n");
@@ -91,7 +117,10 @@ fn pipeline_in_order(b: Backend) {
         assert_eq!(r.reply(), bulk(&i.to_string()), "reply {i}");
     }
     sender.join().unwrap();
-    assert_eq!(s.raw().cmd(&["DBSIZE"]), format!(":{total}\r\n").into_bytes());
+    assert_eq!(
+        s.raw().cmd(&["DBSIZE"]),
+        format!(":{total}\r\n").into_bytes()
+    );
 }
 
 fn frames_split_across_reads(b: Backend) {
@@ -109,10 +138,22 @@ fn frames_split_across_reads(b: Backend) {
 fn protocol_errors_close_the_connection(b: Backend) {
     let s = Server::start(b, &["--proto-max-bulk-len", "1mb"]);
     let cases: [(&[u8], &[u8]); 4] = [
-        (b"*1\r\n+foo\r\n", b"-ERR Protocol error: expected '$', got '+'\r\n"),
-        (b"*x\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
-        (b"*2\r\n$3\r\nSET\r\n$2000000\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
-        (b"*1\r\n$-5\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+        (
+            b"*1\r\n+foo\r\n",
+            b"-ERR Protocol error: expected '$', got '+'\r\n",
+        ),
+        (
+            b"*x\r\n",
+            b"-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*2\r\n$3\r\nSET\r\n$2000000\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*1\r\n$-5\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
     ];
     for (input, expected) in cases {
         let mut r = s.raw();
@@ -123,7 +164,11 @@ fn protocol_errors_close_the_connection(b: Backend) {
         assert!(r.closed(), "connection closes after a protocol error");
     }
     let mut r = s.raw();
-    assert_eq!(r.cmd(&["PING"]), b"+PONG\r\n", "the server still serves others");
+    assert_eq!(
+        r.cmd(&["PING"]),
+        b"+PONG\r\n",
+        "the server still serves others"
+    );
 }
 
 fn query_buffer_limit(b: Backend) {
@@ -138,14 +183,20 @@ fn query_buffer_limit(b: Backend) {
             break;
         }
     }
-    assert!(closed || r.closed(), "a client over the query buffer limit is disconnected");
+    assert!(
+        closed || r.closed(),
+        "a client over the query buffer limit is disconnected"
+    );
     assert_eq!(s.raw().cmd(&["PING"]), b"+PONG\r\n");
 }
 
 fn output_limit_disconnects_non_reading_client(b: Backend) {
     let s = Server::start(b, &[]);
     let mut admin = s.raw();
-    assert_eq!(admin.cmd(&["CONFIG", "SET", "damselfly-output-buffer-limit", "4mb"]), b"+OK\r\n");
+    assert_eq!(
+        admin.cmd(&["CONFIG", "SET", "damselfly-output-buffer-limit", "4mb"]),
+        b"+OK\r\n"
+    );
     let big = "v".repeat(100_000);
     assert_eq!(admin.cmd(&["SET", "big", &big]), b"+OK\r\n");
     let mut r = s.raw();
@@ -165,7 +216,10 @@ fn output_limit_disconnects_non_reading_client(b: Backend) {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while !disconnected && Instant::now() < deadline {
-        let clients: u64 = info_field(&mut admin, "clients", "connected_clients").unwrap().parse().unwrap();
+        let clients: u64 = info_field(&mut admin, "clients", "connected_clients")
+            .unwrap()
+            .parse()
+            .unwrap();
         disconnected = clients == 1;
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -177,7 +231,11 @@ fn output_limit_disconnects_non_reading_client(b: Backend) {
         .unwrap()
         .parse()
         .unwrap();
-    assert!(rss * 4096 < 200 << 20, "server memory stayed bounded: {} MB", rss * 4096 >> 20);
+    assert!(
+        rss * 4096 < 200 << 20,
+        "server memory stayed bounded: {} MB",
+        (rss * 4096) >> 20
+    );
     assert_eq!(admin.cmd(&["PING"]), b"+PONG\r\n");
 }
 
@@ -217,20 +275,35 @@ fn client_commands(b: Backend) {
     let mut other = s.raw_unix();
     assert_eq!(a.cmd(&["CLIENT", "SETNAME", "alpha"]), b"+OK\r\n");
     assert_eq!(a.cmd(&["CLIENT", "GETNAME"]), bulk("alpha"));
-    assert_eq!(a.cmd(&["CLIENT", "SETNAME", "has space"]), b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n");
-    assert_eq!(a.cmd(&["CLIENT", "SETINFO", "LIB-NAME", "redis-rs"]), b"+OK\r\n");
+    assert_eq!(
+        a.cmd(&["CLIENT", "SETNAME", "has space"]),
+        b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+    );
+    assert_eq!(
+        a.cmd(&["CLIENT", "SETINFO", "LIB-NAME", "redis-rs"]),
+        b"+OK\r\n"
+    );
     let other_id = String::from_utf8(other.cmd(&["CLIENT", "ID"])).unwrap();
     let other_id = other_id.trim().trim_start_matches(':').to_string();
     let list = String::from_utf8(a.cmd(&["CLIENT", "LIST"])).unwrap();
     assert!(list.contains("name=alpha"), "{list}");
     assert!(list.contains("lib-name=redis-rs"), "{list}");
     assert!(list.contains(&format!("id={other_id} ")), "{list}");
-    assert!(list.contains(".sock:0"), "unix clients show the socket path: {list}");
+    assert!(
+        list.contains(".sock:0"),
+        "unix clients show the socket path: {list}"
+    );
     assert_eq!(a.cmd(&["CLIENT", "KILL", "ID", &other_id]), b":1\r\n");
     assert!(other.closed(), "the killed client is disconnected");
     assert_eq!(a.cmd(&["CLIENT", "KILL", "ID", "999999"]), b":0\r\n");
-    assert_eq!(a.cmd(&["CLIENT", "NOPE"]), b"-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n");
-    assert_eq!(a.cmd(&["CLIENT", "GETNAME", "x"]), b"-ERR wrong number of arguments for 'client|getname' command\r\n");
+    assert_eq!(
+        a.cmd(&["CLIENT", "NOPE"]),
+        b"-ERR unknown subcommand 'NOPE'. Try CLIENT HELP.\r\n"
+    );
+    assert_eq!(
+        a.cmd(&["CLIENT", "GETNAME", "x"]),
+        b"-ERR wrong number of arguments for 'client|getname' command\r\n"
+    );
 }
 
 fn sigterm_exits_cleanly(b: Backend) {
@@ -260,21 +333,41 @@ fn listeners_in_use_are_errors(b: Backend) {
         .args(["--port", &s.port.to_string(), "--io-backend", b.flag()])
         .output()
         .unwrap();
-    assert!(!out.status.success(), "a second server on the same port must fail");
+    assert!(
+        !out.status.success(),
+        "a second server on the same port must fail"
+    );
     let port = common::free_port();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_damselfly"))
-        .args(["--port", &port.to_string(), "--io-backend", b.flag(), "--unixsocket"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--io-backend",
+            b.flag(),
+            "--unixsocket",
+        ])
         .arg(&s.unix)
         .output()
         .unwrap();
-    assert!(!out.status.success(), "a live unix socket must not be taken over");
+    assert!(
+        !out.status.success(),
+        "a live unix socket must not be taken over"
+    );
     assert_eq!(s.raw_unix().cmd(&["PING"]), b"+PONG\r\n");
     // A stale socket file (no server behind it) is replaced.
     let dir = tempfile::tempdir().unwrap();
     let stale = dir.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     assert!(stale.exists());
-    let s2 = Server::start(b, &["--unixsocket", stale.to_str().unwrap(), "--unixsocketperm", "700"]);
+    let s2 = Server::start(
+        b,
+        &[
+            "--unixsocket",
+            stale.to_str().unwrap(),
+            "--unixsocketperm",
+            "700",
+        ],
+    );
     let mut r = Raw::unix_at(&stale);
     assert_eq!(r.cmd(&["PING"]), b"+PONG\r\n");
     use std::os::unix::fs::PermissionsExt;
@@ -291,7 +384,13 @@ fn active_expiry(b: Backend) {
     let sender = std::thread::spawn(move || {
         let mut buf = Vec::new();
         for i in 0..n {
-            buf.extend(encode(&["SET", &format!("ttl:{i}"), "some value here", "PX", "1000"]));
+            buf.extend(encode(&[
+                "SET",
+                &format!("ttl:{i}"),
+                "some value here",
+                "PX",
+                "1000",
+            ]));
         }
         writer.write_all(&buf).unwrap();
     });
@@ -300,7 +399,10 @@ fn active_expiry(b: Backend) {
     }
     sender.join().unwrap();
     let mut admin = s.raw();
-    let used: u64 = info_field(&mut admin, "memory", "used_memory").unwrap().parse().unwrap();
+    let used: u64 = info_field(&mut admin, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(used > 1_000_000, "100k keys use memory: {used}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -311,30 +413,64 @@ fn active_expiry(b: Backend) {
         assert!(Instant::now() < deadline, "keys were not actively expired");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let used: u64 = info_field(&mut admin, "memory", "used_memory").unwrap().parse().unwrap();
+    let used: u64 = info_field(&mut admin, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(used < 10_000, "memory returned: {used}");
-    let expired: u64 = info_field(&mut admin, "stats", "expired_keys").unwrap().parse().unwrap();
+    let expired: u64 = info_field(&mut admin, "stats", "expired_keys")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(expired, n as u64);
 }
 
 fn config_and_info(b: Backend) {
     let s = Server::start(b, &[]);
     let mut r = s.raw();
-    assert_eq!(r.cmd(&["CONFIG", "SET", "timeout", "100", "maxclients", "50"]), b"+OK\r\n");
-    assert_eq!(r.cmd(&["CONFIG", "GET", "timeout"]), b"*2\r\n$7\r\ntimeout\r\n$3\r\n100\r\n");
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "timeout", "100", "maxclients", "50"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "timeout"]),
+        b"*2\r\n$7\r\ntimeout\r\n$3\r\n100\r\n"
+    );
     let listpack = String::from_utf8(r.cmd(&["CONFIG", "GET", "*-max-listpack-*"])).unwrap();
-    assert!(listpack.contains("hash-max-listpack-entries") && listpack.contains("zset-max-listpack-value"));
+    assert!(
+        listpack.contains("hash-max-listpack-entries")
+            && listpack.contains("zset-max-listpack-value")
+    );
     assert_eq!(
         r.cmd(&["CONFIG", "SET", "databases", "3"]),
         b"-ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config\r\n"
     );
-    assert_eq!(info_field(&mut r, "server", "redis_version").unwrap(), "7.0.15");
-    let api = if b == Backend::Uring { "io_uring" } else { "epoll" };
-    assert_eq!(info_field(&mut r, "server", "multiplexing_api").unwrap(), api);
-    assert_eq!(info_field(&mut r, "server", "process_id").unwrap(), s.pid().to_string());
-    assert_eq!(info_field(&mut r, "server", "tcp_port").unwrap(), s.port.to_string());
+    assert_eq!(
+        info_field(&mut r, "server", "redis_version").unwrap(),
+        "7.0.15"
+    );
+    let api = if b == Backend::Uring {
+        "io_uring"
+    } else {
+        "epoll"
+    };
+    assert_eq!(
+        info_field(&mut r, "server", "multiplexing_api").unwrap(),
+        api
+    );
+    assert_eq!(
+        info_field(&mut r, "server", "process_id").unwrap(),
+        s.pid().to_string()
+    );
+    assert_eq!(
+        info_field(&mut r, "server", "tcp_port").unwrap(),
+        s.port.to_string()
+    );
     assert_eq!(info_field(&mut r, "server", "arch_bits").unwrap(), "64");
-    assert_eq!(info_field(&mut r, "clients", "connected_clients").unwrap(), "1");
+    assert_eq!(
+        info_field(&mut r, "clients", "connected_clients").unwrap(),
+        "1"
+    );
     for i in 0..10 {
         r.cmd(&["SET", &format!("x{i}"), "1"]);
         r.cmd(&["GET", &format!("x{i}")]);
@@ -346,27 +482,45 @@ fn config_and_info(b: Backend) {
     let errors = String::from_utf8(r.cmd(&["INFO", "errorstats"])).unwrap();
     // The immutable-config refusal and the arity error.
     assert!(errors.contains("errorstat_ERR:count=2"), "{errors}");
-    assert_eq!(info_field(&mut r, "keyspace", "db0").unwrap(), "keys=10,expires=0,avg_ttl=0");
+    assert_eq!(
+        info_field(&mut r, "keyspace", "db0").unwrap(),
+        "keys=10,expires=0,avg_ttl=0"
+    );
     let shards = String::from_utf8(r.cmd(&["INFO", "shards"])).unwrap();
-    assert!(shards.contains("shard0:") && shards.contains("shard1:"), "{shards}");
+    assert!(
+        shards.contains("shard0:") && shards.contains("shard1:"),
+        "{shards}"
+    );
     assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
     let stats = String::from_utf8(r.cmd(&["INFO", "commandstats"])).unwrap();
     assert!(!stats.contains("cmdstat_get"), "{stats}");
     assert_eq!(r.cmd(&["DEBUG", "ERROR", "BOOM x"]), b"-ERR BOOM x\r\n");
     assert_eq!(r.cmd(&["DEBUG", "SLEEP", "0"]), b"+OK\r\n");
-    assert_eq!(r.cmd(&["DEBUG", "POPULATE", "1000", "pop", "8"]), b"+OK\r\n");
+    assert_eq!(
+        r.cmd(&["DEBUG", "POPULATE", "1000", "pop", "8"]),
+        b"+OK\r\n"
+    );
     assert_eq!(r.cmd(&["DBSIZE"]), b":1010\r\n");
     assert_eq!(r.cmd(&["GET", "pop:7"]), b"$8\r\nvalue:7\0\r\n");
     let count = String::from_utf8(r.cmd(&["COMMAND", "COUNT"])).unwrap();
     assert!(count.starts_with(':'));
-    assert_eq!(r.cmd(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]), b"*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+    assert_eq!(
+        r.cmd(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]),
+        b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"
+    );
 }
 
 fn auth_required(b: Backend) {
     let s = Server::start(b, &["--requirepass", "s3cret"]);
     let mut r = s.raw();
-    assert_eq!(r.cmd(&["GET", "a"]), b"-NOAUTH Authentication required.\r\n");
-    assert_eq!(r.cmd(&["AUTH", "wrong"]), b"-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+    assert_eq!(
+        r.cmd(&["GET", "a"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(
+        r.cmd(&["AUTH", "wrong"]),
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
     assert_eq!(r.cmd(&["AUTH", "s3cret"]), b"+OK\r\n");
     assert_eq!(r.cmd(&["GET", "a"]), b"$-1\r\n");
     let mut h = s.raw();
@@ -381,7 +535,12 @@ fn idle_connections_use_no_cpu(b: Backend) {
     std::thread::sleep(Duration::from_millis(300));
     let ticks = |pid: u32| -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
         fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
     };
     let before = ticks(s.pid());
@@ -401,7 +560,12 @@ fn scan_walks_every_shard(b: Backend) {
     let mut calls = 0;
     loop {
         let mut c = s.client();
-        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN").arg(&cursor).arg("COUNT").arg(50).query(&mut c).unwrap();
+        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(50)
+            .query(&mut c)
+            .unwrap();
         seen.extend(keys);
         // Concurrent inserts must not make the scan miss stable keys.
         r.cmd(&["SET", &format!("extra:{calls}"), "1"]);
@@ -415,7 +579,14 @@ fn scan_walks_every_shard(b: Backend) {
         assert!(seen.contains(&format!("s:{i}")), "missed s:{i}");
     }
     let mut c = s.client();
-    let (_, keys): (String, Vec<String>) = redis::cmd("SCAN").arg(0).arg("MATCH").arg("s:1?").arg("COUNT").arg(10000).query(&mut c).unwrap();
+    let (_, keys): (String, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg("s:1?")
+        .arg("COUNT")
+        .arg(10000)
+        .query(&mut c)
+        .unwrap();
     assert!(keys.iter().all(|k| k.len() == 4 && k.starts_with("s:1")));
     assert_eq!(r.cmd(&["SCAN", "abc"]), b"-ERR invalid cursor\r\n");
 }
@@ -442,9 +613,18 @@ fn disconnect_mid_command_leaks_nothing(b: Backend) {
 fn unknown_and_arity_errors(b: Backend) {
     let s = Server::start(b, &[]);
     let mut r = s.raw();
-    assert_eq!(r.cmd(&["FOO", "a", "b"]), b"-ERR unknown command 'FOO', with args beginning with: 'a' 'b' \r\n");
-    assert_eq!(r.cmd(&["GET"]), b"-ERR wrong number of arguments for 'get' command\r\n");
-    assert_eq!(r.cmd(&["MSET", "a", "1", "b"]), b"-ERR wrong number of arguments for 'mset' command\r\n");
+    assert_eq!(
+        r.cmd(&["FOO", "a", "b"]),
+        b"-ERR unknown command 'FOO', with args beginning with: 'a' 'b' \r\n"
+    );
+    assert_eq!(
+        r.cmd(&["GET"]),
+        b"-ERR wrong number of arguments for 'get' command\r\n"
+    );
+    assert_eq!(
+        r.cmd(&["MSET", "a", "1", "b"]),
+        b"-ERR wrong number of arguments for 'mset' command\r\n"
+    );
 }
 
 backend_tests!(

@@ -15,7 +15,13 @@ fn lower(c: u8, nocase: bool) -> u8 {
     }
 }
 
-fn match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, skip_longer: &mut bool, depth: u32) -> bool {
+fn match_impl(
+    mut p: &[u8],
+    mut s: &[u8],
+    nocase: bool,
+    skip_longer: &mut bool,
+    depth: u32,
+) -> bool {
     // Same guard as Redis: deep nesting of '*' cannot blow the stack.
     if depth > 1000 {
         return false;
@@ -67,7 +73,11 @@ fn match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, skip_longer: &mut bool, 
                         if start > end {
                             std::mem::swap(&mut start, &mut end);
                         }
-                        let (start, end, c) = (lower(start, nocase), lower(end, nocase), lower(s[0], nocase));
+                        let (start, end, c) = (
+                            lower(start, nocase),
+                            lower(end, nocase),
+                            lower(s[0], nocase),
+                        );
                         p = &p[2..];
                         if c >= start && c <= end {
                             matched = true;

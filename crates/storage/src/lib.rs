@@ -49,10 +49,17 @@ mod routing_tests {
     fn hash_tags_route_together() {
         assert_eq!(hash_tag(b"{user1}:a"), b"user1");
         assert_eq!(hash_tag(b"x{user1}y{z}"), b"user1");
-        assert_eq!(hash_tag(b"{}a"), b"{}a", "an empty tag hashes the whole key");
+        assert_eq!(
+            hash_tag(b"{}a"),
+            b"{}a",
+            "an empty tag hashes the whole key"
+        );
         assert_eq!(hash_tag(b"a{b"), b"a{b");
         for n in 1..9 {
-            assert_eq!(shard_for_key(b"{user1}:a", n), shard_for_key(b"{user1}:b", n));
+            assert_eq!(
+                shard_for_key(b"{user1}:a", n),
+                shard_for_key(b"{user1}:b", n)
+            );
             assert_eq!(shard_for_key(b"{user1}:a", n), shard_for_key(b"user1", n));
         }
     }

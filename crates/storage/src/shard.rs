@@ -105,7 +105,13 @@ impl Shard {
 
     /// Edits an existing value in place, keeping memory accounting right. Returns None when the
     /// key does not exist.
-    pub fn update<R>(&mut self, db: usize, key: &[u8], now: u64, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+    pub fn update<R>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now: u64,
+        f: impl FnOnce(&mut Entry) -> R,
+    ) -> Option<R> {
         self.expire_if_needed(db, key, now);
         let e = self.dbs[db].table.get_mut(key)?;
         let before = e.mem_size();
@@ -241,9 +247,10 @@ impl Shard {
             .iter()
             .take(20)
             .filter(|Reverse((t, _))| *t > now)
-            .fold((0u64, 0u64), |(s, n), Reverse((t, _))| (s + (t - now), n + 1));
-        if n > 0 {
-            let sample = sum / n;
+            .fold((0u64, 0u64), |(s, n), Reverse((t, _))| {
+                (s + (t - now), n + 1)
+            });
+        if let Some(sample) = sum.checked_div(n) {
             // Same smoothing as Redis: 2% weight for the new sample.
             d.avg_ttl = if d.avg_ttl == 0 {
                 sample
@@ -273,7 +280,12 @@ mod tests {
     fn active_expiry_is_bounded_and_complete() {
         let mut s = Shard::new(1);
         for i in 0..10_000 {
-            s.set(0, format!("k{i}").as_bytes(), Value::Str(vec![b'x'; 50]), 500);
+            s.set(
+                0,
+                format!("k{i}").as_bytes(),
+                Value::Str(vec![b'x'; 50]),
+                500,
+            );
         }
         s.set(0, b"persistent", Value::Int(1), 0);
         assert_eq!(s.expire_cycle(100, 1000), 0, "nothing is due yet");
@@ -295,7 +307,10 @@ mod tests {
         s.set(0, b"k", Value::Int(1), 100);
         s.update(0, b"k", 0, |e| e.expire_at = 10_000);
         s.expire_cycle(200, 100);
-        assert!(s.exists(0, b"k", 200), "the stale deadline must not delete it");
+        assert!(
+            s.exists(0, b"k", 200),
+            "the stale deadline must not delete it"
+        );
         s.update(0, b"k", 0, |e| e.expire_at = 0);
         assert_eq!(s.dbs[0].volatile_count(), 0);
         s.expire_cycle(20_000, 100);
@@ -307,7 +322,9 @@ mod tests {
         let mut s = Shard::new(1);
         s.set(0, b"k", Value::Str(b"abc".to_vec()), 0);
         let base = s.used_memory();
-        s.update(0, b"k", 0, |e| e.value.make_raw().extend_from_slice(&[b'z'; 1000]));
+        s.update(0, b"k", 0, |e| {
+            e.value.make_raw().extend_from_slice(&[b'z'; 1000])
+        });
         assert!(s.used_memory() >= base + 1000);
         s.delete(0, b"k", 0);
         assert_eq!(s.used_memory(), 0);

@@ -127,10 +127,7 @@ impl Table {
     pub fn insert(&mut self, entry: Entry) -> Option<Entry> {
         let h = self.hash(&entry.key);
         let mut seg = self.segment_of(h);
-        if let Some(old) = self.segments[seg]
-            .slots
-            .find_mut(h, |e| e.key == entry.key)
-        {
+        if let Some(old) = self.segments[seg].slots.find_mut(h, |e| e.key == entry.key) {
             return Some(std::mem::replace(old, entry));
         }
         if self.segments[seg].slots.len() >= SEGMENT_MAX {
@@ -181,9 +178,14 @@ impl Table {
             moved.insert_unique(h, e, |e: &Entry| hasher.hash_one(&*e.key));
         }
         self.segments[seg].depth = depth;
-        self.segments[seg].slots.shrink_to_fit(|e| hasher.hash_one(&*e.key));
+        self.segments[seg]
+            .slots
+            .shrink_to_fit(|e| hasher.hash_one(&*e.key));
         let new_id = self.segments.len() as u32;
-        self.segments.push(Segment { depth, slots: moved });
+        self.segments.push(Segment {
+            depth,
+            slots: moved,
+        });
         // Directory slots of the old segment whose bit at `depth` is set now point to the new one.
         let shift = self.global_depth - depth;
         for (i, s) in self.dir.iter_mut().enumerate() {
@@ -242,8 +244,16 @@ impl Table {
         loop {
             let seg = &self.segments[self.segment_of(from)];
             // The segment covers [lo, hi) of the hash space.
-            let lo = if seg.depth == 0 { 0 } else { (from >> (64 - seg.depth)) << (64 - seg.depth) };
-            let hi = if seg.depth == 0 { None } else { lo.checked_add(1u64 << (64 - seg.depth)) };
+            let lo = if seg.depth == 0 {
+                0
+            } else {
+                (from >> (64 - seg.depth)) << (64 - seg.depth)
+            };
+            let hi = if seg.depth == 0 {
+                None
+            } else {
+                lo.checked_add(1u64 << (64 - seg.depth))
+            };
             let mut items: Vec<(u64, &Entry)> = seg
                 .slots
                 .iter()
@@ -333,7 +343,10 @@ mod tests {
             }
         }
         for i in 0..3000 {
-            assert!(seen.contains(format!("stable:{i}").as_bytes()), "missed stable:{i}");
+            assert!(
+                seen.contains(format!("stable:{i}").as_bytes()),
+                "missed stable:{i}"
+            );
         }
     }
 

@@ -78,21 +78,23 @@ impl Server {
 
     pub fn start_with(backend: Backend, threads: usize, extra: &[&str]) -> Server {
         let mut dir = tempfile::tempdir().expect("tempdir");
-        let unix = dir.path().join("damselfly.sock");
+        let _unix = dir.path().join("damselfly.sock");
         for _ in 0..5 {
             let port = free_port();
             let unix = dir.path().join("damselfly.sock");
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_damselfly"));
-            cmd.args(["--port", &port.to_string(), "--threads", &threads.to_string()])
-                .args(["--io-backend", backend.flag(), "--loglevel", "warning"]);
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--threads",
+                &threads.to_string(),
+            ])
+            .args(["--io-backend", backend.flag(), "--loglevel", "warning"]);
             let own_socket = !extra.contains(&"--unixsocket");
             if own_socket {
                 cmd.arg("--unixsocket").arg(&unix);
             }
-            cmd
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
+            cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().expect("spawn damselfly");
             let unix = match extra.iter().position(|a| *a == "--unixsocket") {
                 Some(i) => PathBuf::from(extra[i + 1]),
@@ -295,7 +297,12 @@ impl Raw {
     fn read_value(&mut self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let line = self.read_line(out)?;
         let body = &line[1..line.len().saturating_sub(2)];
-        let num = || -> i64 { std::str::from_utf8(body).ok().and_then(|s| s.parse().ok()).unwrap_or(-1) };
+        let num = || -> i64 {
+            std::str::from_utf8(body)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(-1)
+        };
         match line[0] {
             b'$' | b'=' | b'!' => {
                 let n = num();
@@ -346,6 +353,8 @@ pub fn bulk(s: &str) -> Vec<u8> {
 pub fn info_field(raw: &mut Raw, section: &str, field: &str) -> Option<String> {
     let reply = raw.cmd(&["INFO", section]);
     let text = String::from_utf8_lossy(&reply).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+    text.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_string())
+    })
 }
