@@ -150,7 +150,8 @@ impl Connection {
     pub fn advance(&mut self, n: usize) -> bool {
         self.rend += n;
         self.worker.stats.borrow_mut().net_input_bytes += n as u64;
-        self.info.last_active.set(Instant::now());
+        self.worker.refresh_clock();
+        self.info.last_active.set(self.worker.round_instant());
         let pending = self.rend - self.rstart;
         self.info.query_buf.set(pending);
         let limit = self

@@ -2,7 +2,7 @@
 //! messages other threads send to this shard. The runtime layer owns the thread and its event
 //! loop; it hands every mailbox message and every timer tick to the worker.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,6 +20,10 @@ use crate::cluster::Cluster;
 
 /// Keys an active-expiry tick may remove per shard (ticks run 10 times a second).
 const EXPIRE_BUDGET: usize = 20_000;
+/// One command in this many is timed for commandstats; reading the clock per command costs
+/// more than the command itself. The sampled time is scaled up, so `usec` stays an unbiased
+/// estimate.
+const TIMING_SAMPLE: u64 = 16;
 
 /// One command shipped to another shard. Its arguments are `spans[first..first + nargs]`
 /// over the batch's `data`.
@@ -114,6 +118,11 @@ pub struct Worker {
     pub shard: RefCell<Shard>,
     pub stats: RefCell<ThreadStats>,
     pub clients: RefCell<Registry>,
+    /// Milliseconds since the epoch, read once per round of commands (see `refresh_clock`).
+    now_ms: Cell<u64>,
+    /// Monotonic time of the same reading.
+    now: Cell<Instant>,
+    executed: Cell<u64>,
 }
 
 impl Worker {
@@ -125,7 +134,23 @@ impl Worker {
             shard: RefCell::new(shard),
             stats: RefCell::new(ThreadStats::default()),
             clients: RefCell::new(Registry::default()),
+            now_ms: Cell::new(now_ms()),
+            now: Cell::new(Instant::now()),
+            executed: Cell::new(0),
         })
+    }
+
+    /// Reads the clock for the next round of commands. Commands of one round (at most a
+    /// read buffer's worth, well under a millisecond) share it, as Redis commands share a
+    /// per-call time snapshot.
+    pub fn refresh_clock(&self) {
+        self.now_ms.set(now_ms());
+        self.now.set(Instant::now());
+    }
+
+    /// The monotonic time of the current round.
+    pub fn round_instant(&self) -> Instant {
+        self.now.get()
     }
 
     pub fn num_shards(&self) -> usize {
@@ -138,14 +163,16 @@ impl Worker {
             reply.error("ERR command cannot run on a shard");
             return;
         };
-        let started = Instant::now();
+        let executed = self.executed.get().wrapping_add(1);
+        self.executed.set(executed);
+        let started = (record && executed % TIMING_SAMPLE == 0).then(Instant::now);
         let errors_before = reply.error_offsets.len();
         {
             let mut shard = self.shard.borrow_mut();
             let mut ctx = ExecCtx {
                 shard: &mut shard,
                 db,
-                now: now_ms(),
+                now: self.now_ms.get(),
                 reply,
                 shard_id: self.id,
                 num_shards: self.num_shards(),
@@ -160,7 +187,8 @@ impl Worker {
         if record {
             let mut stats = self.stats.borrow_mut();
             let failed = stats.count_errors(reply, errors_before) > 0;
-            stats.record_call(spec, started.elapsed().as_micros() as u64, failed);
+            let usec = started.map_or(0, |t| t.elapsed().as_micros() as u64 * TIMING_SAMPLE);
+            stats.record_call(spec, usec, failed);
         }
     }
 
@@ -168,6 +196,7 @@ impl Worker {
     pub fn handle(&self, msg: ShardMsg) {
         match msg {
             ShardMsg::Exec(batch, done) => {
+                self.refresh_clock();
                 let mut reply = ReplyBuf::new(false);
                 let mut ends = Vec::with_capacity(batch.cmds.len());
                 for c in &batch.cmds {
@@ -211,12 +240,13 @@ impl Worker {
     }
 
     pub fn populate(&self, db: usize, count: u64, prefix: &[u8], size: Option<usize>) {
+        self.refresh_clock();
         let mut shard = self.shard.borrow_mut();
         let mut reply = ReplyBuf::new(false);
         let mut ctx = ExecCtx {
             shard: &mut shard,
             db,
-            now: now_ms(),
+            now: self.now_ms.get(),
             reply: &mut reply,
             shard_id: self.id,
             num_shards: self.num_shards(),
