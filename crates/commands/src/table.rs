@@ -330,3 +330,32 @@ mod tests {
         assert!(mset.arity_ok(3) && mset.arity_ok(9) && !mset.arity_ok(2));
     }
 }
+
+#[cfg(test)]
+mod docs_tests {
+    use super::COMMANDS;
+
+    #[test]
+    fn every_command_is_documented() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/commands.md"
+        ))
+        .expect("docs/commands.md");
+        for c in COMMANDS {
+            let entry = format!("| `{}` |", c.name.to_ascii_uppercase());
+            assert!(
+                docs.contains(&entry),
+                "docs/commands.md does not list {}",
+                c.name
+            );
+        }
+        for p in crate::config::PARAMS {
+            assert!(
+                docs.contains(&format!("| `{}` |", p.name)),
+                "docs/commands.md does not list {}",
+                p.name
+            );
+        }
+    }
+}
