@@ -109,6 +109,12 @@ impl Connection {
         }
     }
 
+    /// Lets this thread's mailbox task run if messages wait; the I/O loop calls it between
+    /// rounds.
+    pub fn poke_mailbox(&self) {
+        self.worker.poke_mailbox();
+    }
+
     pub fn cluster(&self) -> std::sync::Arc<crate::Cluster> {
         self.worker.cluster.clone()
     }
@@ -395,20 +401,17 @@ impl Connection {
         if self.pending.is_empty() {
             return;
         }
-        let mut waiting: Vec<(usize, oneshot::Receiver<BatchReply>)> = Vec::new();
-        for (shard, batch) in self.batches.iter_mut().enumerate() {
-            if batch.is_empty() {
+        let mut waiting = Vec::new();
+        for shard in 0..self.batches.len() {
+            if self.batches[shard].is_empty() {
                 continue;
             }
-            let (tx, rx) = oneshot::channel();
-            let batch = std::mem::take(batch);
-            if self.worker.cluster.mailboxes[shard].send(ShardMsg::Exec(batch, tx)) {
-                waiting.push((shard, rx));
-            }
+            let batch = std::mem::take(&mut self.batches[shard]);
+            waiting.push((shard, self.worker.send_batch(shard, batch)));
         }
         let mut replies: Vec<Option<BatchReply>> = (0..self.batches.len()).map(|_| None).collect();
-        for (shard, rx) in waiting {
-            replies[shard] = rx.await.ok();
+        for (shard, wait) in waiting {
+            replies[shard] = wait.await;
         }
         let local = std::mem::take(&mut self.out.buf);
         let mut merged = Vec::with_capacity(
@@ -455,10 +458,7 @@ impl Connection {
                 nargs: 0,
             };
             batch.push(cmd, args.iter());
-            let (tx, rx) = oneshot::channel();
-            if self.worker.cluster.mailboxes[*shard].send(ShardMsg::Exec(batch, tx)) {
-                waiting.push((i, rx));
-            }
+            waiting.push((i, self.worker.send_batch(*shard, batch)));
         }
         // The local part runs while the remote ones are in flight.
         for (i, (shard, args)) in parts.iter().enumerate() {
@@ -484,8 +484,8 @@ impl Connection {
                 .exec(spec, db, &Args::new(&data, &spans), &mut reply, false);
             results[i] = Some(reply.buf);
         }
-        for (i, rx) in waiting {
-            results[i] = rx.await.ok().map(|r| r.out);
+        for (i, wait) in waiting {
+            results[i] = wait.await.map(|r| r.out);
         }
         results
             .into_iter()

@@ -1,24 +1,38 @@
-//! Per-shard mailboxes: a crossbeam channel plus an `AtomicWaker`. A sender pushes and wakes the
-//! owner's mailbox task only if that task is parked; the owner drains everything queued per
-//! wake-up. No lock, no blocking `recv()` inside the event loop, no spinning when idle.
+//! Per-shard mailboxes: a crossbeam channel plus an `AtomicWaker`. The owner drains everything
+//! queued per wake-up. No lock, no blocking `recv()` inside the event loop, no spinning when
+//! idle.
+//!
+//! Waking another thread costs a syscall (an eventfd write) and often a context switch, so a
+//! sender signals the owner only when the owner is parked or about to park. The owner's event
+//! loop reports that through `before_park` / `after_unpark`; before parking it re-checks the
+//! queue, so a message sent while it was busy is never stranded. An event loop that does not
+//! report parking (the default) is always signalled.
 
 use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
 use atomic_waker::AtomicWaker;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
+/// How the owner is woken, shared by both sides.
+struct Signal {
+    waker: AtomicWaker,
+    /// True while the owner's thread may be asleep (or does not report parking).
+    parked: AtomicBool,
+}
+
 pub struct MailboxSender<T> {
     tx: Sender<T>,
-    waker: Arc<AtomicWaker>,
+    signal: Arc<Signal>,
 }
 
 impl<T> Clone for MailboxSender<T> {
     fn clone(&self) -> Self {
         MailboxSender {
             tx: self.tx.clone(),
-            waker: self.waker.clone(),
+            signal: self.signal.clone(),
         }
     }
 }
@@ -27,26 +41,57 @@ impl<T> MailboxSender<T> {
     /// Queues a message; false when the owner has gone (server shutting down).
     pub fn send(&self, msg: T) -> bool {
         let ok = self.tx.send(msg).is_ok();
-        self.waker.wake();
+        // SeqCst pairs with `before_park`: either we see the owner parked, or it sees our
+        // message when it re-checks the queue.
+        if self.signal.parked.load(Ordering::SeqCst) {
+            self.signal.waker.wake();
+        }
         ok
+    }
+
+    /// True when messages are queued.
+    pub fn has_pending(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// Called by the owner's thread: wakes its mailbox task if messages are queued (a local
+    /// wake-up, no syscall).
+    pub fn poke(&self) {
+        if self.has_pending() {
+            self.signal.waker.wake();
+        }
+    }
+
+    /// Called by the owner's event loop just before it parks.
+    pub fn before_park(&self) {
+        self.signal.parked.store(true, Ordering::SeqCst);
+        self.poke();
+    }
+
+    /// Called by the owner's event loop when it wakes up.
+    pub fn after_unpark(&self) {
+        self.signal.parked.store(false, Ordering::SeqCst);
     }
 }
 
 pub struct Mailbox<T> {
     rx: Receiver<T>,
-    waker: Arc<AtomicWaker>,
+    signal: Arc<Signal>,
 }
 
 /// A new mailbox and its sending side.
 pub fn mailbox<T>() -> (MailboxSender<T>, Mailbox<T>) {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let waker = Arc::new(AtomicWaker::new());
+    let signal = Arc::new(Signal {
+        waker: AtomicWaker::new(),
+        parked: AtomicBool::new(true),
+    });
     (
         MailboxSender {
             tx,
-            waker: waker.clone(),
+            signal: signal.clone(),
         },
-        Mailbox { rx, waker },
+        Mailbox { rx, signal },
     )
 }
 
@@ -58,7 +103,7 @@ impl<T> Mailbox<T> {
             if let Drained::Messages = self.drain(out) {
                 return Poll::Ready(true);
             }
-            self.waker.register(cx.waker());
+            self.signal.waker.register(cx.waker());
             // Re-check after registering so a send racing with registration is not lost.
             match self.drain(out) {
                 Drained::Messages => Poll::Ready(true),
@@ -128,6 +173,32 @@ mod tests {
         assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(true));
         drop(fut);
         assert_eq!(out, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_busy_owner_is_not_signalled_but_finds_its_mail_before_parking() {
+        let (tx, mb) = mailbox::<u32>();
+        let flag = Arc::new(Flag(false.into()));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut out = Vec::new();
+        let mut fut = Box::pin(mb.recv_all(&mut out));
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        tx.after_unpark();
+        let remote = tx.clone();
+        std::thread::spawn(move || remote.send(7)).join().unwrap();
+        assert!(
+            !flag.0.load(std::sync::atomic::Ordering::SeqCst),
+            "no signal while busy"
+        );
+        tx.before_park();
+        assert!(
+            flag.0.load(std::sync::atomic::Ordering::SeqCst),
+            "woken before parking"
+        );
+        assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(true));
+        drop(fut);
+        assert_eq!(out, vec![7]);
     }
 
     use std::future::Future;

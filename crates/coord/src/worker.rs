@@ -3,9 +3,12 @@
 //! loop; it hands every mailbox message and every timer tick to the worker.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use damselfly_commands::stats::ThreadStats;
@@ -98,7 +101,17 @@ pub struct ThreadReport {
 
 /// Messages between threads.
 pub enum ShardMsg {
-    Exec(ExecBatch, oneshot::Sender<BatchReply>),
+    /// Run a batch; reply with `Reply { slot }` to the `origin` thread's mailbox.
+    Exec {
+        batch: ExecBatch,
+        origin: usize,
+        slot: u32,
+    },
+    /// The replies to a batch this thread sent.
+    Reply {
+        slot: u32,
+        reply: BatchReply,
+    },
     Report(oneshot::Sender<ThreadReport>),
     ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
     ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
@@ -118,6 +131,8 @@ pub struct Worker {
     pub shard: RefCell<Shard>,
     pub stats: RefCell<ThreadStats>,
     pub clients: RefCell<Registry>,
+    /// Batches this thread sent to other shards and whose replies it awaits.
+    pub(crate) replies: RefCell<ReplySlots>,
     /// Milliseconds since the epoch, read once per round of commands (see `refresh_clock`).
     now_ms: Cell<u64>,
     /// Monotonic time of the same reading.
@@ -134,6 +149,7 @@ impl Worker {
             shard: RefCell::new(shard),
             stats: RefCell::new(ThreadStats::default()),
             clients: RefCell::new(Registry::default()),
+            replies: RefCell::new(ReplySlots::default()),
             now_ms: Cell::new(now_ms()),
             now: Cell::new(Instant::now()),
             executed: Cell::new(0),
@@ -146,6 +162,31 @@ impl Worker {
     pub fn refresh_clock(&self) {
         self.now_ms.set(now_ms());
         self.now.set(Instant::now());
+    }
+
+    /// Wakes this thread's mailbox task if messages wait (called between rounds so a busy
+    /// thread, which other threads do not signal, still serves its mailbox promptly).
+    pub fn poke_mailbox(&self) {
+        self.cluster.mailboxes[self.id].poke();
+    }
+
+    /// Sends a batch to another shard; the returned future resolves to its replies (None if
+    /// the shard is gone).
+    pub(crate) fn send_batch(self: &Rc<Self>, shard: usize, batch: ExecBatch) -> ReplyWait {
+        let slot = self.replies.borrow_mut().open();
+        let sent = self.cluster.mailboxes[shard].send(ShardMsg::Exec {
+            batch,
+            origin: self.id,
+            slot,
+        });
+        if !sent {
+            self.replies.borrow_mut().abandon(slot);
+        }
+        ReplyWait {
+            worker: self.clone(),
+            slot,
+            done: !sent,
+        }
     }
 
     /// The monotonic time of the current round.
@@ -165,7 +206,7 @@ impl Worker {
         };
         let executed = self.executed.get().wrapping_add(1);
         self.executed.set(executed);
-        let started = (record && executed % TIMING_SAMPLE == 0).then(Instant::now);
+        let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
         let errors_before = reply.error_offsets.len();
         {
             let mut shard = self.shard.borrow_mut();
@@ -195,7 +236,11 @@ impl Worker {
     /// Handles one message from another thread.
     pub fn handle(&self, msg: ShardMsg) {
         match msg {
-            ShardMsg::Exec(batch, done) => {
+            ShardMsg::Exec {
+                batch,
+                origin,
+                slot,
+            } => {
                 self.refresh_clock();
                 let mut reply = ReplyBuf::new(false);
                 let mut ends = Vec::with_capacity(batch.cmds.len());
@@ -206,11 +251,13 @@ impl Worker {
                     self.exec(c.spec as usize, c.db as usize, &args, &mut reply, c.record);
                     ends.push(reply.buf.len() as u32);
                 }
-                let _ = done.send(BatchReply {
+                let reply = BatchReply {
                     out: reply.buf,
                     ends,
-                });
+                };
+                self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
             }
+            ShardMsg::Reply { slot, reply } => self.replies.borrow_mut().fill(slot, reply),
             ShardMsg::Report(done) => {
                 let _ = done.send(self.report());
             }
@@ -281,5 +328,108 @@ impl Worker {
         }
         let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
         self.clients.borrow().close_idle(timeout);
+    }
+}
+
+enum SlotState {
+    Free,
+    Waiting(Option<Waker>),
+    Ready(BatchReply),
+    /// The waiter went away; the slot is freed when its reply arrives.
+    Abandoned,
+}
+
+/// Replies this thread is waiting for, by slot number. Replies arrive through this thread's
+/// own mailbox, so completing a wait is a local wake-up, not a cross-thread one.
+#[derive(Default)]
+pub(crate) struct ReplySlots {
+    slots: Vec<SlotState>,
+    free: Vec<u32>,
+}
+
+impl ReplySlots {
+    fn open(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = SlotState::Waiting(None);
+                i
+            }
+            None => {
+                self.slots.push(SlotState::Waiting(None));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn fill(&mut self, slot: u32, reply: BatchReply) {
+        let Some(state) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        match std::mem::replace(state, SlotState::Ready(reply)) {
+            SlotState::Waiting(Some(w)) => w.wake(),
+            SlotState::Abandoned => {
+                *state = SlotState::Free;
+                self.free.push(slot);
+            }
+            _ => {}
+        }
+    }
+
+    fn poll(&mut self, slot: u32, cx: &mut Context<'_>) -> Poll<BatchReply> {
+        let state = &mut self.slots[slot as usize];
+        match std::mem::replace(state, SlotState::Free) {
+            SlotState::Ready(r) => {
+                self.free.push(slot);
+                Poll::Ready(r)
+            }
+            _ => {
+                *state = SlotState::Waiting(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+
+    fn abandon(&mut self, slot: u32) {
+        let state = &mut self.slots[slot as usize];
+        match state {
+            SlotState::Ready(_) => {
+                *state = SlotState::Free;
+                self.free.push(slot);
+            }
+            _ => *state = SlotState::Abandoned,
+        }
+    }
+}
+
+/// Resolves to a batch's replies; None when the shard could not be reached.
+pub(crate) struct ReplyWait {
+    worker: Rc<Worker>,
+    slot: u32,
+    done: bool,
+}
+
+impl Future for ReplyWait {
+    type Output = Option<BatchReply>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let polled = self.worker.replies.borrow_mut().poll(self.slot, cx);
+        match polled {
+            Poll::Ready(r) => {
+                self.done = true;
+                Poll::Ready(Some(r))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ReplyWait {
+    fn drop(&mut self) {
+        if !self.done {
+            self.worker.replies.borrow_mut().abandon(self.slot);
+        }
     }
 }

@@ -78,6 +78,7 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut c
     let mut rounds = 0u32;
     loop {
         let step = conn.step().await;
+        conn.poke_mailbox();
         conn.take_output(&mut pending);
         let unsent = (pending.len() - sent) as u64;
         if unsent > cluster.config.output_buffer_limit.load(Ordering::Relaxed) {

@@ -122,6 +122,7 @@ impl Server {
         let port = free_port();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
             .arg("--unixsocket")
             .arg(&unix)
             .args(["--dir"])
