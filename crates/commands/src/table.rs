@@ -284,9 +284,10 @@ pub fn lookup(name: &[u8]) -> Option<usize> {
     index().get(lower).copied()
 }
 
-fn index() -> &'static std::collections::HashMap<&'static [u8], usize> {
-    static INDEX: std::sync::OnceLock<std::collections::HashMap<&'static [u8], usize>> =
-        std::sync::OnceLock::new();
+type Index = std::collections::HashMap<&'static [u8], usize, ahash::RandomState>;
+
+fn index() -> &'static Index {
+    static INDEX: std::sync::OnceLock<Index> = std::sync::OnceLock::new();
     INDEX.get_or_init(|| {
         COMMANDS
             .iter()
