@@ -9,14 +9,31 @@ pub fn dbsize(ctx: &mut ExecCtx, _args: &Args) {
     ctx.reply.int(ctx.shard.dbs[ctx.db].len() as i64);
 }
 
-pub fn flushdb(ctx: &mut ExecCtx, _args: &Args) {
-    ctx.shard.flush_db(ctx.db);
-    ctx.reply.ok();
+/// FLUSHDB / FLUSHALL accept one optional ASYNC or SYNC; both free memory synchronously here.
+fn flush_mode_ok(ctx: &mut ExecCtx, args: &Args) -> bool {
+    let ok = match args.len() {
+        1 => true,
+        2 => args.is(1, "async") || args.is(1, "sync"),
+        _ => false,
+    };
+    if !ok {
+        ctx.error(crate::errors::SYNTAX);
+    }
+    ok
 }
 
-pub fn flushall(ctx: &mut ExecCtx, _args: &Args) {
-    ctx.shard.flush_all();
-    ctx.reply.ok();
+pub fn flushdb(ctx: &mut ExecCtx, args: &Args) {
+    if flush_mode_ok(ctx, args) {
+        ctx.shard.flush_db(ctx.db);
+        ctx.reply.ok();
+    }
+}
+
+pub fn flushall(ctx: &mut ExecCtx, args: &Args) {
+    if flush_mode_ok(ctx, args) {
+        ctx.shard.flush_all();
+        ctx.reply.ok();
+    }
 }
 
 /// DEBUG POPULATE's share for this shard: keys `prefix:i` for i in 0..count that route here and

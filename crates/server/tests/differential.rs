@@ -256,13 +256,13 @@ impl Gen {
                 .copied()
                 .unwrap_or("GET")]),
             84 => s(&["GET", &k, "extra"]),
-            85 => {
-                if self.rng.gen_ratio(1, 4) {
-                    s(&["FLUSHDB"])
-                } else {
-                    s(&["PING"])
-                }
-            }
+            85 => match self.rng.gen_range(0..12) {
+                0 => s(&["FLUSHDB"]),
+                1 => s(&["FLUSHDB", "ASYNC"]),
+                2 => s(&["FLUSHDB", "BOGUS"]),
+                3 => s(&["FLUSHALL", "SYNC", "x"]),
+                _ => s(&["PING"]),
+            },
             86..=89 => s(&["SET", &k, &self.rng.gen_range(-5i64..5).to_string()]),
             90..=92 => s(&["INCRBY", &k, &self.rng.gen_range(-3i64..3).to_string()]),
             _ => s(&["GET", &k]),
