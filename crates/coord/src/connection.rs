@@ -30,6 +30,10 @@ const ROUND_MAX_COMMANDS: usize = 1024;
 const ROUND_MAX_OUTPUT: usize = 1 << 20;
 /// Free space kept at the end of the read buffer.
 const READ_CHUNK: usize = 16 * 1024;
+/// Most the read buffer grows by, beyond doubling what has arrived, toward a large frame.
+const READ_GROWTH_STEP: usize = 1 << 20;
+/// A read buffer larger than this is released once it is empty.
+const READ_SHRINK_ABOVE: usize = 1 << 20;
 
 /// What the I/O loop does next (after writing any pending output).
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -128,15 +132,24 @@ impl Connection {
         self.info.killed.get()
     }
 
-    /// Space to read into; grows so a known-size frame fits in one piece.
+    /// Space to read into. Grows toward a known-size frame geometrically, as its bytes
+    /// actually arrive, so a header announcing a huge bulk does not make the server allocate
+    /// it up front; shrinks back once a large request has been consumed.
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rstart == self.rend {
             self.need = self.need.saturating_sub(self.rstart);
             self.rstart = 0;
             self.rend = 0;
+            if self.rbuf.len() > READ_SHRINK_ABOVE {
+                self.rbuf = vec![0; READ_CHUNK];
+            }
         }
-        let want =
-            (self.need.saturating_sub(self.rstart)).max(self.rend - self.rstart + READ_CHUNK);
+        let pending = self.rend - self.rstart;
+        let toward_frame = self
+            .need
+            .saturating_sub(self.rstart)
+            .min(pending * 2 + READ_GROWTH_STEP);
+        let want = toward_frame.max(pending + READ_CHUNK);
         if self.rstart > 0 && self.rstart + want > self.rbuf.len() {
             // Move the partial frame to the front instead of growing.
             self.rbuf.copy_within(self.rstart..self.rend, 0);

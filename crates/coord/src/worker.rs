@@ -223,7 +223,15 @@ impl Worker {
                     .proto_max_bulk_len
                     .load(Ordering::Relaxed),
             };
-            f(&mut ctx, args);
+            // A bug in one command must not take the shard's thread down with it.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctx, args)));
+            if ran.is_err() {
+                tracing::error!(
+                    command = COMMANDS[spec].name,
+                    "command panicked; replying with an error"
+                );
+                ctx.reply.error("ERR internal error executing the command");
+            }
         }
         if record {
             let mut stats = self.stats.borrow_mut();

@@ -69,9 +69,26 @@ async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Serves one client; a panic while serving it (a bug) drops only this connection.
+pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(rd: R, wr: W, conn: Connection) {
+    let id = conn.id();
+    let mut session = pin!(serve_client(rd, wr, conn));
+    let outcome = poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.as_mut().poll(cx))) {
+            Ok(Poll::Ready(())) => Poll::Ready(true),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(false),
+        }
+    })
+    .await;
+    if !outcome {
+        tracing::error!(client = id, "connection task panicked; connection dropped");
+    }
+}
+
 /// Serves one client until it quits, disconnects, is killed, exceeds its output limit, or the
 /// server shuts down.
-pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut conn: Connection) {
+async fn serve_client<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut conn: Connection) {
     let cluster = conn.cluster();
     let mut pending: Vec<u8> = Vec::new();
     let mut sent = 0;
@@ -126,10 +143,16 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut c
             if sent == pending.len() {
                 pending.clear();
                 sent = 0;
+                if pending.capacity() > OUTPUT_SHRINK_ABOVE {
+                    pending = Vec::new();
+                }
             }
         }
     }
 }
+
+/// An output buffer larger than this is released once written.
+const OUTPUT_SHRINK_ABOVE: usize = 4 << 20;
 
 /// Refuses a client over `maxclients` with Redis's error, written straight to the socket.
 pub(crate) fn refuse(fd: i32) {

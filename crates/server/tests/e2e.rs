@@ -239,6 +239,33 @@ fn output_limit_disconnects_non_reading_client(b: Backend) {
     assert_eq!(admin.cmd(&["PING"]), b"+PONG\r\n");
 }
 
+fn announced_huge_bulks_are_not_preallocated(b: Backend) {
+    let s = Server::start(b, &[]);
+    // 20 clients each announce a 500 MB argument and send only its first bytes.
+    let clients: Vec<Raw> = (0..20)
+        .map(|_| {
+            let mut r = s.raw();
+            r.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$500000000\r\nabc");
+            r
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_pages: u64 = std::fs::read_to_string(format!("/proc/{}/statm", s.pid()))
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        rss_pages * 4096 < 256 << 20,
+        "RSS {} MB",
+        (rss_pages * 4096) >> 20
+    );
+    assert_eq!(s.raw().cmd(&["PING"]), b"+PONG\r\n");
+    drop(clients);
+}
+
 fn maxclients_refuses(b: Backend) {
     let s = Server::start(b, &["--maxclients", "2"]);
     // The start-up probe's connection may still be counted for a moment: retry until admitted.
@@ -635,6 +662,7 @@ backend_tests!(
     protocol_errors_close_the_connection,
     query_buffer_limit,
     output_limit_disconnects_non_reading_client,
+    announced_huge_bulks_are_not_preallocated,
     maxclients_refuses,
     client_commands,
     sigterm_exits_cleanly,
