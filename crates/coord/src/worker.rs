@@ -133,10 +133,13 @@ pub struct Worker {
     pub clients: RefCell<Registry>,
     /// Batches this thread sent to other shards and whose replies it awaits.
     pub(crate) replies: RefCell<ReplySlots>,
-    /// Milliseconds since the epoch, read once per round of commands (see `refresh_clock`).
+    /// Milliseconds since the epoch for the current round of commands (see `refresh_clock`).
     now_ms: Cell<u64>,
     /// Monotonic time of the same reading.
     now: Cell<Instant>,
+    /// Wall-clock anchor, re-read every tick: per round only the monotonic clock is read and
+    /// the wall time derived from it.
+    anchor: Cell<(Instant, u64)>,
     executed: Cell<u64>,
 }
 
@@ -152,6 +155,7 @@ impl Worker {
             replies: RefCell::new(ReplySlots::default()),
             now_ms: Cell::new(now_ms()),
             now: Cell::new(Instant::now()),
+            anchor: Cell::new((Instant::now(), now_ms())),
             executed: Cell::new(0),
         })
     }
@@ -160,8 +164,11 @@ impl Worker {
     /// read buffer's worth, well under a millisecond) share it, as Redis commands share a
     /// per-call time snapshot.
     pub fn refresh_clock(&self) {
-        self.now_ms.set(now_ms());
-        self.now.set(Instant::now());
+        let now = Instant::now();
+        let (at, wall) = self.anchor.get();
+        self.now.set(now);
+        self.now_ms
+            .set(wall + now.saturating_duration_since(at).as_millis() as u64);
     }
 
     /// Wakes this thread's mailbox task if messages wait (called between rounds so a busy
@@ -328,11 +335,13 @@ impl Worker {
 
     /// Periodic work, 10 times a second: active expiry and idle-client timeouts.
     pub fn tick(&self) {
+        self.anchor.set((Instant::now(), now_ms()));
+        self.refresh_clock();
         let active = self.cluster.config.active_expire.load(Ordering::Relaxed);
         {
             let mut shard = self.shard.borrow_mut();
             shard.active_expire = active;
-            shard.expire_cycle(now_ms(), EXPIRE_BUDGET);
+            shard.expire_cycle(self.now_ms.get(), EXPIRE_BUDGET);
         }
         let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
         self.clients.borrow().close_idle(timeout);

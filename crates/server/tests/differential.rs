@@ -261,6 +261,17 @@ impl Gen {
                 1 => s(&["FLUSHDB", "ASYNC"]),
                 2 => s(&["FLUSHDB", "BOGUS"]),
                 3 => s(&["FLUSHALL", "SYNC", "x"]),
+                4 => s(&[
+                    "DEBUG",
+                    "POPULATE",
+                    "30",
+                    "k",
+                    ["0", "5", "12"]
+                        .choose(&mut self.rng)
+                        .copied()
+                        .unwrap_or("0"),
+                ]),
+                5 => s(&["DEBUG", "POPULATE", "25"]),
                 _ => s(&["PING"]),
             },
             86..=89 => s(&["SET", &k, &self.rng.gen_range(-5i64..5).to_string()]),
