@@ -6,12 +6,16 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
-use damselfly_coord::{Connection, Mailbox, ShardMsg, Step, Worker};
+use damselfly_coord::{Connection, Mailbox, PeerInfo, ShardMsg, Step, Worker};
+
+use crate::{Shared, SHUTDOWN_GRACE};
 
 /// The reading half of a client socket.
 pub(crate) trait ConnRead {
@@ -154,8 +158,56 @@ async fn serve_client<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut conn:
 /// An output buffer larger than this is released once written.
 const OUTPUT_SHRINK_ABOVE: usize = 4 << 20;
 
+/// Admits an accepted socket: over `maxclients` it gets Redis's error and is dropped (None);
+/// otherwise its connection is registered on this thread.
+pub(crate) fn admit(
+    worker: &Rc<Worker>,
+    fd: i32,
+    (addr, laddr): (String, String),
+) -> Option<Connection> {
+    if !worker.cluster.try_admit_client() {
+        refuse(fd);
+        worker.stats.borrow_mut().rejected_connections += 1;
+        return None;
+    }
+    Some(Connection::new(
+        worker.clone(),
+        PeerInfo { addr, laddr, fd },
+    ))
+}
+
+/// The TCP options Redis sets on a client socket: no Nagle delay, keepalive per config.
+pub(crate) fn tune_tcp(worker: &Worker, fd: BorrowedFd<'_>) {
+    let sock = socket2::SockRef::from(&fd);
+    let _ = sock.set_nodelay(true);
+    let secs = worker.cluster.config.get_u64("tcp-keepalive");
+    if secs > 0 {
+        let _ = sock
+            .set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(Duration::from_secs(secs)));
+    }
+}
+
+/// Shutdown of one thread: closes its clients, lets their in-flight commands finish, then
+/// waits until every thread got there so no shard disappears while another thread still
+/// needs it. `sleep` is the backend's timer.
+pub(crate) async fn drain<S: Future<Output = ()>>(
+    worker: &Worker,
+    shared: &Shared,
+    sleep: impl Fn(Duration) -> S,
+) {
+    worker.clients.borrow().close_all();
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
+    while !worker.clients.borrow().is_empty() && Instant::now() < deadline {
+        sleep(Duration::from_millis(5)).await;
+    }
+    shared.drained.fetch_add(1, Ordering::SeqCst);
+    while !shared.all_drained() && Instant::now() < deadline {
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Refuses a client over `maxclients` with Redis's error, written straight to the socket.
-pub(crate) fn refuse(fd: i32) {
+fn refuse(fd: i32) {
     const MSG: &[u8] = b"-ERR max number of clients reached\r\n";
     // SAFETY: fd is an accepted socket we still own; a short or failed write is acceptable.
     unsafe {
@@ -166,11 +218,6 @@ pub(crate) fn refuse(fd: i32) {
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         );
     }
-}
-
-/// Counts a refused connection in the thread's stats.
-pub(crate) fn note_rejected(worker: &Worker) {
-    worker.stats.borrow_mut().rejected_connections += 1;
 }
 
 /// Hands every message sent to this thread's shard to its worker.

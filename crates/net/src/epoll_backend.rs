@@ -3,19 +3,18 @@
 //! profiles.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use damselfly_coord::{Connection, Mailbox, PeerInfo, ShardMsg, Worker};
+use damselfly_coord::{Mailbox, ShardMsg, Worker};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
-use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnRead, ConnWrite};
+use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
 use crate::listeners::{describe_tcp, describe_unix};
-use crate::{Shared, SHUTDOWN_GRACE, TICK};
+use crate::{Shared, TICK};
 
 struct Reader<S>(S);
 struct Writer<S>(S);
@@ -95,23 +94,9 @@ fn thread_main(
         for a in &acceptors {
             a.abort();
         }
-        drain(&worker, &shared).await;
+        drain(&worker, &shared, tokio::time::sleep).await;
         Ok(())
     })
-}
-
-/// Closes this thread's clients, lets in-flight commands finish, then waits for every thread
-/// to get there so no shard disappears while another thread still needs it.
-async fn drain(worker: &Rc<Worker>, shared: &Shared) {
-    worker.clients.borrow().close_all();
-    let deadline = Instant::now() + SHUTDOWN_GRACE;
-    while !worker.clients.borrow().is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    shared.drained.fetch_add(1, Ordering::SeqCst);
-    while !shared.all_drained() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn tick_loop(worker: Rc<Worker>) {
@@ -123,42 +108,18 @@ async fn tick_loop(worker: Rc<Worker>) {
     }
 }
 
-fn keepalive_secs(worker: &Worker) -> u64 {
-    worker.cluster.config.get_u64("tcp-keepalive")
-}
-
 async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                if !worker.cluster.try_admit_client() {
-                    refuse(stream.as_raw_fd());
-                    note_rejected(&worker);
-                    continue;
+                let peer = describe_tcp(Some(peer), stream.local_addr().ok());
+                if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
+                    tune_tcp(&worker, stream.as_fd());
+                    let (rd, wr) = stream.into_split();
+                    spawn_local(serve(Reader(rd), Writer(wr), conn));
                 }
-                let _ = stream.set_nodelay(true);
-                let secs = keepalive_secs(&worker);
-                if secs > 0 {
-                    let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(secs));
-                    let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&ka);
-                }
-                let (addr, laddr) = describe_tcp(Some(peer), stream.local_addr().ok());
-                let conn = Connection::new(
-                    worker.clone(),
-                    PeerInfo {
-                        addr,
-                        laddr,
-                        fd: stream.as_raw_fd(),
-                    },
-                );
-                let (rd, wr) = stream.into_split();
-                spawn_local(serve(Reader(rd), Writer(wr), conn));
             }
-            Err(e) => {
-                // Out of descriptors and similar: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            Err(e) => accept_failed(e).await,
         }
     }
 }
@@ -167,27 +128,18 @@ async fn accept_unix(worker: Rc<Worker>, listener: tokio::net::UnixListener, pat
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                if !worker.cluster.try_admit_client() {
-                    refuse(stream.as_raw_fd());
-                    note_rejected(&worker);
-                    continue;
+                if let Some(conn) = admit(&worker, stream.as_raw_fd(), describe_unix(&path)) {
+                    let (rd, wr) = stream.into_split();
+                    spawn_local(serve(Reader(rd), Writer(wr), conn));
                 }
-                let (addr, laddr) = describe_unix(&path);
-                let conn = Connection::new(
-                    worker.clone(),
-                    PeerInfo {
-                        addr,
-                        laddr,
-                        fd: stream.as_raw_fd(),
-                    },
-                );
-                let (rd, wr) = stream.into_split();
-                spawn_local(serve(Reader(rd), Writer(wr), conn));
             }
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            Err(e) => accept_failed(e).await,
         }
     }
+}
+
+/// Out of descriptors and similar: back off instead of spinning.
+async fn accept_failed(e: io::Error) {
+    tracing::warn!("accept failed: {e}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }

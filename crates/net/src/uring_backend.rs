@@ -4,20 +4,19 @@
 //! the executors round-robin through their adoption mailboxes.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use damselfly_coord::{mailbox, Connection, Mailbox, MailboxSender, PeerInfo, ShardMsg, Worker};
+use damselfly_coord::{mailbox, Connection, Mailbox, MailboxSender, ShardMsg, Worker};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
-use crate::drive::{mailbox_loop, note_rejected, refuse, serve, ConnRead, ConnWrite};
+use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
 use crate::listeners::{describe_tcp, describe_unix};
-use crate::{Shared, SHUTDOWN_GRACE, TICK};
+use crate::{Shared, TICK};
 
 struct Reader<S>(S);
 struct Writer<S>(S);
@@ -152,20 +151,8 @@ async fn thread_main(
             unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
         }
     }
-    drain(&worker, &shared).await;
+    drain(&worker, &shared, glommio::timer::sleep).await;
     Ok(())
-}
-
-async fn drain(worker: &Rc<Worker>, shared: &Shared) {
-    worker.clients.borrow().close_all();
-    let deadline = Instant::now() + SHUTDOWN_GRACE;
-    while !worker.clients.borrow().is_empty() && Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(5)).await;
-    }
-    shared.drained.fetch_add(1, Ordering::SeqCst);
-    while !shared.all_drained() && Instant::now() < deadline {
-        glommio::timer::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn tick_loop(worker: Rc<Worker>) {
@@ -179,26 +166,17 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                let fd = stream.as_raw_fd();
-                if !worker.cluster.try_admit_client() {
-                    refuse(fd);
-                    note_rejected(&worker);
-                    continue;
+                let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
+                if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
+                    // SAFETY: the descriptor stays owned by `stream` for this call.
+                    tune_tcp(&worker, unsafe {
+                        BorrowedFd::borrow_raw(stream.as_raw_fd())
+                    });
+                    spawn_serve(stream, conn);
                 }
-                let _ = stream.set_nodelay(true);
-                let secs = worker.cluster.config.get_u64("tcp-keepalive");
-                if secs > 0 {
-                    let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(secs));
-                    // SAFETY: fd stays owned by `stream`; SockRef only borrows it.
-                    let _ =
-                        socket2::SockRef::from(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
-                            .set_tcp_keepalive(&ka);
-                }
-                let (addr, laddr) = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
-                let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });
-                spawn_serve(stream, conn);
             }
             Err(e) => {
+                // Out of descriptors and similar: back off instead of spinning.
                 tracing::warn!("accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
@@ -211,18 +189,12 @@ async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String) {
     let mut fds = Vec::new();
     while adopt.recv_all(&mut fds).await {
         for fd in fds.drain(..) {
-            if !worker.cluster.try_admit_client() {
-                refuse(fd);
-                note_rejected(&worker);
-                // SAFETY: we own the adopted descriptor.
-                unsafe { libc::close(fd) };
-                continue;
-            }
-            // SAFETY: the acceptor thread handed us ownership of this connected socket.
+            // SAFETY: the acceptor thread handed us ownership of this connected socket; the
+            // stream closes it when dropped, also when the client is refused.
             let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
-            let (addr, laddr) = describe_unix(&path);
-            let conn = Connection::new(worker.clone(), PeerInfo { addr, laddr, fd });
-            spawn_serve(stream, conn);
+            if let Some(conn) = admit(&worker, fd, describe_unix(&path)) {
+                spawn_serve(stream, conn);
+            }
         }
     }
 }

@@ -224,17 +224,11 @@ fn output_limit_disconnects_non_reading_client(b: Backend) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(disconnected, "the non-reading client must be dropped");
-    let rss: u64 = std::fs::read_to_string(format!("/proc/{}/statm", s.pid()))
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rss = common::rss_bytes(s.pid());
     assert!(
-        rss * 4096 < 200 << 20,
+        rss < 200 << 20,
         "server memory stayed bounded: {} MB",
-        (rss * 4096) >> 20
+        rss >> 20
     );
     assert_eq!(admin.cmd(&["PING"]), b"+PONG\r\n");
 }
@@ -250,18 +244,8 @@ fn announced_huge_bulks_are_not_preallocated(b: Backend) {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let rss_pages: u64 = std::fs::read_to_string(format!("/proc/{}/statm", s.pid()))
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        rss_pages * 4096 < 256 << 20,
-        "RSS {} MB",
-        (rss_pages * 4096) >> 20
-    );
+    let rss = common::rss_bytes(s.pid());
+    assert!(rss < 256 << 20, "RSS {} MB", rss >> 20);
     assert_eq!(s.raw().cmd(&["PING"]), b"+PONG\r\n");
     drop(clients);
 }

@@ -359,3 +359,14 @@ pub fn info_field(raw: &mut Raw, section: &str, field: &str) -> Option<String> {
             .map(|v| v.trim().to_string())
     })
 }
+
+/// Resident memory of a process, in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let pages: u64 = std::fs::read_to_string(format!("/proc/{pid}/statm"))
+        .expect("statm")
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("rss field");
+    pages * 4096
+}
