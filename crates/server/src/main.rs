@@ -65,13 +65,19 @@ fn install_signal_thread(cluster: Arc<damselfly_coord::Cluster>) {
 fn main() -> ExitCode {
     let opts = options::Options::parse_from_env();
     let config = Arc::new(Config::default());
-    if let Err(e) = opts.apply(&config) {
-        eprintln!("damselfly: {e}");
-        return ExitCode::from(1);
-    }
+    let warnings = match opts.apply(&config) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("damselfly: {e}");
+            return ExitCode::from(1);
+        }
+    };
     if let Err(e) = options::init_logging(&config) {
         eprintln!("damselfly: {e}");
         return ExitCode::from(1);
+    }
+    for w in warnings {
+        tracing::warn!("{w}");
     }
     let backend = match choose_backend(&config.get("io-backend")) {
         Ok(b) => b,

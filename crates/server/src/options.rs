@@ -130,8 +130,9 @@ impl Options {
         Options::parse()
     }
 
-    /// Applies the config file, then the flags.
-    pub fn apply(&self, config: &Config) -> Result<(), String> {
+    /// Applies the config file, then the flags. Returns warnings to log once logging is up.
+    pub fn apply(&self, config: &Config) -> Result<Vec<String>, String> {
+        let mut warnings = Vec::new();
         if let Some(path) = &self.config_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read config file {path}: {e}"))?;
@@ -145,10 +146,10 @@ impl Options {
                 let (name, values) = words.split_first().ok_or("empty line")?;
                 let value = values.join(" ");
                 if Config::param(name).is_none() {
-                    eprintln!(
-                        "damselfly: {path}:{}: ignoring unsupported directive '{name}'",
+                    warnings.push(format!(
+                        "{path}:{}: ignoring unsupported directive '{name}'",
                         n + 1
-                    );
+                    ));
                     continue;
                 }
                 config
@@ -204,7 +205,7 @@ impl Options {
         if config.get("daemonize") == "yes" {
             return Err("daemonize yes is not supported; run under a supervisor instead".into());
         }
-        Ok(())
+        Ok(warnings)
     }
 }
 

@@ -638,6 +638,124 @@ fn unknown_and_arity_errors(b: Backend) {
     );
 }
 
+fn connection_and_server_commands(b: Backend) {
+    let s = Server::start(b, &[]);
+    let mut r = s.raw();
+    assert_eq!(r.cmd(&["RANDOMKEY"]), b"$-1\r\n");
+    assert_eq!(r.cmd(&["MSET", "a", "1", "b", "2", "c", "3"]), b"+OK\r\n");
+    for _ in 0..10 {
+        let k = r.cmd(&["RANDOMKEY"]);
+        assert!([bulk("a"), bulk("b"), bulk("c")].contains(&k), "{k:?}");
+    }
+    assert_eq!(r.cmd(&["ECHO", "hi"]), bulk("hi"));
+    let time = String::from_utf8(r.cmd(&["TIME"])).unwrap();
+    assert!(time.starts_with("*2\r\n$10\r\n"), "{time}");
+    // RESET returns the connection to its defaults.
+    r.cmd(&["SELECT", "2"]);
+    r.cmd(&["CLIENT", "SETNAME", "before"]);
+    assert!(r.cmd(&["HELLO", "3"]).starts_with(b"%"));
+    assert_eq!(r.cmd(&["RESET"]), b"+RESET\r\n");
+    assert_eq!(r.cmd(&["CLIENT", "GETNAME"]), b"$-1\r\n");
+    assert_eq!(r.cmd(&["GET", "a"]), bulk("1"), "back in db 0, RESP2");
+    // COMMAND introspection.
+    let info = String::from_utf8(r.cmd(&["COMMAND", "INFO", "get", "nosuch"])).unwrap();
+    assert!(
+        info.starts_with("*2\r\n*10\r\n$3\r\nget\r\n:2\r\n"),
+        "{info}"
+    );
+    assert!(info.ends_with("*-1\r\n"), "{info}");
+    let docs = String::from_utf8(r.cmd(&["COMMAND", "DOCS", "set"])).unwrap();
+    assert!(
+        docs.contains("summary") && docs.contains("string"),
+        "{docs}"
+    );
+    let list =
+        String::from_utf8(r.cmd(&["COMMAND", "LIST", "FILTERBY", "PATTERN", "*expire*"])).unwrap();
+    assert!(
+        list.contains("pexpireat") && !list.contains("$3\r\nget"),
+        "{list}"
+    );
+    let cpu = info_field(&mut r, "cpu", "used_cpu_user").unwrap();
+    assert!(cpu.parse::<f64>().is_ok(), "{cpu}");
+    // CLIENT KILL's old form takes the address.
+    let mut victim = s.raw();
+    let list = String::from_utf8(victim.cmd(&["CLIENT", "INFO"])).unwrap();
+    let addr = list
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("addr="))
+        .unwrap()
+        .to_string();
+    assert_eq!(r.cmd(&["CLIENT", "KILL", &addr]), b"+OK\r\n");
+    assert!(victim.closed());
+    assert_eq!(
+        r.cmd(&["CLIENT", "KILL", "1.2.3.4:5"]),
+        b"-ERR No such client\r\n"
+    );
+    // QUIT answers, then closes.
+    assert_eq!(r.cmd(&["QUIT"]), b"+OK\r\n");
+    assert!(r.closed());
+}
+
+fn flags_and_config_file(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("damselfly.log");
+    let conf = dir.path().join("damselfly.conf");
+    std::fs::write(
+        &conf,
+        "# a redis.conf-style file\ndatabases 4\ntimeout 1\nsupervised no\nmaxclients 100\n",
+    )
+    .unwrap();
+    let (conf, log_path) = (
+        conf.to_str().unwrap().to_string(),
+        log.to_str().unwrap().to_string(),
+    );
+    let mut s = Server::start_with(
+        b,
+        2,
+        &[
+            &conf,
+            "--logfile",
+            &log_path,
+            "--loglevel",
+            "notice",
+            "--maxclients",
+            "50",
+        ],
+    );
+    let mut r = s.raw();
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "databases"]),
+        b"*2\r\n$9\r\ndatabases\r\n$1\r\n4\r\n"
+    );
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "maxclients"]),
+        b"*2\r\n$10\r\nmaxclients\r\n$2\r\n50\r\n",
+        "flags override the file"
+    );
+    assert_eq!(
+        r.cmd(&["SELECT", "4"]),
+        b"-ERR DB index is out of range\r\n"
+    );
+    assert_eq!(r.cmd(&["SELECT", "3"]), b"+OK\r\n");
+    // `timeout 1` closes idle clients.
+    let started = Instant::now();
+    assert!(r.closed(), "an idle client is closed after the timeout");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("ready to accept connections"), "{text}");
+    assert!(
+        text.contains("supervised"),
+        "unknown directives are reported: {text}"
+    );
+    // SIGINT stops it cleanly too.
+    let mut child = s.child.take().unwrap();
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status =
+        common::wait_timeout(&mut child, Duration::from_secs(15)).expect("exits on SIGINT");
+    assert!(status.success(), "{status:?}");
+}
+
 backend_tests!(
     strings_and_keys,
     resp3_and_inline,
@@ -659,4 +777,6 @@ backend_tests!(
     scan_walks_every_shard,
     disconnect_mid_command_leaks_nothing,
     unknown_and_arity_errors,
+    connection_and_server_commands,
+    flags_and_config_file,
 );

@@ -89,7 +89,10 @@ impl Server {
                 "--threads",
                 &threads.to_string(),
             ])
-            .args(["--io-backend", backend.flag(), "--loglevel", "warning"]);
+            .args(["--io-backend", backend.flag()]);
+            if !extra.contains(&"--loglevel") {
+                cmd.args(["--loglevel", "warning"]);
+            }
             let own_socket = !extra.contains(&"--unixsocket");
             if own_socket {
                 cmd.arg("--unixsocket").arg(&unix);
