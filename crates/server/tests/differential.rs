@@ -333,6 +333,68 @@ fn equivalent(cmd: &[String], ours: &[u8], theirs: &[u8]) -> bool {
     }
 }
 
+/// Every key a full SCAN iteration returns (cursors differ between servers by design).
+fn scan_all(c: &mut Raw, options: &[String]) -> Vec<Vec<u8>> {
+    let mut cursor = "0".to_string();
+    let mut keys = Vec::new();
+    loop {
+        let mut cmd = vec!["SCAN".to_string(), cursor.clone()];
+        cmd.extend_from_slice(options);
+        let reply = c.cmd(&cmd);
+        // *2 $n cursor *m keys...
+        let text = reply.clone();
+        let mut lines = text.split(|&b| b == b'\n');
+        lines.next();
+        lines.next();
+        cursor = String::from_utf8_lossy(lines.next().unwrap_or_default())
+            .trim_end()
+            .to_string();
+        let rest_start = reply
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w == b"\r\n")
+            .nth(2)
+            .map_or(reply.len(), |(i, _)| i + 2);
+        keys.extend(sorted_items(&reply[rest_start..]));
+        if cursor == "0" {
+            break;
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// SCAN (full iterations, compared as sets) and RANDOMKEY (null exactly when empty).
+fn compare_iteration(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, label: &str) {
+    let mut options = Vec::new();
+    if gen.rng.gen_bool(0.5) {
+        options.extend([
+            "MATCH".to_string(),
+            ["k1*", "{tag}*", "*", "k?"]
+                .choose(&mut gen.rng)
+                .copied()
+                .unwrap_or("*")
+                .to_string(),
+        ]);
+    }
+    if gen.rng.gen_bool(0.3) {
+        options.extend(["TYPE".to_string(), "string".to_string()]);
+    }
+    options.extend(["COUNT".to_string(), gen.rng.gen_range(1..20).to_string()]);
+    assert_eq!(
+        scan_all(ours, &options),
+        scan_all(redis, &options),
+        "{label}: SCAN {options:?}"
+    );
+    let (a, b) = (redis.cmd(&["RANDOMKEY"]), ours.cmd(&["RANDOMKEY"]));
+    assert_eq!(
+        a == b"$-1\r\n" || a == b"_\r\n",
+        b == b"$-1\r\n" || b == b"_\r\n",
+        "{label}: RANDOMKEY"
+    );
+}
+
 fn run_stream(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, count: usize, label: &str) {
     let mut sent = 0;
     while sent < count {
@@ -361,6 +423,9 @@ fn run_stream(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, count: usize, labe
                 String::from_utf8_lossy(&mine)
             );
             sent += 1;
+        }
+        if gen.rng.gen_ratio(1, 8) {
+            compare_iteration(gen, redis, ours, label);
         }
     }
 }
@@ -391,6 +456,13 @@ fn same_replies_as_redis(b: Backend) {
         assert!(hello.starts_with(b"%7"));
     }
     run_stream(&mut gen, &mut redis, &mut ours, COMMANDS_RESP3, "RESP3");
+    // A full SCAN sees exactly what KEYS sees, on both servers (checks the SCAN walk itself).
+    for c in [&mut redis, &mut ours] {
+        c.cmd(&["SELECT", "0"]);
+        let all = sorted_items(&c.cmd(&["KEYS", "*"]));
+        assert!(!all.is_empty());
+        assert_eq!(scan_all(c, &["COUNT".to_string(), "3".to_string()]), all);
+    }
     // The final state matches too.
     for db in ["0", "1"] {
         redis.cmd(&["SELECT", db]);
