@@ -486,6 +486,13 @@ impl Connection {
             misses += r.shard_stats.keyspace_misses;
         }
         let used: u64 = reports.iter().map(|r| r.used_memory as u64).sum();
+        // Shards peak at different times, so the sum of their peaks bounds the true peak.
+        let peak: u64 = reports
+            .iter()
+            .map(|r| r.peak_memory as u64)
+            .sum::<u64>()
+            .max(used);
+        let ops: u64 = reports.iter().map(|r| r.ops_per_sec).sum();
         let rss = rss_bytes();
         let info = cluster.server_info();
         let uptime = cluster.started.elapsed().as_secs();
@@ -530,7 +537,7 @@ impl Connection {
         section("Clients", &s, &mut out);
         let maxmemory = cluster.config.get_u64("maxmemory");
         let s = format!(
-            "used_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{used}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_allocator:mimalloc\r\n",
+            "used_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_allocator:mimalloc\r\n",
             human_bytes(used),
             human_bytes(rss),
             human_bytes(maxmemory),
@@ -544,7 +551,7 @@ impl Connection {
             &mut out,
         );
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:0\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,

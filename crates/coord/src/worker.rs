@@ -97,6 +97,10 @@ pub struct ThreadReport {
     /// (keys, keys with TTL, avg_ttl) per database.
     pub keyspace: Vec<(usize, usize, u64)>,
     pub clients: usize,
+    /// Commands per second over the last ~1.6 s of ticks.
+    pub ops_per_sec: u64,
+    /// Highest `used_memory` this shard has reached.
+    pub peak_memory: usize,
 }
 
 /// Messages between threads.
@@ -141,7 +145,13 @@ pub struct Worker {
     /// the wall time derived from it.
     anchor: Cell<(Instant, u64)>,
     executed: Cell<u64>,
+    /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
+    ops_samples: RefCell<std::collections::VecDeque<(Instant, u64)>>,
+    peak_memory: Cell<usize>,
 }
+
+/// Ticks of history behind `instantaneous_ops_per_sec` (Redis also uses 16 samples).
+const OPS_SAMPLES: usize = 16;
 
 impl Worker {
     pub fn new(id: usize, cluster: Arc<Cluster>) -> Rc<Self> {
@@ -157,6 +167,8 @@ impl Worker {
             now: Cell::new(Instant::now()),
             anchor: Cell::new((Instant::now(), now_ms())),
             executed: Cell::new(0),
+            ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
+            peak_memory: Cell::new(0),
         })
     }
 
@@ -330,6 +342,19 @@ impl Worker {
                 .map(|d| (d.len(), d.volatile_count(), d.avg_ttl))
                 .collect(),
             clients: self.clients.borrow().len(),
+            ops_per_sec: self.ops_per_sec(),
+            peak_memory: self.peak_memory.get().max(shard.used_memory()),
+        }
+    }
+
+    fn ops_per_sec(&self) -> u64 {
+        let samples = self.ops_samples.borrow();
+        match (samples.front(), samples.back()) {
+            (Some(first), Some(last)) if last.0 > first.0 => {
+                let secs = last.0.duration_since(first.0).as_secs_f64();
+                ((last.1 - first.1) as f64 / secs) as u64
+            }
+            _ => 0,
         }
     }
 
@@ -337,11 +362,20 @@ impl Worker {
     pub fn tick(&self) {
         self.anchor.set((Instant::now(), now_ms()));
         self.refresh_clock();
+        {
+            let mut samples = self.ops_samples.borrow_mut();
+            samples.push_back((self.now.get(), self.stats.borrow().total_commands));
+            if samples.len() > OPS_SAMPLES {
+                samples.pop_front();
+            }
+        }
         let active = self.cluster.config.active_expire.load(Ordering::Relaxed);
         {
             let mut shard = self.shard.borrow_mut();
             shard.active_expire = active;
             shard.expire_cycle(self.now_ms.get(), EXPIRE_BUDGET);
+            self.peak_memory
+                .set(self.peak_memory.get().max(shard.used_memory()));
         }
         let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
         self.clients.borrow().close_idle(timeout);

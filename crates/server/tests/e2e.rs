@@ -675,6 +675,27 @@ fn connection_and_server_commands(b: Backend) {
         list.contains("pexpireat") && !list.contains("$3\r\nget"),
         "{list}"
     );
+    // instantaneous_ops_per_sec reflects a burst of commands within a few ticks.
+    let burst: Vec<u8> = (0..5000).flat_map(|_| encode(&["PING"])).collect();
+    r.send(&burst);
+    for _ in 0..5000 {
+        assert_eq!(r.reply(), b"+PONG\r\n");
+    }
+    std::thread::sleep(Duration::from_millis(350));
+    let ops: u64 = info_field(&mut r, "stats", "instantaneous_ops_per_sec")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ops > 0, "instantaneous_ops_per_sec after a burst: {ops}");
+    let peak: u64 = info_field(&mut r, "memory", "used_memory_peak")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let used: u64 = info_field(&mut r, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(peak >= used && used > 0);
     let cpu = info_field(&mut r, "cpu", "used_cpu_user").unwrap();
     assert!(cpu.parse::<f64>().is_ok(), "{cpu}");
     // CLIENT KILL's old form takes the address.
