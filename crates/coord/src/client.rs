@@ -20,6 +20,8 @@ pub struct ClientInfo {
     pub db: Cell<usize>,
     pub resp: Cell<u8>,
     pub last_cmd: Cell<&'static str>,
+    /// The subcommand of the last command when it was a container (`client|list`).
+    pub last_subcommand: RefCell<Vec<u8>>,
     pub query_buf: Cell<usize>,
     pub killed: Cell<bool>,
 }
@@ -40,6 +42,7 @@ impl ClientInfo {
             db: Cell::new(0),
             resp: Cell::new(2),
             last_cmd: Cell::new("NULL"),
+            last_subcommand: RefCell::new(Vec::new()),
             query_buf: Cell::new(0),
             killed: Cell::new(false),
         }
@@ -60,11 +63,21 @@ impl ClientInfo {
             idle,
             self.db.get(),
             self.query_buf.get(),
-            self.last_cmd.get(),
+            self.last_command_name(),
             self.resp.get(),
             String::from_utf8_lossy(&self.lib_name.borrow()),
             String::from_utf8_lossy(&self.lib_ver.borrow()),
         )
+    }
+
+    /// The last command as Redis names it in CLIENT LIST: `get`, or `client|list`.
+    pub fn last_command_name(&self) -> String {
+        let sub = self.last_subcommand.borrow();
+        if sub.is_empty() {
+            self.last_cmd.get().to_string()
+        } else {
+            format!("{}|{}", self.last_cmd.get(), String::from_utf8_lossy(&sub))
+        }
     }
 
     /// Closes the socket under the connection so its pending read ends; the connection task

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use damselfly_commands::table::{flags, Handler, Route, COMMANDS};
+use damselfly_commands::table::{flags, CoordCmd, Handler, Route, COMMANDS};
 use damselfly_commands::{errors, lookup, Args};
 use damselfly_protocol::{parse_command, Limits, ParsedCommand, ProtocolError, ReplyBuf, Span};
 use damselfly_storage::shard_for_key;
@@ -336,6 +336,19 @@ impl Connection {
             return;
         }
         self.info.last_cmd.set(spec.name);
+        {
+            let mut sub = self.info.last_subcommand.borrow_mut();
+            sub.clear();
+            let container = matches!(
+                spec.handler,
+                Handler::Coord(
+                    CoordCmd::Client | CoordCmd::Config | CoordCmd::Command | CoordCmd::Debug
+                )
+            );
+            if container && args.len() > 1 {
+                sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
+            }
+        }
         let db = self.info.db.get();
         match spec.route {
             Route::Key => {

@@ -298,6 +298,7 @@ fn client_commands(b: Backend) {
     let other_id = other_id.trim().trim_start_matches(':').to_string();
     let list = String::from_utf8(a.cmd(&["CLIENT", "LIST"])).unwrap();
     assert!(list.contains("name=alpha"), "{list}");
+    assert!(list.contains("cmd=client|list "), "{list}");
     assert!(list.contains("lib-name=redis-rs"), "{list}");
     assert!(list.contains(&format!("id={other_id} ")), "{list}");
     assert!(
