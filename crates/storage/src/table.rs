@@ -9,8 +9,10 @@ use hashbrown::HashTable;
 
 use crate::value::Value;
 
-/// Entries per segment before it splits.
-const SEGMENT_MAX: usize = 4096;
+/// Entries per segment before it splits: 7/8 of 4096 buckets, the most a 4096-bucket
+/// hashbrown table holds. Splitting there means a segment never doubles to 8192 buckets only
+/// to split right after (measured: RSS for 1M small keys 306 MB -> 278 MB).
+const SEGMENT_MAX: usize = 3584;
 
 /// Cursor layout: the top bits name the shard, the rest a position in hash order.
 pub const SCAN_SHARD_BITS: u32 = 9;
