@@ -37,10 +37,13 @@ impl Connection {
         self.closing = true;
     }
 
-    /// Checks a password against `requirepass` for user `default`.
-    fn check_password(&mut self, user: Option<&[u8]>, pass: &[u8]) -> bool {
+    /// Authenticates as `user` (None means `default`), replying WRONGPASS on failure. Only the
+    /// default user exists; without `requirepass` it has no password (Redis's `nopass`), so any
+    /// password authenticates it.
+    fn authenticate(&mut self, user: Option<&[u8]>, pass: &[u8]) -> bool {
         let required = self.worker.cluster.config.get("requirepass");
-        if user.is_some_and(|u| u != b"default") || required.as_bytes() != pass {
+        let is_default = user.is_none_or(|u| u == b"default");
+        if !is_default || !(required.is_empty() || required.as_bytes() == pass) {
             self.reply_error(errors::WRONG_PASS);
             return false;
         }
@@ -68,13 +71,7 @@ impl Connection {
         } else {
             (None, args.get(1))
         };
-        if no_password && user.is_some_and(|u| u == b"default") {
-            // The default user has no password: any password authenticates (Redis `nopass`).
-            self.authenticated = true;
-            self.out.ok();
-            return;
-        }
-        if self.check_password(user, pass) {
+        if self.authenticate(user, pass) {
             self.out.ok();
         }
     }
@@ -119,15 +116,7 @@ impl Connection {
             }
         }
         if let Some((user, pass)) = credentials {
-            let no_password = !self
-                .worker
-                .cluster
-                .config
-                .has_password
-                .load(Ordering::Relaxed);
-            if no_password && user == b"default" {
-                self.authenticated = true;
-            } else if !self.check_password(Some(user), pass) {
+            if !self.authenticate(Some(user), pass) {
                 return;
             }
         }

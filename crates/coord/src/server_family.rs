@@ -27,21 +27,8 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "cluster",
     "keyspace",
 ];
-const ALL_SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "replication",
-    "cpu",
-    "modules",
-    "commandstats",
-    "errorstats",
-    "cluster",
-    "keyspace",
-    "shards",
-];
+/// Sections `INFO all` adds to the default ones.
+const EXTRA_SECTIONS: &[&str] = &["commandstats", "shards"];
 
 fn human_bytes(n: u64) -> String {
     let units = ["B", "K", "M", "G", "T"];
@@ -459,7 +446,12 @@ impl Connection {
             let s = String::from_utf8_lossy(a).to_ascii_lowercase();
             match s.as_str() {
                 "default" => sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string())),
-                "all" | "everything" => sections.extend(ALL_SECTIONS.iter().map(|s| s.to_string())),
+                "all" | "everything" => sections.extend(
+                    DEFAULT_SECTIONS
+                        .iter()
+                        .chain(EXTRA_SECTIONS)
+                        .map(|s| s.to_string()),
+                ),
                 _ => sections.push(s),
             }
         }
