@@ -151,11 +151,17 @@ mod tests {
         }
     }
 
+    /// A waker that records whether it was woken.
+    fn flag_waker() -> (Arc<Flag>, Waker) {
+        let flag = Arc::new(Flag(false.into()));
+        let waker = Waker::from(flag.clone());
+        (flag, waker)
+    }
+
     #[test]
     fn wakes_a_parked_receiver_and_drains_everything() {
         let (tx, mb) = mailbox::<u32>();
-        let flag = Arc::new(Flag(false.into()));
-        let waker = Waker::from(flag.clone());
+        let (flag, waker) = flag_waker();
         let mut cx = Context::from_waker(&waker);
         let mut out = Vec::new();
         let mut fut = Box::pin(mb.recv_all(&mut out));
@@ -178,8 +184,7 @@ mod tests {
     #[test]
     fn a_busy_owner_is_not_signalled_but_finds_its_mail_before_parking() {
         let (tx, mb) = mailbox::<u32>();
-        let flag = Arc::new(Flag(false.into()));
-        let waker = Waker::from(flag.clone());
+        let (flag, waker) = flag_waker();
         let mut cx = Context::from_waker(&waker);
         let mut out = Vec::new();
         let mut fut = Box::pin(mb.recv_all(&mut out));

@@ -65,6 +65,25 @@ fn cpu_times() -> (f64, f64) {
     (secs(ru.ru_stime), secs(ru.ru_utime))
 }
 
+/// One key-spec step of COMMAND INFO: `name => {type => kind, spec => {field => value, ...}}`.
+fn key_spec_step(
+    out: &mut damselfly_protocol::ReplyBuf,
+    name: &str,
+    kind: &str,
+    fields: &[(&str, i64)],
+) {
+    out.bulk(name.as_bytes());
+    out.map(2);
+    out.bulk(b"type");
+    out.bulk(kind.as_bytes());
+    out.bulk(b"spec");
+    out.map(fields.len());
+    for (field, value) in fields {
+        out.bulk(field.as_bytes());
+        out.int(*value);
+    }
+}
+
 impl Connection {
     pub(crate) async fn run_coordinator(&mut self, cmd: CoordCmd, args: &Args<'_>) {
         match cmd {
@@ -154,30 +173,23 @@ impl Connection {
             } else {
                 "RO"
             });
-            out.bulk(b"begin_search");
-            out.map(2);
-            out.bulk(b"type");
-            out.bulk(b"index");
-            out.bulk(b"spec");
-            out.map(1);
-            out.bulk(b"index");
-            out.int(spec.first_key as i64);
-            out.bulk(b"find_keys");
-            out.map(2);
-            out.bulk(b"type");
-            out.bulk(b"range");
-            out.bulk(b"spec");
-            out.map(3);
-            out.bulk(b"lastkey");
-            out.int(if spec.last_key < 0 {
+            key_spec_step(
+                out,
+                "begin_search",
+                "index",
+                &[("index", spec.first_key as i64)],
+            );
+            let lastkey = if spec.last_key < 0 {
                 spec.last_key as i64
             } else {
                 (spec.last_key - spec.first_key) as i64
-            });
-            out.bulk(b"keystep");
-            out.int(spec.step as i64);
-            out.bulk(b"limit");
-            out.int(0);
+            };
+            let range = [
+                ("lastkey", lastkey),
+                ("keystep", spec.step as i64),
+                ("limit", 0),
+            ];
+            key_spec_step(out, "find_keys", "range", &range);
         } else {
             out.array(0);
         }
