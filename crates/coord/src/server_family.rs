@@ -85,6 +85,21 @@ fn key_spec_step(
 }
 
 impl Connection {
+    /// Redis's `getPositiveLongFromObjectOrReply`: a non-negative integer, or the error reply.
+    fn non_negative(&mut self, arg: &[u8]) -> Option<u64> {
+        match parse_i64(arg) {
+            Some(n) if n >= 0 => Some(n as u64),
+            Some(_) => {
+                self.reply_error(errors::NOT_POSITIVE);
+                None
+            }
+            None => {
+                self.reply_error(errors::NOT_INT);
+                None
+            }
+        }
+    }
+
     pub(crate) async fn run_coordinator(&mut self, cmd: CoordCmd, args: &Args<'_>) {
         match cmd {
             CoordCmd::Ping => self.ping(args),
@@ -396,16 +411,8 @@ impl Connection {
                 self.out.ok();
             }
             b"populate" if (3..=5).contains(&argc) => {
-                let count = match parse_i64(args.get(2)) {
-                    Some(n) if n >= 0 => n as u64,
-                    Some(_) => {
-                        self.reply_error(errors::NOT_POSITIVE);
-                        return;
-                    }
-                    None => {
-                        self.reply_error(errors::NOT_INT);
-                        return;
-                    }
+                let Some(count) = self.non_negative(args.get(2)) else {
+                    return;
                 };
                 let prefix = if argc >= 4 {
                     args.get(3).to_vec()
@@ -413,16 +420,9 @@ impl Connection {
                     b"key".to_vec()
                 };
                 let size = if argc == 5 {
-                    match parse_i64(args.get(4)) {
-                        Some(n) if n >= 0 => (n > 0).then_some(n as usize),
-                        Some(_) => {
-                            self.reply_error(errors::NOT_POSITIVE);
-                            return;
-                        }
-                        None => {
-                            self.reply_error(errors::NOT_INT);
-                            return;
-                        }
+                    match self.non_negative(args.get(4)) {
+                        Some(n) => (n > 0).then_some(n as usize),
+                        None => return,
                     }
                 } else {
                     None
