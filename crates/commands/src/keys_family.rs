@@ -1,10 +1,11 @@
 //! Generic keyspace commands on one shard: DEL, EXISTS, TYPE, the EXPIRE family, TTL family,
-//! PERSIST, KEYS, SCAN and RANDOMKEY. Multi-key ones see only this shard's keys; the
+//! PERSIST, KEYS, SCAN, RANDOMKEY, RENAME, RENAMENX, COPY, MOVE and SWAPDB. Multi-key ones see only this shard's keys; the
 //! coordinator sums or concatenates per-shard replies.
 
 use damselfly_protocol::number::{parse_i64, parse_u64};
+use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
-use damselfly_storage::SCAN_SHARD_BITS;
+use damselfly_storage::{Shard, Value, SCAN_SHARD_BITS};
 
 use crate::{errors, Args, ExecCtx};
 
@@ -295,4 +296,172 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
     for k in keys {
         ctx.reply.bulk(&k);
     }
+}
+
+/// RENAME, RENAMENX, COPY and MOVE: a value goes from one key (or database) to another. The
+/// shard-side commands handle both keys on one shard; the coordinator runs the same steps as
+/// hops when they live on two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    pub kind: TransferKind,
+    pub src_db: usize,
+    pub dst_db: usize,
+    /// An existing destination is overwritten (RENAME, COPY ... REPLACE).
+    pub replace: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferKind {
+    Rename,
+    RenameNx,
+    Copy,
+    Move,
+}
+
+impl Transfer {
+    /// Parses the command's options; errors are Redis's texts.
+    pub fn parse(name: &str, args: &Args, db: usize, databases: usize) -> Result<Self, &'static str> {
+        let in_range = |n: i64| (0..databases as i64).contains(&n);
+        let mut t = Transfer {
+            kind: TransferKind::Rename,
+            src_db: db,
+            dst_db: db,
+            replace: false,
+        };
+        match name {
+            "rename" => t.replace = true,
+            "renamenx" => t.kind = TransferKind::RenameNx,
+            "move" => {
+                t.kind = TransferKind::Move;
+                // Redis reads the index as a C int.
+                let n = parse_i64(args.get(2))
+                    .filter(|n| i32::try_from(*n).is_ok())
+                    .ok_or(errors::NOT_INT)?;
+                if !in_range(n) {
+                    return Err(errors::DB_INDEX);
+                }
+                t.dst_db = n as usize;
+                if t.dst_db == db {
+                    return Err(SAME_OBJECT);
+                }
+            }
+            _ => {
+                t.kind = TransferKind::Copy;
+                let mut i = 3;
+                while i < args.len() {
+                    if args.is(i, "replace") {
+                        t.replace = true;
+                    } else if args.is(i, "db") && i + 1 < args.len() {
+                        let n = parse_i64(args.get(i + 1)).ok_or(errors::NOT_INT)?;
+                        if !in_range(n) {
+                            return Err(errors::DB_INDEX);
+                        }
+                        t.dst_db = n as usize;
+                        i += 1;
+                    } else {
+                        return Err(errors::SYNTAX);
+                    }
+                    i += 1;
+                }
+                if t.dst_db == db && args.get(1) == args.get(2) {
+                    return Err(SAME_OBJECT);
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// The source keeps its value (COPY).
+    pub fn keeps_source(&self) -> bool {
+        self.kind == TransferKind::Copy
+    }
+
+    /// The source does not exist.
+    pub fn reply_missing(&self, reply: &mut ReplyBuf) {
+        match self.kind {
+            TransferKind::Rename | TransferKind::RenameNx => reply.error("ERR no such key"),
+            TransferKind::Copy | TransferKind::Move => reply.int(0),
+        }
+    }
+
+    /// The destination exists and may not be overwritten.
+    pub fn reply_blocked(&self, reply: &mut ReplyBuf) {
+        reply.int(0);
+    }
+
+    pub fn reply_done(&self, reply: &mut ReplyBuf) {
+        match self.kind {
+            TransferKind::Rename => reply.ok(),
+            _ => reply.int(1),
+        }
+    }
+}
+
+const SAME_OBJECT: &str = "ERR source and destination objects are the same";
+
+/// RENAME, RENAMENX, COPY, MOVE with both keys on this shard.
+pub fn transfer(ctx: &mut ExecCtx, args: &Args) {
+    let name = if args.is(0, "rename") {
+        "rename"
+    } else if args.is(0, "renamenx") {
+        "renamenx"
+    } else if args.is(0, "move") {
+        "move"
+    } else {
+        "copy"
+    };
+    let t = match Transfer::parse(name, args, ctx.db, ctx.shard.dbs.len()) {
+        Ok(t) => t,
+        Err(e) => return ctx.error(e),
+    };
+    let (src, dst) = match t.kind {
+        TransferKind::Move => (args.get(1), args.get(1)),
+        _ => (args.get(1), args.get(2)),
+    };
+    if !ctx.shard.exists(t.src_db, src, ctx.now) {
+        return t.reply_missing(ctx.reply);
+    }
+    if src == dst && t.src_db == t.dst_db {
+        // RENAME of a key to itself changes nothing.
+        return match t.kind {
+            TransferKind::RenameNx => t.reply_blocked(ctx.reply),
+            _ => t.reply_done(ctx.reply),
+        };
+    }
+    if !t.replace && ctx.shard.exists(t.dst_db, dst, ctx.now) {
+        return t.reply_blocked(ctx.reply);
+    }
+    let Some((value, expire_at)) = take_value(ctx.shard, &t, src, ctx.now) else {
+        return t.reply_missing(ctx.reply);
+    };
+    ctx.shard.set(t.dst_db, dst, value, expire_at);
+    t.reply_done(ctx.reply);
+}
+
+/// The source's value and deadline: removed from the source, or cloned for COPY.
+pub fn take_value(shard: &mut Shard, t: &Transfer, src: &[u8], now: u64) -> Option<(Value, u64)> {
+    if t.keeps_source() {
+        let e = shard.get(t.src_db, src, now)?;
+        Some((e.value.clone(), e.expire_at))
+    } else {
+        shard.get(t.src_db, src, now)?;
+        let e = shard.remove(t.src_db, src)?;
+        Some((e.value, e.expire_at))
+    }
+}
+
+/// SWAPDB on this shard (the coordinator runs it on every shard in one transaction).
+pub fn swapdb(ctx: &mut ExecCtx, args: &Args) {
+    let Some(a) = parse_i64(args.get(1)) else {
+        return ctx.error("ERR invalid first DB index");
+    };
+    let Some(b) = parse_i64(args.get(2)) else {
+        return ctx.error("ERR invalid second DB index");
+    };
+    let range = 0..ctx.shard.dbs.len() as i64;
+    if !range.contains(&a) || !range.contains(&b) {
+        return ctx.error(errors::DB_INDEX);
+    }
+    ctx.shard.swap_dbs(a as usize, b as usize);
+    ctx.reply.ok();
 }

@@ -24,14 +24,14 @@ fn flush_mode_ok(ctx: &mut ExecCtx, args: &Args) -> bool {
 
 pub fn flushdb(ctx: &mut ExecCtx, args: &Args) {
     if flush_mode_ok(ctx, args) {
-        ctx.shard.flush_db(ctx.db);
+        ctx.shard.flush_db(ctx.db, ctx.now);
         ctx.reply.ok();
     }
 }
 
 pub fn flushall(ctx: &mut ExecCtx, args: &Args) {
     if flush_mode_ok(ctx, args) {
-        ctx.shard.flush_all();
+        ctx.shard.flush_all(ctx.now);
         ctx.reply.ok();
     }
 }

@@ -27,6 +27,9 @@ pub struct ThreadStats {
     pub rejected_connections: u64,
     pub net_input_bytes: u64,
     pub net_output_bytes: u64,
+    /// Transactions scheduled on several shards, and scheduling rounds a shard refused.
+    pub multi_shard_txs: u64,
+    pub tx_retries: u64,
 }
 
 impl Default for ThreadStats {
@@ -38,6 +41,8 @@ impl Default for ThreadStats {
             total_error_replies: 0,
             total_connections: 0,
             rejected_connections: 0,
+            multi_shard_txs: 0,
+            tx_retries: 0,
             net_input_bytes: 0,
             net_output_bytes: 0,
         }
@@ -93,6 +98,8 @@ impl ThreadStats {
         self.total_error_replies += other.total_error_replies;
         self.total_connections += other.total_connections;
         self.rejected_connections += other.rejected_connections;
+        self.multi_shard_txs += other.multi_shard_txs;
+        self.tx_retries += other.tx_retries;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
     }

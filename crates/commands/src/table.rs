@@ -27,6 +27,11 @@ pub enum CoordCmd {
     Time,
     Shutdown,
     Debug,
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +55,8 @@ pub enum Merge {
     RandomKey,
     /// MSETNX: existence check on every shard, then MSET on every shard.
     MsetNx,
+    /// RENAME, RENAMENX, COPY: the value moves between the two keys' shards.
+    Transfer,
 }
 
 /// Where a command runs.
@@ -219,6 +226,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("select", 2, LOADING | STALE | FAST, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Changes the selected database.", Coordinator, C(CoordCmd::Select)),
     cmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "6.2.0", "Resets the connection.", Coordinator, C(CoordCmd::Reset)),
     cmd!("client", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "connection", "2.4.0", "A container for client connection commands.", Coordinator, C(CoordCmd::Client)),
+    // transactions
+    cmd!("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "1.2.0", "Starts a transaction.", Coordinator, C(CoordCmd::Multi)),
+    cmd!("exec", 1, NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG, NO_KEYS, "@slow @transaction", "transactions", "1.2.0", "Executes all commands in a transaction.", Coordinator, C(CoordCmd::Exec)),
+    cmd!("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "2.0.0", "Discards a transaction.", Coordinator, C(CoordCmd::Discard)),
+    cmd!("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, ALL_KEYS, "@fast @transaction", "transactions", "2.2.0", "Monitors changes to keys to determine the execution of a transaction.", Coordinator, C(CoordCmd::Watch)),
+    cmd!("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "2.2.0", "Forgets about watched keys of a transaction.", Coordinator, C(CoordCmd::Unwatch)),
     // server
     cmd!("command", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "server", "2.8.13", "Returns detailed information about all commands.", Coordinator, C(CoordCmd::Command)),
     cmd!("info", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @dangerous", "server", "1.0.0", "Returns information and statistics about the server.", Coordinator, C(CoordCmd::Info)),
@@ -244,6 +257,11 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("expiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", Key, S(keys::expiretime)),
     cmd!("pexpiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", Key, S(keys::pexpiretime)),
     cmd!("persist", 2, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.2.0", "Removes the expiration time of a key.", Key, S(keys::persist)),
+    cmd!("rename", 3, WRITE, (1, 2, 1), "@keyspace @write @slow", "generic", "1.0.0", "Renames a key and overwrites the destination.", Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!("renamenx", 3, WRITE | FAST, (1, 2, 1), "@keyspace @write @fast", "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!("copy", -3, WRITE | DENYOOM, (1, 2, 1), "@keyspace @write @slow", "generic", "6.2.0", "Copies the value of a key to a new key.", Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!("move", 3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Moves a key to another database.", Key, S(keys::transfer)),
+    cmd!("swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
     cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),
     cmd!("scan", -2, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "2.8.0", "Iterates over the key names in the database.", Cursor, S(keys::scan)),
     cmd!("randomkey", 1, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "1.0.0", "Returns a random key name from the database.", AllShards(Merge::RandomKey), S(keys::randomkey)),

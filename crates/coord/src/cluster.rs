@@ -66,6 +66,7 @@ pub struct Cluster {
     pub mailboxes: Vec<MailboxSender<ShardMsg>>,
     pub databases: usize,
     next_client_id: AtomicU64,
+    next_txid: AtomicU64,
     pub connected_clients: AtomicU64,
     pub blocked_clients: AtomicU64,
     pub started: Instant,
@@ -85,6 +86,7 @@ impl Cluster {
             mailboxes,
             databases,
             next_client_id: AtomicU64::new(1),
+            next_txid: AtomicU64::new(1),
             connected_clients: AtomicU64::new(0),
             blocked_clients: AtomicU64::new(0),
             started: Instant::now(),
@@ -96,6 +98,11 @@ impl Cluster {
 
     pub fn num_shards(&self) -> usize {
         self.mailboxes.len()
+    }
+
+    /// A fresh transaction id; ids order conflicting transactions on every shard.
+    pub fn next_txid(&self) -> u64 {
+        self.next_txid.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn next_client_id(&self) -> u64 {

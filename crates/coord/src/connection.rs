@@ -21,7 +21,8 @@ use damselfly_storage::shard_for_key;
 use futures_channel::oneshot;
 
 use crate::client::ClientInfo;
-use crate::worker::{BatchReply, ExecBatch, RemoteCmd, ShardMsg, Worker};
+use crate::tx::{add_lock, plan, Lock, Tx};
+use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker};
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the
 /// memory one pipelining client can make the server hold for it.
@@ -83,6 +84,29 @@ pub struct Connection {
     pub(crate) closing: bool,
     batches: Vec<ExecBatch>,
     pending: Vec<PendingSlot>,
+    /// The transaction this connection's commands currently run in (EXEC, a multi-shard
+    /// command): while set, every keyed command runs as a hop of it.
+    pub(crate) tx: Option<Tx>,
+    /// Commands queued since MULTI.
+    pub(crate) multi: Option<MultiState>,
+    /// Keys this connection WATCHes.
+    pub(crate) watching: Vec<WatchedKey>,
+}
+
+/// A MULTI block being queued.
+#[derive(Default)]
+pub(crate) struct MultiState {
+    pub cmds: ExecBatch,
+    /// A command was refused while queueing: EXEC fails with EXECABORT.
+    pub dirty: bool,
+}
+
+/// A watched key and its state when WATCH ran.
+pub(crate) struct WatchedKey {
+    pub shard: usize,
+    pub db: usize,
+    pub key: Vec<u8>,
+    pub stamp: damselfly_storage::WatchStamp,
 }
 
 impl Connection {
@@ -110,6 +134,9 @@ impl Connection {
             closing: false,
             batches: (0..shards).map(|_| ExecBatch::default()).collect(),
             pending: Vec::new(),
+            tx: None,
+            multi: None,
+            watching: Vec::new(),
         }
     }
 
@@ -321,18 +348,18 @@ impl Connection {
     async fn dispatch(&mut self, args: &Args<'_>) {
         let name = args.get(0);
         let Some(idx) = lookup(name) else {
-            self.refuse(&errors::unknown_command(name, args.iter().skip(1)));
+            self.refuse_command(&errors::unknown_command(name, args.iter().skip(1)));
             return;
         };
         let spec = &COMMANDS[idx];
         if !spec.arity_ok(args.len()) {
             self.worker.stats.borrow_mut().record_rejected(idx);
-            self.refuse(&errors::wrong_arity(spec.name));
+            self.refuse_command(&errors::wrong_arity(spec.name));
             return;
         }
         if !self.authenticated && spec.flags & flags::NO_AUTH == 0 {
             self.worker.stats.borrow_mut().record_rejected(idx);
-            self.refuse(errors::NO_AUTH);
+            self.refuse_command(errors::NO_AUTH);
             return;
         }
         self.info.last_cmd.set(spec.name);
@@ -349,6 +376,50 @@ impl Connection {
                 sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
             }
         }
+        if let Some(multi) = &mut self.multi {
+            let runs_now = matches!(
+                spec.handler,
+                Handler::Coord(
+                    CoordCmd::Exec
+                        | CoordCmd::Discard
+                        | CoordCmd::Multi
+                        | CoordCmd::Watch
+                        | CoordCmd::Quit
+                        | CoordCmd::Reset
+                )
+            );
+            if !runs_now {
+                if spec.flags & flags::NO_MULTI != 0 {
+                    self.refuse_command("ERR Command not allowed inside a transaction");
+                    return;
+                }
+                let cmd = RemoteCmd {
+                    spec: idx as u16,
+                    db: 0,
+                    resp3: false,
+                    record: true,
+                    first: 0,
+                    nargs: 0,
+                };
+                multi.cmds.push(cmd, args.iter());
+                self.out.simple("QUEUED");
+                return;
+            }
+        }
+        self.route(idx, args).await;
+    }
+
+    /// Refuses a command before it runs; inside MULTI this also dooms the transaction.
+    fn refuse_command(&mut self, msg: &str) {
+        if let Some(multi) = &mut self.multi {
+            multi.dirty = true;
+        }
+        self.refuse(msg);
+    }
+
+    /// Runs a checked command where it belongs.
+    pub(crate) async fn route(&mut self, idx: usize, args: &Args<'_>) {
+        let spec = &COMMANDS[idx];
         let db = self.info.db.get();
         match spec.route {
             Route::Key => {
@@ -398,8 +469,15 @@ impl Connection {
     }
 
     /// Runs a whole command on `shard`: inline when local, else queued for the round's batch.
+    /// A local command waits in the batch too when it would overtake a transaction holding
+    /// its keys, and so does every later local command of the round (request order); inside
+    /// a transaction every command is a hop of it.
     fn run_on(&mut self, shard: usize, spec: usize, db: usize, args: &Args) {
-        if shard == self.worker.id {
+        if shard == self.worker.id
+            && self.tx.is_none()
+            && self.batches[shard].is_empty()
+            && self.worker.may_run_now(spec, db, args)
+        {
             self.out.resp3 = self.resp3();
             self.worker.exec(spec, db, args, &mut self.out, true);
             return;
@@ -424,20 +502,42 @@ impl Connection {
     /// Sends the round's squashed batches, waits for their replies and splices them into the
     /// output in request order.
     pub(crate) async fn flush_remote(&mut self) {
+        self.flush(false).await;
+    }
+
+    /// `flush_remote`; inside a transaction, `conclude` releases it with these hops.
+    pub(crate) async fn flush(&mut self, conclude: bool) {
         if self.pending.is_empty() {
             return;
         }
-        let mut waiting = Vec::new();
-        for shard in 0..self.batches.len() {
-            if self.batches[shard].is_empty() {
-                continue;
-            }
-            let batch = std::mem::take(&mut self.batches[shard]);
-            waiting.push((shard, self.worker.send_batch(shard, batch)));
-        }
         let mut replies: Vec<Option<BatchReply>> = (0..self.batches.len()).map(|_| None).collect();
-        for (shard, wait) in waiting {
-            replies[shard] = wait.await;
+        let full: Vec<usize> = (0..self.batches.len())
+            .filter(|&s| !self.batches[s].is_empty())
+            .collect();
+        if let Some(tx) = self.tx.as_mut() {
+            let parts = full
+                .iter()
+                .map(|&shard| {
+                    let batch = std::mem::take(&mut self.batches[shard]);
+                    let run: Box<dyn FnOnce(&Worker) -> BatchReply + Send> =
+                        Box::new(move |w: &Worker| w.run_batch(&batch));
+                    (shard, run)
+                })
+                .collect();
+            for (shard, r) in full.iter().zip(tx.hops(parts, conclude).await) {
+                replies[*shard] = r;
+            }
+        } else {
+            let mut waiting = Vec::new();
+            for &shard in &full {
+                let batch = std::mem::take(&mut self.batches[shard]);
+                waiting.push((shard, self.worker.send_batch(shard, batch)));
+            }
+            for (shard, wait) in waiting {
+                if let Some(Payload::Batch(r)) = wait.await {
+                    replies[shard] = Some(r);
+                }
+            }
         }
         let local = std::mem::take(&mut self.out.buf);
         let mut merged = Vec::with_capacity(
@@ -458,61 +558,77 @@ impl Connection {
         self.out.error_offsets.clear();
     }
 
-    /// Runs commands on several shards now and returns each reply, in `parts` order. Earlier
-    /// commands of this connection are flushed first, so the fan-out sees their effects.
+    /// The intents command `idx` needs, per shard (each shard once, sorted).
+    pub(crate) fn plan(&self, idx: usize, db: usize, args: &Args, plan: &mut Vec<(usize, Vec<Lock>)>) {
+        plan::command_locks(
+            idx,
+            db,
+            args,
+            self.worker.cluster.databases,
+            self.worker.num_shards(),
+            |shard, lock| match plan.binary_search_by_key(&shard, |p| p.0) {
+                Ok(i) => add_lock(&mut plan[i].1, lock),
+                Err(i) => plan.insert(i, (shard, vec![lock])),
+            },
+        );
+    }
+
+    /// Makes sure a transaction is running: inside EXEC it already is; otherwise one is
+    /// scheduled for `plan`. Returns whether this call began it (and must end it), or None
+    /// when a shard is unavailable.
+    pub(crate) async fn enter_tx(&mut self, plan: Vec<(usize, Vec<Lock>)>) -> Option<bool> {
+        if self.tx.is_some() {
+            return Some(false);
+        }
+        self.flush_remote().await;
+        self.tx = Some(Tx::begin(&self.worker, plan).await?);
+        Some(true)
+    }
+
+    /// Ends a transaction `enter_tx` began.
+    pub(crate) fn leave_tx(&mut self, own: bool) {
+        if own {
+            if let Some(tx) = self.tx.take() {
+                tx.finish();
+            }
+        }
+    }
+
+    /// Runs commands on several shards as hops of the current transaction and returns each
+    /// reply, in `parts` order (at most one part per shard). Earlier commands of this
+    /// connection are flushed first, so these see their effects. `conclude` releases the
+    /// transaction with these hops.
     pub(crate) async fn call_shards(
         &mut self,
         spec: usize,
         parts: Vec<(usize, Vec<&[u8]>)>,
+        conclude: bool,
     ) -> Vec<Vec<u8>> {
         self.flush_remote().await;
         let db = self.info.db.get();
         let resp3 = self.resp3();
-        let mut results: Vec<Option<Vec<u8>>> = vec![None; parts.len()];
-        let mut waiting = Vec::new();
-        for (i, (shard, args)) in parts.iter().enumerate() {
-            if *shard == self.worker.id {
-                continue;
-            }
-            let mut batch = ExecBatch::default();
-            let cmd = RemoteCmd {
-                spec: spec as u16,
-                db: db as u16,
-                resp3,
-                record: false,
-                first: 0,
-                nargs: 0,
-            };
-            batch.push(cmd, args.iter());
-            waiting.push((i, self.worker.send_batch(*shard, batch)));
-        }
-        // The local part runs while the remote ones are in flight.
-        for (i, (shard, args)) in parts.iter().enumerate() {
-            if *shard != self.worker.id {
-                continue;
-            }
-            let spans: Vec<Span> = {
-                let mut acc = 0u32;
-                args.iter()
-                    .map(|a| {
-                        let s = Span {
-                            start: acc,
-                            len: a.len() as u32,
-                        };
-                        acc += a.len() as u32;
-                        s
-                    })
-                    .collect()
-            };
-            let data: Vec<u8> = args.concat();
-            let mut reply = ReplyBuf::new(resp3);
-            self.worker
-                .exec(spec, db, &Args::new(&data, &spans), &mut reply, false);
-            results[i] = Some(reply.buf);
-        }
-        for (i, wait) in waiting {
-            results[i] = wait.await.map(|r| r.out);
-        }
+        let hops = parts
+            .iter()
+            .map(|(shard, args)| {
+                let mut batch = ExecBatch::default();
+                let cmd = RemoteCmd {
+                    spec: spec as u16,
+                    db: db as u16,
+                    resp3,
+                    record: false,
+                    first: 0,
+                    nargs: 0,
+                };
+                batch.push(cmd, args.iter());
+                let run: Box<dyn FnOnce(&Worker) -> Vec<u8> + Send> =
+                    Box::new(move |w: &Worker| w.run_batch(&batch).out);
+                (*shard, run)
+            })
+            .collect();
+        let results = match self.tx.as_mut() {
+            Some(tx) => tx.hops(hops, conclude).await,
+            None => vec![None; parts.len()],
+        };
         results
             .into_iter()
             .map(|r| r.unwrap_or_else(|| b"-ERR shard unavailable\r\n".to_vec()))
@@ -543,6 +659,8 @@ impl Connection {
 
     /// Resets per-connection state (RESET).
     pub(crate) fn reset(&mut self) {
+        self.multi = None;
+        self.unwatch_all();
         self.info.db.set(0);
         self.info.resp.set(2);
         self.info.name.borrow_mut().clear();
@@ -557,6 +675,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        self.unwatch_all();
         self.worker.clients.borrow_mut().remove(self.info.id);
         self.worker.cluster.release_client();
     }

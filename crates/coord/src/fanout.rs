@@ -1,11 +1,12 @@
 //! Commands that span shards: a multi-key command whose keys live on several shards is split
 //! into one sub-command per shard (same name, that shard's keys in request order); a
-//! whole-keyspace command runs on every shard. The per-shard replies are merged into the reply
-//! one Redis server would give. Atomicity across shards arrives with the transaction framework;
-//! until then each shard's part is atomic on its own.
+//! whole-keyspace command runs on every shard. The parts run as hops of one transaction, so
+//! the command is atomic across shards, and the per-shard replies are merged into the reply
+//! one Redis server would give.
 
 use std::time::Instant;
 
+use damselfly_commands::keys_family::{take_value, Transfer};
 use damselfly_commands::table::{lookup, Merge, COMMANDS};
 use damselfly_commands::{errors, Args};
 use damselfly_protocol::number::parse_i64;
@@ -13,6 +14,7 @@ use damselfly_storage::shard_for_key;
 use rand::seq::SliceRandom;
 
 use crate::connection::Connection;
+use crate::worker::Worker;
 
 /// Splits an encoded array reply of bulk/null items into the items' encodings.
 pub(crate) fn array_items(reply: &[u8]) -> Option<Vec<&[u8]>> {
@@ -78,14 +80,23 @@ impl Connection {
             }
             parts
         };
-        if merge == Merge::MsetNx {
+        let mut plan = Vec::new();
+        self.plan(idx, self.info.db.get(), args, &mut plan);
+        let Some(own) = self.enter_tx(plan).await else {
+            self.reply_error("ERR shard unavailable");
+            self.record_fanout(idx, started, errors_before);
+            return;
+        };
+        if merge == Merge::Transfer {
+            self.transfer(spec.name, args, own).await;
+        } else if merge == Merge::MsetNx {
             let exists = lookup(b"exists").expect("exists is in the table");
-            let replies = self.call_shards(exists, split(b"exists")).await;
+            let replies = self.call_shards(exists, split(b"exists"), false).await;
             match sum_replies(&replies) {
                 Err(e) => self.raw_error(&e),
                 Ok(0) => {
                     let mset = lookup(b"mset").expect("mset is in the table");
-                    let replies = self.call_shards(mset, split(b"mset")).await;
+                    let replies = self.call_shards(mset, split(b"mset"), own).await;
                     match replies.iter().find(|r| is_error(r)) {
                         Some(e) => self.raw_error(&e.clone()),
                         None => self.out.int(1),
@@ -97,13 +108,82 @@ impl Connection {
             let name: &'static [u8] = spec.name.as_bytes();
             let parts = split(name);
             let shard_order: Vec<usize> = parts.iter().map(|(s, _)| *s).collect();
-            let replies = self.call_shards(idx, parts).await;
+            let replies = self.call_shards(idx, parts, own).await;
             match merge {
                 Merge::Items => self.merge_items(&replies, &shard_order, &key_shards),
                 other => self.merge_simple(other, &replies),
             }
         }
+        self.leave_tx(own);
         self.record_fanout(idx, started, errors_before);
+    }
+
+    /// RENAME, RENAMENX or COPY between keys on two shards, inside the transaction: check
+    /// both keys, take (or clone) the source's value on its shard, store it on the other.
+    async fn transfer(&mut self, name: &str, args: &Args<'_>, own: bool) {
+        let db = self.info.db.get();
+        let t = match Transfer::parse(name, args, db, self.worker.cluster.databases) {
+            Ok(t) => t,
+            Err(e) => return self.reply_error(e),
+        };
+        // Earlier commands of this connection (or of this EXEC) go first.
+        self.flush_remote().await;
+        let n = self.worker.num_shards();
+        let (src, dst) = (args.get(1).to_vec(), args.get(2).to_vec());
+        let (src_shard, dst_shard) = (shard_for_key(&src, n), shard_for_key(&dst, n));
+        let Some(tx) = self.tx.as_mut() else {
+            return self.reply_error("ERR shard unavailable");
+        };
+        if !t.replace {
+            let exists = |db: usize, key: Vec<u8>| -> Box<dyn FnOnce(&Worker) -> bool + Send> {
+                Box::new(move |w: &Worker| w.shard.borrow_mut().exists(db, &key, w.now_ms()))
+            };
+            let found = tx
+                .hops(
+                    vec![
+                        (src_shard, exists(t.src_db, src.clone())),
+                        (dst_shard, exists(t.dst_db, dst.clone())),
+                    ],
+                    false,
+                )
+                .await;
+            match (found[0], found[1]) {
+                (Some(false), _) => return t.reply_missing(&mut self.out),
+                (_, Some(true)) => return t.reply_blocked(&mut self.out),
+                (Some(true), Some(false)) => {}
+                _ => return self.reply_error("ERR shard unavailable"),
+            }
+        }
+        let key = src;
+        let taken = tx
+            .hop(
+                src_shard,
+                move |w: &Worker| {
+                    let now = w.now_ms();
+                    take_value(&mut w.shard.borrow_mut(), &t, &key, now)
+                },
+                false,
+            )
+            .await;
+        let Some(taken) = taken else {
+            return self.reply_error("ERR shard unavailable");
+        };
+        let Some((value, expire_at)) = taken else {
+            return t.reply_missing(&mut self.out);
+        };
+        let stored = tx
+            .hop(
+                dst_shard,
+                move |w: &Worker| {
+                    w.shard.borrow_mut().set(t.dst_db, &dst, value, expire_at);
+                },
+                own,
+            )
+            .await;
+        match stored {
+            Some(()) => t.reply_done(&mut self.out),
+            None => self.reply_error("ERR shard unavailable"),
+        }
     }
 
     /// A command that runs on every shard (DBSIZE, FLUSHDB, KEYS, RANDOMKEY, ...).
@@ -114,8 +194,16 @@ impl Connection {
         let parts = (0..self.worker.num_shards())
             .map(|s| (s, all.clone()))
             .collect();
-        let replies = self.call_shards(idx, parts).await;
-        self.merge_simple(merge, &replies);
+        let mut plan = Vec::new();
+        self.plan(idx, self.info.db.get(), args, &mut plan);
+        match self.enter_tx(plan).await {
+            Some(own) => {
+                let replies = self.call_shards(idx, parts, own).await;
+                self.merge_simple(merge, &replies);
+                self.leave_tx(own);
+            }
+            None => self.reply_error("ERR shard unavailable"),
+        }
         self.record_fanout(idx, started, errors_before);
     }
 
@@ -167,7 +255,7 @@ impl Connection {
                 Ok(n) => self.out.int(n),
                 Err(e) => self.raw_error(&e),
             },
-            Merge::AllOk | Merge::MsetNx => self.out.ok(),
+            Merge::AllOk | Merge::MsetNx | Merge::Transfer => self.out.ok(),
             Merge::Concat | Merge::Items => {
                 let all: Vec<&[u8]> = replies
                     .iter()

@@ -13,8 +13,10 @@ pub mod cluster;
 mod conn_family;
 pub mod connection;
 mod fanout;
+mod multi_family;
 pub mod mailbox;
 mod server_family;
+pub mod tx;
 pub mod worker;
 
 pub use cluster::{Cluster, ServerInfo, ShutdownSignal};

@@ -116,6 +116,11 @@ impl Connection {
             CoordCmd::Time => self.time(),
             CoordCmd::Shutdown => self.shutdown(args).await,
             CoordCmd::Debug => self.debug(args).await,
+            CoordCmd::Multi => self.multi(),
+            CoordCmd::Exec => self.exec().await,
+            CoordCmd::Discard => self.discard(),
+            CoordCmd::Watch => self.watch(args).await,
+            CoordCmd::Unwatch => self.unwatch(),
         }
     }
 
@@ -555,13 +560,15 @@ impl Connection {
             &mut out,
         );
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,
             stats.net_output_bytes,
             stats.rejected_connections,
             stats.total_error_replies,
+            stats.multi_shard_txs,
+            stats.tx_retries,
         );
         section("Stats", &s, &mut out);
         section(

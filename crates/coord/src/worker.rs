@@ -2,6 +2,7 @@
 //! messages other threads send to this shard. The runtime layer owns the thread and its event
 //! loop; it hands every mailbox message and every timer tick to the worker.
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +21,7 @@ use futures_channel::oneshot;
 
 use crate::client::{KillFilter, Registry};
 use crate::cluster::Cluster;
+use crate::tx::{plan, Lock, TxId, TxQueue};
 
 /// Keys an active-expiry tick may remove per shard (ticks run 10 times a second).
 const EXPIRE_BUDGET: usize = 20_000;
@@ -87,6 +89,53 @@ impl BatchReply {
     }
 }
 
+/// Work a transaction does on one shard, run on the shard's thread; its result goes back to
+/// the coordinator.
+pub type HopFn = Box<dyn FnOnce(&Worker) -> Box<dyn Any + Send> + Send>;
+
+/// What comes back to a reply slot.
+pub enum Payload {
+    Batch(BatchReply),
+    /// A transaction hop's result, with the transaction's id on that shard.
+    Hop {
+        id: TxId,
+        value: Box<dyn Any + Send>,
+    },
+    /// Whether a transaction was scheduled.
+    Scheduled(bool),
+}
+
+/// Which transaction a hop belongs to.
+pub enum HopTx {
+    /// Scheduled on this shard under this id.
+    Scheduled(TxId),
+    /// A transaction that touches only this shard: the shard assigns the id and takes these
+    /// locks when the hop arrives (no scheduling round).
+    Single(Vec<Lock>),
+}
+
+/// A hop waiting for its transaction's turn.
+pub(crate) enum Hop {
+    Run {
+        f: HopFn,
+        conclude: bool,
+        origin: usize,
+        slot: u32,
+    },
+    /// A batch of plain commands stopped at a command that conflicted with a transaction;
+    /// it holds that command's intents and resumes there.
+    Batch(DeferredBatch),
+}
+
+pub(crate) struct DeferredBatch {
+    batch: ExecBatch,
+    next: usize,
+    reply: ReplyBuf,
+    ends: Vec<u32>,
+    origin: usize,
+    slot: u32,
+}
+
 /// What a thread reports for INFO.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadReport {
@@ -111,10 +160,35 @@ pub enum ShardMsg {
         origin: usize,
         slot: u32,
     },
-    /// The replies to a batch this thread sent.
+    /// The reply to something this thread sent.
     Reply {
         slot: u32,
-        reply: BatchReply,
+        reply: Payload,
+    },
+    /// Record a transaction's intents; reply `Scheduled`.
+    TxSchedule {
+        id: TxId,
+        locks: Vec<Lock>,
+        origin: usize,
+        slot: u32,
+    },
+    /// Run a transaction's hop when its turn comes; `conclude` releases its intents after.
+    TxHop {
+        tx: HopTx,
+        f: HopFn,
+        conclude: bool,
+        origin: usize,
+        slot: u32,
+    },
+    /// Drop a transaction's intents.
+    TxRelease(TxId),
+    /// Run a function now, outside any transaction; no reply.
+    Call(Box<dyn FnOnce(&Worker) + Send>),
+    /// Run a function now, outside any transaction, and reply with its result.
+    Run {
+        f: HopFn,
+        origin: usize,
+        slot: u32,
     },
     Report(oneshot::Sender<ThreadReport>),
     ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
@@ -137,6 +211,8 @@ pub struct Worker {
     pub clients: RefCell<Registry>,
     /// Batches this thread sent to other shards and whose replies it awaits.
     pub(crate) replies: RefCell<ReplySlots>,
+    /// Transactions holding intents on this shard.
+    pub(crate) txq: RefCell<TxQueue<Hop>>,
     /// Milliseconds since the epoch for the current round of commands (see `refresh_clock`).
     now_ms: Cell<u64>,
     /// Monotonic time of the same reading.
@@ -163,6 +239,7 @@ impl Worker {
             stats: RefCell::new(ThreadStats::default()),
             clients: RefCell::new(Registry::default()),
             replies: RefCell::new(ReplySlots::default()),
+            txq: RefCell::new(TxQueue::default()),
             now_ms: Cell::new(now_ms()),
             now: Cell::new(Instant::now()),
             anchor: Cell::new((Instant::now(), now_ms())),
@@ -192,12 +269,27 @@ impl Worker {
     /// Sends a batch to another shard; the returned future resolves to its replies (None if
     /// the shard is gone).
     pub(crate) fn send_batch(self: &Rc<Self>, shard: usize, batch: ExecBatch) -> ReplyWait {
-        let slot = self.replies.borrow_mut().open();
-        let sent = self.cluster.mailboxes[shard].send(ShardMsg::Exec {
+        self.ask(shard, |origin, slot| ShardMsg::Exec {
             batch,
-            origin: self.id,
+            origin,
             slot,
-        });
+        })
+    }
+
+    /// Sends a message that answers to a reply slot; the returned future resolves to the
+    /// answer (None if the shard is gone).
+    pub(crate) fn ask(
+        self: &Rc<Self>,
+        shard: usize,
+        make: impl FnOnce(usize, u32) -> ShardMsg,
+    ) -> ReplyWait {
+        let slot = self.replies.borrow_mut().open();
+        let mailbox = &self.cluster.mailboxes[shard];
+        let sent = mailbox.send(make(self.id, slot));
+        if shard == self.id {
+            // Our own mailbox task is not signalled while this thread is awake.
+            mailbox.poke();
+        }
         if !sent {
             self.replies.borrow_mut().abandon(slot);
         }
@@ -206,6 +298,11 @@ impl Worker {
             slot,
             done: !sent,
         }
+    }
+
+    /// Milliseconds since the epoch for the current round.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms.get()
     }
 
     /// The monotonic time of the current round.
@@ -269,20 +366,56 @@ impl Worker {
                 slot,
             } => {
                 self.refresh_clock();
-                let mut reply = ReplyBuf::new(false);
-                let mut ends = Vec::with_capacity(batch.cmds.len());
-                for c in &batch.cmds {
-                    reply.resp3 = c.resp3;
-                    let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
-                    let args = Args::new(&batch.data, spans);
-                    self.exec(c.spec as usize, c.db as usize, &args, &mut reply, c.record);
-                    ends.push(reply.buf.len() as u32);
-                }
-                let reply = BatchReply {
-                    out: reply.buf,
-                    ends,
+                let n = batch.cmds.len();
+                self.continue_batch(DeferredBatch {
+                    batch,
+                    next: 0,
+                    reply: ReplyBuf::new(false),
+                    ends: Vec::with_capacity(n),
+                    origin,
+                    slot,
+                });
+            }
+            ShardMsg::TxSchedule {
+                id,
+                locks,
+                origin,
+                slot,
+            } => {
+                let ok = self.txq.borrow_mut().schedule(id, locks);
+                self.reply_to(origin, slot, Payload::Scheduled(ok));
+            }
+            ShardMsg::TxHop {
+                tx,
+                f,
+                conclude,
+                origin,
+                slot,
+            } => {
+                let id = match tx {
+                    HopTx::Scheduled(id) => id,
+                    HopTx::Single(locks) => self.schedule_here(locks),
                 };
-                self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+                let hop = Hop::Run {
+                    f,
+                    conclude,
+                    origin,
+                    slot,
+                };
+                let ready = self.txq.borrow_mut().submit(id, hop);
+                if let Some(hop) = ready {
+                    self.run_hop(id, hop);
+                }
+            }
+            ShardMsg::TxRelease(id) => self.release(id),
+            ShardMsg::Call(f) => {
+                self.refresh_clock();
+                f(self);
+            }
+            ShardMsg::Run { f, origin, slot } => {
+                self.refresh_clock();
+                let value = f(self);
+                self.reply_to(origin, slot, Payload::Hop { id: 0, value });
             }
             ShardMsg::Reply { slot, reply } => self.replies.borrow_mut().fill(slot, reply),
             ShardMsg::Report(done) => {
@@ -310,6 +443,140 @@ impl Worker {
                 shard.stats = ShardStats::default();
                 let _ = done.send(());
             }
+        }
+    }
+
+    fn reply_to(&self, origin: usize, slot: u32, reply: Payload) {
+        self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+    }
+
+    /// Schedules a transaction that touches only this shard under a fresh id. Every id
+    /// already here was drawn earlier, so a fresh one is larger and is never refused; the loop
+    /// only guards that reasoning.
+    fn schedule_here(&self, locks: Vec<Lock>) -> TxId {
+        loop {
+            let id = self.cluster.next_txid();
+            if self.txq.borrow_mut().schedule(id, locks.clone()) {
+                return id;
+            }
+        }
+    }
+
+    /// Drops a transaction's intents here and runs the hops whose turn has come.
+    pub(crate) fn release(&self, id: TxId) {
+        let ready = self.txq.borrow_mut().release(id);
+        for (id, hop) in ready {
+            self.run_hop(id, hop);
+        }
+    }
+
+    /// Runs a hop whose turn has come.
+    fn run_hop(&self, id: TxId, hop: Hop) {
+        self.refresh_clock();
+        match hop {
+            Hop::Run {
+                f,
+                conclude,
+                origin,
+                slot,
+            } => {
+                let value = f(self);
+                if conclude {
+                    self.release(id);
+                }
+                self.reply_to(origin, slot, Payload::Hop { id, value });
+            }
+            Hop::Batch(mut d) => {
+                self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
+                d.ends.push(d.reply.buf.len() as u32);
+                d.next += 1;
+                self.release(id);
+                self.continue_batch(d);
+            }
+        }
+    }
+
+    /// Runs a batch of plain commands from `d.next`. A command that would overtake a
+    /// transaction holding intents on its keys stops the batch: the rest waits, in order, as
+    /// a one-shard transaction of its own.
+    fn continue_batch(&self, mut d: DeferredBatch) {
+        while d.next < d.batch.cmds.len() {
+            if let Some(locks) = self.conflicting_locks(&d.batch, d.next) {
+                let id = self.schedule_here(locks);
+                let ready = self.txq.borrow_mut().submit(id, Hop::Batch(d));
+                if let Some(hop) = ready {
+                    self.run_hop(id, hop);
+                }
+                return;
+            }
+            self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
+            d.ends.push(d.reply.buf.len() as u32);
+            d.next += 1;
+        }
+        let reply = BatchReply {
+            out: d.reply.buf,
+            ends: d.ends,
+        };
+        self.reply_to(d.origin, d.slot, Payload::Batch(reply));
+    }
+
+    /// The locks command `i` of a batch needs, if a transaction holds a conflicting intent
+    /// (None, without computing anything, when no transaction is here).
+    fn conflicting_locks(&self, batch: &ExecBatch, i: usize) -> Option<Vec<Lock>> {
+        if self.txq.borrow().is_idle() {
+            return None;
+        }
+        let c = &batch.cmds[i];
+        let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
+        let locks = self.command_locks(c.spec as usize, c.db as usize, &Args::new(&batch.data, spans));
+        (!self.txq.borrow().is_free(&locks)).then_some(locks)
+    }
+
+    /// The intents a command needs on this shard.
+    pub(crate) fn command_locks(&self, spec: usize, db: usize, args: &Args) -> Vec<Lock> {
+        let mut locks = Vec::new();
+        plan::command_locks(
+            spec,
+            db,
+            args,
+            self.cluster.databases,
+            self.num_shards(),
+            |shard, lock| {
+                if shard == self.id {
+                    locks.push(lock);
+                }
+            },
+        );
+        locks
+    }
+
+    /// True when a plain command may run on this shard now without overtaking a transaction.
+    pub(crate) fn may_run_now(&self, spec: usize, db: usize, args: &Args) -> bool {
+        self.txq.borrow().is_idle() || {
+            let locks = self.command_locks(spec, db, args);
+            self.txq.borrow().is_free(&locks)
+        }
+    }
+
+    fn exec_batch_cmd(&self, batch: &ExecBatch, i: usize, reply: &mut ReplyBuf) {
+        let c = &batch.cmds[i];
+        reply.resp3 = c.resp3;
+        let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
+        let args = Args::new(&batch.data, spans);
+        self.exec(c.spec as usize, c.db as usize, &args, reply, c.record);
+    }
+
+    /// Runs a whole batch (a transaction's hop: its intents are held).
+    pub(crate) fn run_batch(&self, batch: &ExecBatch) -> BatchReply {
+        let mut reply = ReplyBuf::new(false);
+        let mut ends = Vec::with_capacity(batch.cmds.len());
+        for i in 0..batch.cmds.len() {
+            self.exec_batch_cmd(batch, i, &mut reply);
+            ends.push(reply.buf.len() as u32);
+        }
+        BatchReply {
+            out: reply.buf,
+            ends,
         }
     }
 
@@ -385,7 +652,7 @@ impl Worker {
 enum SlotState {
     Free,
     Waiting(Option<Waker>),
-    Ready(BatchReply),
+    Ready(Payload),
     /// The waiter went away; the slot is freed when its reply arrives.
     Abandoned,
 }
@@ -412,7 +679,7 @@ impl ReplySlots {
         }
     }
 
-    fn fill(&mut self, slot: u32, reply: BatchReply) {
+    fn fill(&mut self, slot: u32, reply: Payload) {
         let Some(state) = self.slots.get_mut(slot as usize) else {
             return;
         };
@@ -426,7 +693,7 @@ impl ReplySlots {
         }
     }
 
-    fn poll(&mut self, slot: u32, cx: &mut Context<'_>) -> Poll<BatchReply> {
+    fn poll(&mut self, slot: u32, cx: &mut Context<'_>) -> Poll<Payload> {
         let state = &mut self.slots[slot as usize];
         match std::mem::replace(state, SlotState::Free) {
             SlotState::Ready(r) => {
@@ -452,7 +719,7 @@ impl ReplySlots {
     }
 }
 
-/// Resolves to a batch's replies; None when the shard could not be reached.
+/// Resolves to the answer to a message; None when the shard could not be reached.
 pub(crate) struct ReplyWait {
     worker: Rc<Worker>,
     slot: u32,
@@ -460,7 +727,7 @@ pub(crate) struct ReplyWait {
 }
 
 impl Future for ReplyWait {
-    type Output = Option<BatchReply>;
+    type Output = Option<Payload>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if self.done {

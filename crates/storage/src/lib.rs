@@ -7,7 +7,7 @@ pub mod shard;
 pub mod table;
 pub mod value;
 
-pub use shard::{Db, Shard, ShardStats};
+pub use shard::{Db, Shard, ShardStats, WatchStamp};
 pub use table::{Entry, Table, SCAN_SHARD_BITS};
 pub use value::Value;
 

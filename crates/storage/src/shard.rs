@@ -53,9 +53,32 @@ impl Db {
     }
 }
 
+/// A key some client WATCHes: how many watches, and versions bumped by every change.
+#[derive(Default)]
+struct Watch {
+    refs: u32,
+    /// Every change.
+    version: u64,
+    /// Changes that were the removal of an expired key (also counted in `version`).
+    expired_removals: u64,
+}
+
+/// A key's state when WATCH ran, to compare at EXEC.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchStamp {
+    version: u64,
+    expired_removals: u64,
+    /// The key was present but already past its deadline.
+    expired: bool,
+}
+
+type WatchMap = std::collections::HashMap<Box<[u8]>, Watch, ahash::RandomState>;
+
 /// The data of one shard.
 pub struct Shard {
     pub dbs: Vec<Db>,
+    /// Watched keys per database index (they stay with the index when SWAPDB swaps data).
+    watched: Vec<WatchMap>,
     used_memory: usize,
     pub stats: ShardStats,
     pub active_expire: bool,
@@ -69,6 +92,7 @@ impl Shard {
     pub fn new(databases: usize) -> Self {
         Shard {
             dbs: (0..databases).map(|_| Db::default()).collect(),
+            watched: (0..databases).map(|_| WatchMap::default()).collect(),
             used_memory: 0,
             stats: ShardStats::default(),
             active_expire: true,
@@ -83,8 +107,7 @@ impl Shard {
     pub fn get(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
         let expired = is_expired(self.dbs[db].table.get(key)?, now);
         if expired {
-            self.remove(db, key);
-            self.stats.expired_keys += 1;
+            self.remove_expired(db, key);
             return None;
         }
         self.dbs[db].table.get(key)
@@ -98,8 +121,7 @@ impl Shard {
     fn expire_if_needed(&mut self, db: usize, key: &[u8], now: u64) {
         let expired = matches!(self.dbs[db].table.get(key), Some(e) if is_expired(e, now));
         if expired {
-            self.remove(db, key);
-            self.stats.expired_keys += 1;
+            self.remove_expired(db, key);
         }
     }
 
@@ -114,6 +136,7 @@ impl Shard {
     ) -> Option<R> {
         self.expire_if_needed(db, key, now);
         let e = self.dbs[db].table.get_mut(key)?;
+        Self::touch(&mut self.watched[db], key);
         let before = e.mem_size();
         let had_ttl = e.expire_at;
         let r = f(e);
@@ -145,6 +168,7 @@ impl Shard {
             expire_at,
         };
         self.used_memory += entry.mem_size();
+        Self::touch(&mut self.watched[db], key);
         let old = self.dbs[db].table.insert(entry);
         let old_ttl = old.as_ref().map_or(0, |e| e.expire_at);
         if let Some(o) = &old {
@@ -157,6 +181,7 @@ impl Shard {
     /// Removes a key (no expiry check: the caller decides what counts as existing).
     pub fn remove(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
         let old = self.dbs[db].table.remove(key)?;
+        Self::touch(&mut self.watched[db], key);
         self.used_memory -= old.mem_size().min(self.used_memory);
         if old.expire_at != 0 {
             self.dbs[db].volatile -= 1;
@@ -170,22 +195,99 @@ impl Shard {
         self.remove(db, key).is_some()
     }
 
-    pub fn flush_db(&mut self, db: usize) {
+    pub fn flush_db(&mut self, db: usize, now: u64) {
+        for (key, w) in self.watched[db].iter_mut() {
+            if let Some(e) = self.dbs[db].table.get(key) {
+                w.version += 1;
+                if is_expired(e, now) {
+                    w.expired_removals += 1;
+                }
+            }
+        }
         let d = &mut self.dbs[db];
         let freed: usize = d.table.iter().map(Entry::mem_size).sum();
         *d = Db::default();
         self.used_memory -= freed.min(self.used_memory);
     }
 
-    pub fn flush_all(&mut self) {
+    pub fn flush_all(&mut self, now: u64) {
         for db in 0..self.dbs.len() {
-            self.flush_db(db);
+            self.flush_db(db, now);
         }
     }
 
     /// Swaps two databases' contents (SWAPDB within this shard).
     pub fn swap_dbs(&mut self, a: usize, b: usize) {
+        self.touch_existing(a, b);
+        self.touch_existing(b, a);
         self.dbs.swap(a, b);
+    }
+
+    /// Bumps the version of a watched key (every change to a key calls this).
+    fn touch(watched: &mut WatchMap, key: &[u8]) {
+        if !watched.is_empty() {
+            if let Some(w) = watched.get_mut(key) {
+                w.version += 1;
+            }
+        }
+    }
+
+    /// Removes a key whose deadline has passed (lazy or active expiry).
+    fn remove_expired(&mut self, db: usize, key: &[u8]) {
+        if self.remove(db, key).is_some() {
+            if let Some(w) = self.watched[db].get_mut(key) {
+                w.expired_removals += 1;
+            }
+            self.stats.expired_keys += 1;
+        }
+    }
+
+    /// Bumps the watched keys of `db` that exist in `db` or in `other` (SWAPDB: as in Redis, a
+    /// watched key that exists in neither is not changed by it).
+    fn touch_existing(&mut self, db: usize, other: usize) {
+        let (dbs, watched) = (&self.dbs, &mut self.watched[db]);
+        for (key, w) in watched.iter_mut() {
+            if dbs[db].table.get(key).is_some() || dbs[other].table.get(key).is_some() {
+                w.version += 1;
+            }
+        }
+    }
+
+    /// Starts watching a key; returns its state to compare at EXEC.
+    pub fn watch(&mut self, db: usize, key: &[u8], now: u64) -> WatchStamp {
+        let expired = matches!(self.dbs[db].table.get(key), Some(e) if is_expired(e, now));
+        let w = self.watched[db].entry(key.into()).or_default();
+        w.refs += 1;
+        WatchStamp {
+            version: w.version,
+            expired_removals: w.expired_removals,
+            expired,
+        }
+    }
+
+    /// True when a watched key changed since `stamp` (Redis's rules: a key already expired
+    /// at WATCH may be removed by expiry without counting as a change; a live key that has
+    /// since passed its deadline counts as changed even before it is removed).
+    pub fn watch_changed(&self, db: usize, key: &[u8], stamp: WatchStamp, now: u64) -> bool {
+        let Some(w) = self.watched[db].get(key) else {
+            return true;
+        };
+        let changes = w.version - stamp.version;
+        if stamp.expired {
+            let removals = w.expired_removals - stamp.expired_removals;
+            return changes > removals.min(1);
+        }
+        changes > 0 || matches!(self.dbs[db].table.get(key), Some(e) if is_expired(e, now))
+    }
+
+    /// Drops one watch of a key.
+    pub fn unwatch(&mut self, db: usize, key: &[u8]) {
+        if let Some(w) = self.watched[db].get_mut(key) {
+            w.refs -= 1;
+            if w.refs == 0 {
+                self.watched[db].remove(key);
+            }
+        }
     }
 
     /// Active expiry: removes keys whose deadline has passed, visiting at most `budget` heap
@@ -212,8 +314,7 @@ impl Shard {
                     .table
                     .find_by_hash(hash, |e| e.expire_at == deadline);
                 if let Some(key) = victim {
-                    self.remove(db, &key);
-                    self.stats.expired_keys += 1;
+                    self.remove_expired(db, &key);
                     removed += 1;
                 }
             }
@@ -315,6 +416,37 @@ mod tests {
         assert_eq!(s.dbs[0].volatile_count(), 0);
         s.expire_cycle(20_000, 100);
         assert!(s.exists(0, b"k", 20_000));
+    }
+
+    #[test]
+    fn watched_versions_change_with_the_key() {
+        let mut s = Shard::new(2);
+        let v = s.watch(0, b"k", 0);
+        s.watch(0, b"k", 0);
+        assert!(!s.watch_changed(0, b"k", v, 0));
+        s.remove(0, b"k");
+        assert!(!s.watch_changed(0, b"k", v, 0), "removing a missing key is no change");
+        s.set(0, b"other", Value::Int(1), 0);
+        assert!(!s.watch_changed(0, b"k", v, 0));
+        s.set(0, b"k", Value::Int(1), 100);
+        assert!(s.watch_changed(0, b"k", v, 0));
+        s.unwatch(0, b"k");
+        s.unwatch(0, b"k");
+        assert!(s.watched[0].is_empty());
+
+        let live = s.watch(0, b"k", 0);
+        assert!(s.watch_changed(0, b"k", live, 100), "passing the deadline is a change");
+        let expired = s.watch(0, b"k", 100);
+        assert!(!s.exists(0, b"k", 100));
+        assert!(!s.watch_changed(0, b"k", expired, 100), "removing it by expiry is not");
+        s.set(0, b"k", Value::Int(1), 0);
+        assert!(s.watch_changed(0, b"k", expired, 100));
+
+        let stamp = s.watch(1, b"k", 100);
+        s.flush_db(1, 100);
+        assert!(!s.watch_changed(1, b"k", stamp, 100), "flushing a db without the key");
+        s.swap_dbs(0, 1);
+        assert!(s.watch_changed(1, b"k", stamp, 100), "the key appeared by SWAPDB");
     }
 
     #[test]

@@ -1,0 +1,13 @@
+//! Transactions across shards without a global lock (Very Lightweight Locking, as Dragonfly's
+//! docs/transaction.md describes): ids from one counter, per-shard intent locks and per-shard
+//! queues of hops. `locks` and `queue` are one shard's side; `coordinator` is the
+//! connection's side. docs/transactions.md explains the algorithm and why it cannot deadlock.
+
+pub(crate) mod coordinator;
+pub mod locks;
+pub mod plan;
+pub mod queue;
+
+pub(crate) use coordinator::Tx;
+pub use locks::{add_lock, Lock, Mode, TxId};
+pub use queue::TxQueue;
