@@ -320,7 +320,12 @@ pub enum TransferKind {
 
 impl Transfer {
     /// Parses the command's options; errors are Redis's texts.
-    pub fn parse(name: &str, args: &Args, db: usize, databases: usize) -> Result<Self, &'static str> {
+    pub fn parse(
+        name: &str,
+        args: &Args,
+        db: usize,
+        databases: usize,
+    ) -> Result<Self, &'static str> {
         let in_range = |n: i64| (0..databases as i64).contains(&n);
         let mut t = Transfer {
             kind: TransferKind::Rename,

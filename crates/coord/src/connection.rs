@@ -21,7 +21,7 @@ use damselfly_storage::shard_for_key;
 use futures_channel::oneshot;
 
 use crate::client::ClientInfo;
-use crate::tx::{add_lock, plan, Lock, Tx};
+use crate::tx::{add_lock, plan, Lock, ShardWork, Tx};
 use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker};
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the
@@ -519,7 +519,7 @@ impl Connection {
                 .iter()
                 .map(|&shard| {
                     let batch = std::mem::take(&mut self.batches[shard]);
-                    let run: Box<dyn FnOnce(&Worker) -> BatchReply + Send> =
+                    let run: ShardWork<BatchReply> =
                         Box::new(move |w: &Worker| w.run_batch(&batch));
                     (shard, run)
                 })
@@ -559,7 +559,13 @@ impl Connection {
     }
 
     /// The intents command `idx` needs, per shard (each shard once, sorted).
-    pub(crate) fn plan(&self, idx: usize, db: usize, args: &Args, plan: &mut Vec<(usize, Vec<Lock>)>) {
+    pub(crate) fn plan(
+        &self,
+        idx: usize,
+        db: usize,
+        args: &Args,
+        plan: &mut Vec<(usize, Vec<Lock>)>,
+    ) {
         plan::command_locks(
             idx,
             db,
@@ -620,8 +626,7 @@ impl Connection {
                     nargs: 0,
                 };
                 batch.push(cmd, args.iter());
-                let run: Box<dyn FnOnce(&Worker) -> Vec<u8> + Send> =
-                    Box::new(move |w: &Worker| w.run_batch(&batch).out);
+                let run: ShardWork<Vec<u8>> = Box::new(move |w: &Worker| w.run_batch(&batch).out);
                 (*shard, run)
             })
             .collect();

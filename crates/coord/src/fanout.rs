@@ -14,6 +14,7 @@ use damselfly_storage::shard_for_key;
 use rand::seq::SliceRandom;
 
 use crate::connection::Connection;
+use crate::tx::ShardWork;
 use crate::worker::Worker;
 
 /// Splits an encoded array reply of bulk/null items into the items' encodings.
@@ -135,7 +136,7 @@ impl Connection {
             return self.reply_error("ERR shard unavailable");
         };
         if !t.replace {
-            let exists = |db: usize, key: Vec<u8>| -> Box<dyn FnOnce(&Worker) -> bool + Send> {
+            let exists = |db: usize, key: Vec<u8>| -> ShardWork<bool> {
                 Box::new(move |w: &Worker| w.shard.borrow_mut().exists(db, &key, w.now_ms()))
             };
             let found = tx

@@ -10,7 +10,7 @@ use damselfly_protocol::number::parse_i64;
 use damselfly_storage::{shard_for_key, WatchStamp};
 
 use crate::connection::{Connection, MultiState, WatchedKey};
-use crate::tx::{add_lock, Lock, Mode};
+use crate::tx::{add_lock, Lock, Mode, ShardWork};
 use crate::worker::{Payload, ShardMsg, Worker};
 
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -100,7 +100,9 @@ impl Connection {
                     .ask(shard, |origin, slot| ShardMsg::Run { f, origin, slot })
                     .await
                 {
-                    Some(Payload::Hop { value, .. }) => value.downcast::<Vec<WatchedKey>>().ok().map(|b| *b),
+                    Some(Payload::Hop { value, .. }) => {
+                        value.downcast::<Vec<WatchedKey>>().ok().map(|b| *b)
+                    }
                     _ => None,
                 }
             };
@@ -199,7 +201,7 @@ impl Connection {
         let parts = by_shard(watching)
             .into_iter()
             .map(|(shard, keys)| {
-                let check: Box<dyn FnOnce(&Worker) -> bool + Send> = Box::new(move |w: &Worker| {
+                let check: ShardWork<bool> = Box::new(move |w: &Worker| {
                     let now = w.now_ms();
                     let mut shard = w.shard.borrow_mut();
                     let mut held = true;

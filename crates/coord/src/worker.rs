@@ -528,7 +528,11 @@ impl Worker {
         }
         let c = &batch.cmds[i];
         let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
-        let locks = self.command_locks(c.spec as usize, c.db as usize, &Args::new(&batch.data, spans));
+        let locks = self.command_locks(
+            c.spec as usize,
+            c.db as usize,
+            &Args::new(&batch.data, spans),
+        );
         (!self.txq.borrow().is_free(&locks)).then_some(locks)
     }
 

@@ -127,8 +127,10 @@ fn bank_invariant(b: Backend) {
 fn mset_is_atomic(b: Backend) {
     let server = Server::start_with(b, 4, &[]);
     let keys: Vec<String> = (1..=8).map(|i| format!("m{i}")).collect();
-    let shards: std::collections::HashSet<usize> =
-        keys.iter().map(|k| shard_for_key(k.as_bytes(), 4)).collect();
+    let shards: std::collections::HashSet<usize> = keys
+        .iter()
+        .map(|k| shard_for_key(k.as_bytes(), 4))
+        .collect();
     assert!(shards.len() >= 3, "keys span shards");
     let mut setup = server.raw();
     let mut first = vec!["MSET".to_string()];
@@ -275,7 +277,10 @@ impl TxGen {
             36 => s(&["COPY", &k, &k2, "DB", "1"]),
             37 => s(&["MOVE", &k, "1"]),
             38 => s(&["SWAPDB", "0", "1"]),
-            39 => s(&["SELECT", ["0", "1"].choose(&mut self.rng).copied().unwrap_or("0")]),
+            39 => s(&[
+                "SELECT",
+                ["0", "1"].choose(&mut self.rng).copied().unwrap_or("0"),
+            ]),
             40 => s(&["DBSIZE"]),
             41 => s(&["EXPIREAT", &k, "4102444800"]),
             42 => s(&["EXPIRETIME", &k]),

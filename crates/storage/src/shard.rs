@@ -425,7 +425,10 @@ mod tests {
         s.watch(0, b"k", 0);
         assert!(!s.watch_changed(0, b"k", v, 0));
         s.remove(0, b"k");
-        assert!(!s.watch_changed(0, b"k", v, 0), "removing a missing key is no change");
+        assert!(
+            !s.watch_changed(0, b"k", v, 0),
+            "removing a missing key is no change"
+        );
         s.set(0, b"other", Value::Int(1), 0);
         assert!(!s.watch_changed(0, b"k", v, 0));
         s.set(0, b"k", Value::Int(1), 100);
@@ -435,18 +438,30 @@ mod tests {
         assert!(s.watched[0].is_empty());
 
         let live = s.watch(0, b"k", 0);
-        assert!(s.watch_changed(0, b"k", live, 100), "passing the deadline is a change");
+        assert!(
+            s.watch_changed(0, b"k", live, 100),
+            "passing the deadline is a change"
+        );
         let expired = s.watch(0, b"k", 100);
         assert!(!s.exists(0, b"k", 100));
-        assert!(!s.watch_changed(0, b"k", expired, 100), "removing it by expiry is not");
+        assert!(
+            !s.watch_changed(0, b"k", expired, 100),
+            "removing it by expiry is not"
+        );
         s.set(0, b"k", Value::Int(1), 0);
         assert!(s.watch_changed(0, b"k", expired, 100));
 
         let stamp = s.watch(1, b"k", 100);
         s.flush_db(1, 100);
-        assert!(!s.watch_changed(1, b"k", stamp, 100), "flushing a db without the key");
+        assert!(
+            !s.watch_changed(1, b"k", stamp, 100),
+            "flushing a db without the key"
+        );
         s.swap_dbs(0, 1);
-        assert!(s.watch_changed(1, b"k", stamp, 100), "the key appeared by SWAPDB");
+        assert!(
+            s.watch_changed(1, b"k", stamp, 100),
+            "the key appeared by SWAPDB"
+        );
     }
 
     #[test]

@@ -8,6 +8,9 @@ use std::rc::Rc;
 use super::locks::{Lock, TxId};
 use crate::worker::{HopFn, HopTx, Payload, ReplyWait, ShardMsg, Worker};
 
+/// Work for one shard, returning `T` to the coordinator.
+pub(crate) type ShardWork<T> = Box<dyn FnOnce(&Worker) -> T + Send>;
+
 enum Scheduling {
     /// Scheduled on several shards under one id.
     Shared(TxId),
@@ -98,7 +101,7 @@ impl Tx {
     /// `conclude` releases the transaction everywhere once these hops are done.
     pub(crate) async fn hops<T: Send + 'static>(
         &mut self,
-        parts: Vec<(usize, Box<dyn FnOnce(&Worker) -> T + Send>)>,
+        parts: Vec<(usize, ShardWork<T>)>,
         conclude: bool,
     ) -> Vec<Option<T>> {
         let mut waiting = Vec::with_capacity(parts.len());

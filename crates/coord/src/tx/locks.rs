@@ -37,9 +37,16 @@ impl Mode {
 /// What a transaction locks on one shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lock {
-    Key { db: u16, key: Box<[u8]>, mode: Mode },
+    Key {
+        db: u16,
+        key: Box<[u8]>,
+        mode: Mode,
+    },
     /// A whole database (FLUSHDB, SWAPDB, KEYS, DBSIZE, ...).
-    Db { db: u16, mode: Mode },
+    Db {
+        db: u16,
+        mode: Mode,
+    },
 }
 
 impl Lock {
@@ -61,9 +68,14 @@ impl Lock {
 pub fn add_lock(locks: &mut Vec<Lock>, lock: Lock) {
     for l in locks.iter_mut() {
         match (&mut *l, &lock) {
-            (Lock::Key { db, key, mode }, Lock::Key { db: d, key: k, mode: m })
-                if db == d && key == k =>
-            {
+            (
+                Lock::Key { db, key, mode },
+                Lock::Key {
+                    db: d,
+                    key: k,
+                    mode: m,
+                },
+            ) if db == d && key == k => {
                 *mode = (*mode).max(*m);
                 return;
             }
@@ -238,7 +250,11 @@ mod tests {
         assert!(t.is_free(&[key("a", S)]));
         assert!(!t.is_free(&[key("a", X)]));
         assert!(t.is_free(&[key("b", X)]));
-        assert!(t.is_free(&[Lock::Key { db: 1, key: b"a"[..].into(), mode: X }]));
+        assert!(t.is_free(&[Lock::Key {
+            db: 1,
+            key: b"a"[..].into(),
+            mode: X
+        }]));
         assert!(!t.is_free(&[Lock::Db { db: 0, mode: X }]));
     }
 
@@ -249,7 +265,11 @@ mod tests {
         assert!(t.try_acquire(4, &[Lock::Db { db: 0, mode: X }]));
         assert!(!t.is_granted(4, &[Lock::Db { db: 0, mode: X }]));
         assert!(!t.is_free(&[key("zzz", S)]));
-        assert!(t.is_free(&[Lock::Key { db: 1, key: b"zzz"[..].into(), mode: X }]));
+        assert!(t.is_free(&[Lock::Key {
+            db: 1,
+            key: b"zzz"[..].into(),
+            mode: X
+        }]));
         assert!(!t.try_acquire(2, &[key("q", S)]), "4 holds the whole db");
         t.release(3, &[key("a", S)]);
         assert!(t.is_granted(4, &[Lock::Db { db: 0, mode: X }]));

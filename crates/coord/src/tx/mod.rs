@@ -8,6 +8,6 @@ pub mod locks;
 pub mod plan;
 pub mod queue;
 
-pub(crate) use coordinator::Tx;
+pub(crate) use coordinator::{ShardWork, Tx};
 pub use locks::{add_lock, Lock, Mode, TxId};
 pub use queue::TxQueue;

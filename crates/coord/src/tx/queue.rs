@@ -336,6 +336,10 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, nodes.len(), "seed {seed}: conflict cycle in {history:?}");
+        assert_eq!(
+            seen,
+            nodes.len(),
+            "seed {seed}: conflict cycle in {history:?}"
+        );
     }
 }
