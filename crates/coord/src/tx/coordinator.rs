@@ -99,11 +99,19 @@ impl Tx {
     /// Runs `f` on each shard of `parts` (at most one part per shard) when the transaction's
     /// turn comes there, in parallel; results in `parts` order (None if a shard is gone).
     /// `conclude` releases the transaction everywhere once these hops are done.
+    ///
+    /// A transaction on several shards keeps every intent until all its hops are done, and
+    /// only then releases (two-phase locking): releasing a shard as soon as its own hop ran
+    /// would let a smaller id scheduled there later run after this transaction on that shard
+    /// but before it on another, where this transaction may still be waiting for it. A
+    /// one-shard transaction releases with its last hop.
     pub(crate) async fn hops<T: Send + 'static>(
         &mut self,
         parts: Vec<(usize, ShardWork<T>)>,
         conclude: bool,
     ) -> Vec<Option<T>> {
+        let release_after = conclude;
+        let conclude = conclude && matches!(self.scheduling, Scheduling::Single { .. });
         let mut waiting = Vec::with_capacity(parts.len());
         for (shard, f) in parts {
             let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);
@@ -138,7 +146,7 @@ impl Tx {
                 _ => out.push(None),
             }
         }
-        if conclude {
+        if release_after {
             self.release_held();
         }
         out
