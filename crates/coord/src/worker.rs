@@ -101,8 +101,8 @@ pub enum Payload {
         id: TxId,
         value: Box<dyn Any + Send>,
     },
-    /// Whether a transaction was scheduled.
-    Scheduled(bool),
+    /// Whether a transaction was scheduled, and whether its turn had already come.
+    Scheduled { accepted: bool, granted: bool },
 }
 
 /// Which transaction a hop belongs to.
@@ -284,12 +284,13 @@ impl Worker {
         make: impl FnOnce(usize, u32) -> ShardMsg,
     ) -> ReplyWait {
         let slot = self.replies.borrow_mut().open();
-        let mailbox = &self.cluster.mailboxes[shard];
-        let sent = mailbox.send(make(self.id, slot));
-        if shard == self.id {
-            // Our own mailbox task is not signalled while this thread is awake.
-            mailbox.poke();
-        }
+        let sent = if shard == self.id {
+            // Our own shard: handled right here, the answer fills the slot directly.
+            self.handle(make(self.id, slot));
+            true
+        } else {
+            self.cluster.mailboxes[shard].send(make(self.id, slot))
+        };
         if !sent {
             self.replies.borrow_mut().abandon(slot);
         }
@@ -382,8 +383,8 @@ impl Worker {
                 origin,
                 slot,
             } => {
-                let ok = self.txq.borrow_mut().schedule(id, locks);
-                self.reply_to(origin, slot, Payload::Scheduled(ok));
+                let (accepted, granted) = self.schedule(id, locks);
+                self.reply_to(origin, slot, Payload::Scheduled { accepted, granted });
             }
             ShardMsg::TxHop {
                 tx,
@@ -447,7 +448,18 @@ impl Worker {
     }
 
     fn reply_to(&self, origin: usize, slot: u32, reply: Payload) {
-        self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+        if origin == self.id {
+            self.replies.borrow_mut().fill(slot, reply);
+        } else {
+            self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+        }
+    }
+
+    /// Records a transaction's intents here: (accepted, its turn has already come).
+    pub(crate) fn schedule(&self, id: TxId, locks: Vec<Lock>) -> (bool, bool) {
+        let mut txq = self.txq.borrow_mut();
+        let accepted = txq.schedule(id, locks);
+        (accepted, accepted && txq.is_granted(id))
     }
 
     /// Schedules a transaction that touches only this shard under a fresh id. Every id

@@ -28,6 +28,9 @@ pub(crate) struct Tx {
     scheduling: Scheduling,
     /// Shards where the transaction still holds intents.
     held: Vec<usize>,
+    /// Its turn had come on every shard when it was scheduled, so it holds all its locks
+    /// already and may release each shard right after its last hop there.
+    granted_everywhere: bool,
 }
 
 impl Tx {
@@ -43,6 +46,7 @@ impl Tx {
                     locks: Some(locks),
                 },
                 held: vec![shard],
+                granted_everywhere: true,
             });
         }
         worker.stats.borrow_mut().multi_shard_txs += 1;
@@ -51,12 +55,15 @@ impl Tx {
             let mut waiting: Vec<(usize, ReplyWait)> = Vec::new();
             let mut accepted = Vec::new();
             let mut refused = false;
+            let mut granted_everywhere = true;
             for (shard, locks) in &plan {
                 if *shard == worker.id {
-                    if worker.txq.borrow_mut().schedule(id, locks.clone()) {
-                        accepted.push(*shard);
-                    } else {
-                        refused = true;
+                    match worker.schedule(id, locks.clone()) {
+                        (true, granted) => {
+                            accepted.push(*shard);
+                            granted_everywhere &= granted;
+                        }
+                        (false, _) => refused = true,
                     }
                     continue;
                 }
@@ -74,7 +81,13 @@ impl Tx {
             let mut gone = false;
             for (shard, wait) in waiting {
                 match wait.await {
-                    Some(Payload::Scheduled(true)) => accepted.push(shard),
+                    Some(Payload::Scheduled {
+                        accepted: true,
+                        granted,
+                    }) => {
+                        accepted.push(shard);
+                        granted_everywhere &= granted;
+                    }
                     Some(_) => refused = true,
                     None => gone = true,
                 }
@@ -83,6 +96,7 @@ impl Tx {
                 worker: worker.clone(),
                 scheduling: Scheduling::Shared(id),
                 held: accepted,
+                granted_everywhere,
             };
             if gone {
                 return None;
@@ -100,18 +114,19 @@ impl Tx {
     /// turn comes there, in parallel; results in `parts` order (None if a shard is gone).
     /// `conclude` releases the transaction everywhere once these hops are done.
     ///
-    /// A transaction on several shards keeps every intent until all its hops are done, and
-    /// only then releases (two-phase locking): releasing a shard as soon as its own hop ran
-    /// would let a smaller id scheduled there later run after this transaction on that shard
-    /// but before it on another, where this transaction may still be waiting for it. A
-    /// one-shard transaction releases with its last hop.
+    /// Two-phase locking: a shard may be released with its last hop only once the
+    /// transaction holds its turn on every shard. A one-shard transaction does; so does one
+    /// whose turn had come everywhere when it was scheduled (the turn, once come, stays until
+    /// release). Otherwise every intent is kept until all hops are done: releasing a shard as
+    /// soon as its own hop ran would let a smaller id scheduled there later run after this
+    /// transaction on that shard but before it on another, where this one still waits for it.
     pub(crate) async fn hops<T: Send + 'static>(
         &mut self,
         parts: Vec<(usize, ShardWork<T>)>,
         conclude: bool,
     ) -> Vec<Option<T>> {
         let release_after = conclude;
-        let conclude = conclude && matches!(self.scheduling, Scheduling::Single { .. });
+        let conclude = conclude && self.granted_everywhere;
         let mut waiting = Vec::with_capacity(parts.len());
         for (shard, f) in parts {
             let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);

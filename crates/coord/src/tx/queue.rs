@@ -59,6 +59,14 @@ impl<H> TxQueue<H> {
         true
     }
 
+    /// True when transaction `id`'s turn has come here (no smaller conflicting id ahead).
+    /// Stays true until it is released: a smaller conflicting id arriving later is refused.
+    pub fn is_granted(&self, id: TxId) -> bool {
+        self.txs
+            .get(&id)
+            .is_some_and(|tx| self.table.is_granted(id, &tx.locks))
+    }
+
     /// Offers a hop of transaction `id`: returns it when it may run now, otherwise keeps it
     /// until its turn. A hop of a transaction not scheduled here runs at once.
     pub fn submit(&mut self, id: TxId, hop: H) -> Option<H> {
@@ -164,6 +172,11 @@ mod tests {
         phase: Phase,
         accepted: Vec<usize>,
         ran: Vec<usize>,
+        /// Granted on every shard when scheduled: each shard is released right after its hop.
+        granted_everywhere: bool,
+        /// Shards whose scheduling message is still in flight.
+        unscheduled: Vec<usize>,
+        refused: bool,
     }
 
     /// Randomized schedules: transactions over several shards, messages delivered in random
@@ -172,7 +185,7 @@ mod tests {
     /// transaction.
     #[test]
     fn random_schedules_are_serializable() {
-        for seed in 0..300u64 {
+        for seed in 0..2000u64 {
             run_schedule(seed);
         }
     }
@@ -195,6 +208,9 @@ mod tests {
                 phase: Phase::Schedule,
                 accepted: Vec::new(),
                 ran: Vec::new(),
+                granted_everywhere: false,
+                unscheduled: Vec::new(),
+                refused: false,
             })
             .collect();
         // Per key, the sequence of (transaction, write) that touched it.
@@ -214,15 +230,21 @@ mod tests {
                 }
                 txs[t].ran.push(shard);
                 let involved = shards_of(&txs[t]);
+                let id = txs[t].id;
+                let release_now: Vec<usize> = if txs[t].granted_everywhere {
+                    vec![shard]
+                } else if txs[t].ran.len() == involved.len() {
+                    involved.clone()
+                } else {
+                    Vec::new()
+                };
+                for s in release_now {
+                    for (_, hop) in queues[s].release(id) {
+                        runnable.push((hop, s));
+                    }
+                }
                 if txs[t].ran.len() == involved.len() {
                     txs[t].phase = Phase::Done;
-                    for s in involved {
-                        let id = txs[t].id;
-                        for (rid, hop) in queues[s].release(id) {
-                            let _ = rid;
-                            runnable.push((hop, s));
-                        }
-                    }
                 }
                 continue;
             }
@@ -239,15 +261,20 @@ mod tests {
             let t = rng.gen_range(0..txs.len());
             match txs[t].phase {
                 Phase::Schedule => {
-                    let id = next_id;
-                    next_id += 1;
-                    txs[t].id = id;
-                    let involved = shards_of(&txs[t]);
-                    let mut order = involved.clone();
-                    order.shuffle(&mut rng);
-                    let mut ok = true;
-                    txs[t].accepted.clear();
-                    for s in order {
+                    // One scheduling message is delivered per step, so other transactions
+                    // interleave with a half-scheduled one.
+                    if txs[t].id == 0 {
+                        txs[t].id = next_id;
+                        next_id += 1;
+                        let mut order = shards_of(&txs[t]);
+                        order.shuffle(&mut rng);
+                        txs[t].unscheduled = order;
+                        txs[t].accepted.clear();
+                        txs[t].refused = false;
+                        txs[t].granted_everywhere = true;
+                    }
+                    let id = txs[t].id;
+                    if let Some(s) = txs[t].unscheduled.pop() {
                         let mut locks = Vec::new();
                         for &(sh, k, w) in &txs[t].ops {
                             if sh == s {
@@ -256,22 +283,25 @@ mod tests {
                         }
                         if queues[s].schedule(id, locks) {
                             txs[t].accepted.push(s);
+                            txs[t].granted_everywhere &= queues[s].is_granted(id);
                         } else {
-                            ok = false;
+                            txs[t].refused = true;
                         }
+                        continue;
                     }
-                    if ok {
-                        txs[t].phase = Phase::Run;
-                        for s in involved {
-                            if let Some(hop) = queues[s].submit(id, t) {
-                                runnable.push((hop, s));
-                            }
-                        }
-                    } else {
+                    if txs[t].refused {
                         for s in std::mem::take(&mut txs[t].accepted) {
                             for (_, hop) in queues[s].release(id) {
                                 runnable.push((hop, s));
                             }
+                        }
+                        txs[t].id = 0;
+                        continue;
+                    }
+                    txs[t].phase = Phase::Run;
+                    for s in shards_of(&txs[t]) {
+                        if let Some(hop) = queues[s].submit(id, t) {
+                            runnable.push((hop, s));
                         }
                     }
                 }
