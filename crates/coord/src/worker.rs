@@ -102,7 +102,10 @@ pub enum Payload {
         value: Box<dyn Any + Send>,
     },
     /// Whether a transaction was scheduled, and whether its turn had already come.
-    Scheduled { accepted: bool, granted: bool },
+    Scheduled {
+        accepted: bool,
+        granted: bool,
+    },
 }
 
 /// Which transaction a hop belongs to.
