@@ -24,6 +24,8 @@ pub struct ClientInfo {
     pub last_subcommand: RefCell<Vec<u8>>,
     pub query_buf: Cell<usize>,
     pub killed: Cell<bool>,
+    /// Commands queued since MULTI, or -1 outside MULTI (CLIENT LIST `multi=`, flag `x`).
+    pub multi: Cell<i64>,
 }
 
 impl ClientInfo {
@@ -45,6 +47,7 @@ impl ClientInfo {
             last_subcommand: RefCell::new(Vec::new()),
             query_buf: Cell::new(0),
             killed: Cell::new(false),
+            multi: Cell::new(-1),
         }
     }
 
@@ -53,7 +56,7 @@ impl ClientInfo {
         let age = now.duration_since(self.created).as_secs();
         let idle = now.duration_since(self.last_active.get()).as_secs();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -61,7 +64,9 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.name.borrow()),
             age,
             idle,
+            if self.multi.get() >= 0 { "x" } else { "N" },
             self.db.get(),
+            self.multi.get(),
             self.query_buf.get(),
             self.last_command_name(),
             self.resp.get(),

@@ -402,6 +402,7 @@ impl Connection {
                     nargs: 0,
                 };
                 multi.cmds.push(cmd, args.iter());
+                self.info.multi.set(multi.cmds.cmds.len() as i64);
                 self.out.simple("QUEUED");
                 return;
             }
@@ -665,6 +666,7 @@ impl Connection {
     /// Resets per-connection state (RESET).
     pub(crate) fn reset(&mut self) {
         self.multi = None;
+        self.info.multi.set(-1);
         self.unwatch_all();
         self.info.db.set(0);
         self.info.resp.set(2);

@@ -22,6 +22,7 @@ impl Connection {
             return;
         }
         self.multi = Some(MultiState::default());
+        self.info.multi.set(0);
         self.out.ok();
     }
 
@@ -30,6 +31,7 @@ impl Connection {
             self.reply_error("ERR DISCARD without MULTI");
             return;
         }
+        self.info.multi.set(-1);
         self.unwatch_all();
         self.out.ok();
     }
@@ -122,6 +124,7 @@ impl Connection {
             self.reply_error("ERR EXEC without MULTI");
             return;
         };
+        self.info.multi.set(-1);
         if multi.dirty {
             self.unwatch_all();
             self.reply_error(EXECABORT);

@@ -231,6 +231,71 @@ fn watch_increments(b: Backend) {
     assert_eq!(c.cmd(&["GET", "counter"]), common::bulk(&total.to_string()));
 }
 
+/// WATCH sees what other clients do to a key, on any shard: writes, expiry, FLUSHALL, RENAME
+/// onto it; UNWATCH forgets; a key absent in a flushed database is not touched; CLIENT LIST
+/// shows a client inside MULTI.
+fn watch_sees_other_clients(b: Backend) {
+    let server = Server::start_with(b, 2, &[]);
+    let (mut a, mut other) = (server.raw(), server.raw());
+    let on_shard = |shard: usize| {
+        (0..)
+            .map(|i| format!("w{i}"))
+            .find(|k| shard_for_key(k.as_bytes(), 2) == shard)
+            .expect("a key")
+    };
+    let (k0, k1) = (on_shard(0), on_shard(1));
+    let exec_after = |a: &mut Raw| -> Vec<u8> {
+        assert_eq!(a.cmd(&["MULTI"]), b"+OK\r\n");
+        assert_eq!(a.cmd(&["PING"]), b"+QUEUED\r\n");
+        a.cmd(&["EXEC"])
+    };
+    const ABORTED: &[u8] = b"*-1\r\n";
+    const RAN: &[u8] = b"*1\r\n+PONG\r\n";
+
+    // A write by another client, to the key on either shard.
+    for (written, quiet) in [(&k0, &k1), (&k1, &k0)] {
+        assert_eq!(a.cmd(&["WATCH", &k0, &k1]), b"+OK\r\n");
+        assert_eq!(other.cmd(&["SET", written, "x"]), b"+OK\r\n");
+        assert_eq!(exec_after(&mut a), ABORTED, "write to {written}");
+        assert_eq!(a.cmd(&["WATCH", quiet]), b"+OK\r\n");
+        assert_eq!(exec_after(&mut a), RAN, "{quiet} was not touched");
+    }
+    // Expiry.
+    assert_eq!(a.cmd(&["SET", &k0, "v", "PX", "50"]), b"+OK\r\n");
+    assert_eq!(a.cmd(&["WATCH", &k0]), b"+OK\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(exec_after(&mut a), ABORTED, "expiry");
+    // FLUSHALL touches existing watched keys only.
+    assert_eq!(a.cmd(&["SET", &k1, "v"]), b"+OK\r\n");
+    assert_eq!(a.cmd(&["WATCH", &k1]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["FLUSHALL"]), b"+OK\r\n");
+    assert_eq!(exec_after(&mut a), ABORTED, "FLUSHALL");
+    assert_eq!(a.cmd(&["WATCH", &k1]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["FLUSHALL"]), b"+OK\r\n");
+    assert_eq!(exec_after(&mut a), RAN, "FLUSHALL of a db without the key");
+    // RENAME onto a watched key, from the other shard.
+    assert_eq!(a.cmd(&["SET", &k0, "v"]), b"+OK\r\n");
+    assert_eq!(a.cmd(&["WATCH", &k1]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["RENAME", &k0, &k1]), b"+OK\r\n");
+    assert_eq!(exec_after(&mut a), ABORTED, "RENAME onto it");
+    // UNWATCH forgets.
+    assert_eq!(a.cmd(&["WATCH", &k1]), b"+OK\r\n");
+    assert_eq!(a.cmd(&["UNWATCH"]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["DEL", &k1]), b":1\r\n");
+    assert_eq!(exec_after(&mut a), RAN, "after UNWATCH");
+    // CLIENT LIST shows the client inside MULTI.
+    assert_eq!(a.cmd(&["MULTI"]), b"+OK\r\n");
+    assert_eq!(a.cmd(&["SET", &k0, "1"]), b"+QUEUED\r\n");
+    let list = String::from_utf8_lossy(&other.cmd(&["CLIENT", "LIST"])).to_string();
+    assert!(
+        list.contains("flags=x db=0 sub=0 psub=0 ssub=0 multi=1 "),
+        "{list}"
+    );
+    assert_eq!(a.cmd(&["DISCARD"]), b"+OK\r\n");
+    let list = String::from_utf8_lossy(&other.cmd(&["CLIENT", "LIST"])).to_string();
+    assert!(!list.contains("flags=x"), "{list}");
+}
+
 /// Commands for the differential transaction stream.
 struct TxGen {
     rng: StdRng,
@@ -366,5 +431,6 @@ backend_tests!(
     bank_invariant,
     mset_is_atomic,
     watch_increments,
+    watch_sees_other_clients,
     transactions_match_redis
 );
