@@ -1,0 +1,382 @@
+//! `damselfly-bench compare`: every scenario of docs/benchmarks.md against redis-server and
+//! Damselfly in one run, servers alternating (A B A B ...) for several rounds, with each
+//! server's CPU time and RSS sampled from /proc around every run.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::servers::Server;
+use crate::tools::{self, Measured};
+
+#[derive(clap::Parser, Clone, Debug)]
+pub struct CompareArgs {
+    /// Rounds per scenario (cells report the median and the min-max).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Damselfly's shard threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// The Damselfly binary (default: target/release/damselfly).
+    #[arg(long)]
+    pub damselfly: Option<PathBuf>,
+    /// Tiny request counts and populations: checks the pipeline end to end in seconds.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip memtier_benchmark even when it is on PATH.
+    #[arg(long)]
+    pub no_memtier: bool,
+    /// Only scenarios whose key contains one of these (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// The report to (re)write: the part between the compare markers is replaced.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    pub report: PathBuf,
+    /// Where the SVG plots go.
+    #[arg(long, default_value = "docs/bench")]
+    pub plots: PathBuf,
+}
+
+/// How a scenario loads the servers.
+#[derive(Clone, Debug)]
+pub enum Load {
+    /// redis-benchmark with these arguments; the named tests are probed first and those the
+    /// server does not support yet are left out for it.
+    RedisBenchmark {
+        args: Vec<String>,
+        tests: Vec<&'static str>,
+    },
+    /// memtier_benchmark with these arguments, for `seconds`.
+    Memtier { args: Vec<String>, seconds: u64 },
+    /// `DEBUG POPULATE count prefix size` on a fresh server: memory per key.
+    Memory {
+        count: u64,
+        prefix: &'static str,
+        size: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub key: &'static str,
+    pub title: &'static str,
+    pub load: Load,
+    /// Also run over the unix socket.
+    pub unix: bool,
+}
+
+/// The data-type tests of redis-benchmark the issue lists, with a command probing support.
+const TYPE_TESTS: &[(&str, &[&str])] = &[
+    ("set", &["SET", "probe:k", "v"]),
+    ("get", &["GET", "probe:k"]),
+    ("incr", &["INCR", "probe:n"]),
+    ("lpush", &["LPUSH", "probe:l", "v"]),
+    ("rpush", &["RPUSH", "probe:l", "v"]),
+    ("lpop", &["LPOP", "probe:l"]),
+    ("rpop", &["RPOP", "probe:l"]),
+    ("sadd", &["SADD", "probe:s", "v"]),
+    ("hset", &["HSET", "probe:h", "f", "v"]),
+    ("spop", &["SPOP", "probe:s"]),
+    ("zadd", &["ZADD", "probe:z", "1", "v"]),
+    ("lrange_100", &["LRANGE", "probe:l", "0", "99"]),
+];
+
+pub fn scenarios(quick: bool) -> Vec<Scenario> {
+    let n = |full: u64, small: u64| if quick { small } else { full }.to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let type_tests: Vec<&'static str> = TYPE_TESTS.iter().map(|t| t.0).collect();
+    let mut list = vec![
+        Scenario {
+            key: "memtier-default",
+            title:
+                "memtier_benchmark defaults: 4 threads x 50 clients, SET:GET 1:10, 32-byte values",
+            load: Load::Memtier {
+                args: Vec::new(),
+                seconds: if quick { 2 } else { 20 },
+            },
+            unix: true,
+        },
+        Scenario {
+            key: "memtier-pipeline16",
+            title: "memtier_benchmark defaults with --pipeline=16",
+            load: Load::Memtier {
+                args: s(&["--pipeline=16"]),
+                seconds: if quick { 2 } else { 20 },
+            },
+            unix: true,
+        },
+        Scenario {
+            key: "set-get-100k",
+            title: "50 connections, 100-byte values, 100,000 keys, SET then GET",
+            load: Load::RedisBenchmark {
+                args: [
+                    s(&["-c", "50", "-d", "100", "-r", "100000", "-n"]),
+                    vec![n(500_000, 20_000)],
+                ]
+                .concat(),
+                tests: vec!["set", "get"],
+            },
+            unix: true,
+        },
+    ];
+    for depth in ["1", "16"] {
+        list.push(Scenario {
+            key: if depth == "1" {
+                "types-P1"
+            } else {
+                "types-P16"
+            },
+            title: if depth == "1" {
+                "redis-benchmark data-type tests, 50 clients, -P 1"
+            } else {
+                "redis-benchmark data-type tests, 50 clients, -P 16"
+            },
+            load: Load::RedisBenchmark {
+                args: [
+                    s(&["-c", "50", "-P", depth, "-r", "100000", "-n"]),
+                    vec![n(if depth == "1" { 200_000 } else { 1_000_000 }, 20_000)],
+                ]
+                .concat(),
+                tests: type_tests.clone(),
+            },
+            unix: true,
+        });
+    }
+    list.push(Scenario {
+        key: "large-values",
+        title: "SET/GET of 64 KB values, 50 clients",
+        load: Load::RedisBenchmark {
+            args: [
+                s(&["-c", "50", "-d", "65536", "-r", "1000", "-n"]),
+                vec![n(100_000, 2_000)],
+            ]
+            .concat(),
+            tests: vec!["set", "get"],
+        },
+        unix: true,
+    });
+    for (prefix, size) in [("key", 100), ("k", 10)] {
+        list.push(Scenario {
+            key: if size == 100 {
+                "memory-100b"
+            } else {
+                "memory-10b"
+            },
+            title: if size == 100 {
+                "memory per key: DEBUG POPULATE 1000000 key 100"
+            } else {
+                "memory per key: DEBUG POPULATE 1000000 k 10"
+            },
+            load: Load::Memory {
+                count: if quick { 10_000 } else { 1_000_000 },
+                prefix,
+                size,
+            },
+            unix: false,
+        });
+    }
+    list
+}
+
+/// One server's result for one scenario, transport and round.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub scenario: &'static str,
+    pub unix: bool,
+    pub server: &'static str,
+    /// Tests the server ran (those it does not support yet are left out).
+    pub tests: Vec<Measured>,
+    pub cpu_us_per_op: f64,
+    pub rss: u64,
+    /// Memory scenarios: (used_memory bytes per key, RSS bytes per key).
+    pub per_key: Option<(f64, f64)>,
+}
+
+pub struct Run {
+    pub args: CompareArgs,
+    pub scenarios: Vec<Scenario>,
+    pub samples: Vec<Sample>,
+    pub memtier: bool,
+    pub started: Instant,
+}
+
+pub fn run(args: CompareArgs) -> Result<Run, String> {
+    let binary = args
+        .damselfly
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("target/release/damselfly"));
+    if !binary.exists() {
+        return Err(format!(
+            "{} not found: build it first (cargo build --release)",
+            binary.display()
+        ));
+    }
+    let memtier = !args.no_memtier && tools::available("memtier_benchmark");
+    let chosen: Vec<Scenario> = scenarios(args.quick)
+        .into_iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.key.contains(o.as_str())))
+        .filter(|s| memtier || !matches!(s.load, Load::Memtier { .. }))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("damselfly-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let start_pair = || -> Result<[Server; 2], String> {
+        Ok([
+            Server::redis(&dir)?,
+            Server::damselfly(&binary, &dir, args.threads)?,
+        ])
+    };
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    let mut servers = start_pair()?;
+    for round in 0..args.rounds {
+        for sc in &chosen {
+            for unix in [false, true] {
+                if unix && !sc.unix {
+                    continue;
+                }
+                for server in servers.iter_mut() {
+                    let sample = match &sc.load {
+                        Load::Memory {
+                            count,
+                            prefix,
+                            size,
+                        } => {
+                            // A fresh server, so RSS is not inflated or hidden by earlier runs.
+                            let mut fresh = if server.name == "redis" {
+                                Server::redis(&dir)?
+                            } else {
+                                Server::damselfly(&binary, &dir, args.threads)?
+                            };
+                            let s = measure_memory(&fresh, sc, *count, prefix, *size);
+                            fresh.stop();
+                            s?
+                        }
+                        _ => measure_load(server, sc, unix)?,
+                    };
+                    eprintln!(
+                        "round {} {} {} {}: {}",
+                        round + 1,
+                        sc.key,
+                        if unix { "unix" } else { "tcp" },
+                        server.name,
+                        sample
+                            .tests
+                            .iter()
+                            .map(|t| format!("{} {:.0}/s", t.test, t.ops_per_sec))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    samples.push(sample);
+                }
+            }
+        }
+    }
+    for s in servers.iter_mut() {
+        s.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Run {
+        args,
+        scenarios: chosen,
+        samples,
+        memtier,
+        started,
+    })
+}
+
+fn measure_load(server: &Server, sc: &Scenario, unix: bool) -> Result<Sample, String> {
+    let target = server.target(unix);
+    let (cpu0, _) = server.usage();
+    let (tests, ops) = match &sc.load {
+        Load::RedisBenchmark { args, tests } => {
+            let ok: Vec<&str> = tests
+                .iter()
+                .copied()
+                .filter(|t| supported(server, t))
+                .collect();
+            let mut a = args.clone();
+            a.extend(["-t".to_string(), ok.join(",")]);
+            let requests: f64 = args
+                .iter()
+                .position(|x| x == "-n")
+                .and_then(|i| args.get(i + 1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            let measured = if ok.is_empty() {
+                Vec::new()
+            } else {
+                tools::redis_benchmark(&target, &a)?
+            };
+            let ops = requests * measured.len() as f64;
+            (measured, ops)
+        }
+        Load::Memtier { args, seconds } => {
+            let mut a = args.clone();
+            a.push(format!("--test-time={seconds}"));
+            let measured = tools::memtier(&target, &a)?;
+            let total = measured
+                .iter()
+                .find(|m| m.test == "Totals")
+                .map_or(0.0, |m| m.ops_per_sec);
+            (measured, total * *seconds as f64)
+        }
+        Load::Memory { .. } => unreachable!("memory scenarios are measured separately"),
+    };
+    let (cpu1, rss) = server.usage();
+    let _ = server.command(&["FLUSHALL"]);
+    Ok(Sample {
+        scenario: sc.key,
+        unix,
+        server: server.name,
+        tests,
+        cpu_us_per_op: if ops > 0.0 {
+            (cpu1 - cpu0) * 1e6 / ops
+        } else {
+            0.0
+        },
+        rss,
+        per_key: None,
+    })
+}
+
+/// Redis's `redis-benchmark -t` names a test the server can run: probed with one command.
+fn supported(server: &Server, test: &str) -> bool {
+    let probe = TYPE_TESTS
+        .iter()
+        .find(|t| t.0 == test)
+        .map_or(&[][..], |t| t.1);
+    probe.is_empty()
+        || server
+            .command(probe)
+            .is_ok_and(|r| !r.starts_with("-ERR unknown command"))
+}
+
+fn measure_memory(
+    server: &Server,
+    sc: &Scenario,
+    count: u64,
+    prefix: &str,
+    size: u64,
+) -> Result<Sample, String> {
+    let used = |s: &Server| s.info_field("memory", "used_memory").unwrap_or(0) as f64;
+    let (used0, rss0) = (used(server), server.usage().1 as f64);
+    let reply = server.command(&[
+        "DEBUG",
+        "POPULATE",
+        &count.to_string(),
+        prefix,
+        &size.to_string(),
+    ])?;
+    if reply != "+OK" {
+        return Err(format!("{}: DEBUG POPULATE replied {reply}", server.name));
+    }
+    let (used1, rss1) = (used(server), server.usage().1 as f64);
+    Ok(Sample {
+        scenario: sc.key,
+        unix: false,
+        server: server.name,
+        tests: Vec::new(),
+        cpu_us_per_op: 0.0,
+        rss: rss1 as u64,
+        per_key: Some(((used1 - used0) / count as f64, (rss1 - rss0) / count as f64)),
+    })
+}

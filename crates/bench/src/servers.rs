@@ -1,0 +1,199 @@
+//! The servers under comparison: started on free ports and unix sockets in a temporary
+//! directory, waited for (PING), sampled through /proc (CPU time, RSS), asked for INFO, and
+//! stopped by PID when the run ends, whatever happens.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::tools::Target;
+
+pub struct Server {
+    pub name: &'static str,
+    pub port: u16,
+    pub socket: PathBuf,
+    child: Child,
+}
+
+/// A unix socket path not used by another server of this run.
+fn socket_path(dir: &Path, name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.join(format!("{name}-{n}.sock"))
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Server {
+    /// Starts `redis-server` from PATH without persistence.
+    pub fn redis(dir: &Path) -> Result<Server, String> {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let socket = socket_path(dir, "redis");
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--enable-debug-command", "yes", "--unixsocket"])
+        .arg(&socket)
+        .arg("--dir")
+        .arg(dir);
+        Self::spawn("redis", cmd, port, socket)
+    }
+
+    /// Starts Damselfly from `binary` with `threads` shard threads.
+    pub fn damselfly(binary: &Path, dir: &Path, threads: usize) -> Result<Server, String> {
+        let port = free_port().map_err(|e| e.to_string())?;
+        let socket = socket_path(dir, "damselfly");
+        let mut cmd = Command::new(binary);
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ])
+        .args(["--loglevel", "warning", "--unixsocket"])
+        .arg(&socket);
+        Self::spawn("damselfly", cmd, port, socket)
+    }
+
+    fn spawn(
+        name: &'static str,
+        mut cmd: Command,
+        port: u16,
+        socket: PathBuf,
+    ) -> Result<Server, String> {
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{name}: {e}"))?;
+        eprintln!("started {name} pid {} port {port}", child.id());
+        let mut server = Server {
+            name,
+            port,
+            socket,
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(format!("{name} exited at start-up: {status}"));
+            }
+            if server.command(&["PING"]).is_ok_and(|r| r == "+PONG") {
+                return Ok(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("{name} did not answer PING"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn target(&self, unix: bool) -> Target {
+        if unix {
+            Target::Unix(self.socket.clone())
+        } else {
+            Target::Tcp(self.port)
+        }
+    }
+
+    /// Sends one command and returns its reply's first line (bulk replies: the bulk's text).
+    pub fn command(&self, args: &[&str]) -> Result<String, String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(120))).ok();
+        let mut wire = format!("*{}\r\n", args.len());
+        for a in args {
+            wire.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(wire.as_bytes()).map_err(|e| e.to_string())?;
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        r.read_line(&mut line).map_err(|e| e.to_string())?;
+        let line = line.trim_end().to_string();
+        if let Some(len) = line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
+            let mut body = vec![0; len + 2];
+            r.read_exact(&mut body).map_err(|e| e.to_string())?;
+            body.truncate(len);
+            return Ok(String::from_utf8_lossy(&body).into_owned());
+        }
+        Ok(line)
+    }
+
+    /// A field of INFO (e.g. `used_memory`).
+    pub fn info_field(&self, section: &str, field: &str) -> Option<u64> {
+        let info = self.command(&["INFO", section]).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// (CPU seconds used so far: user + system, resident set bytes), from /proc.
+    pub fn usage(&self) -> (f64, u64) {
+        process_usage(self.pid())
+    }
+
+    /// Stops the server (SIGTERM, then SIGKILL) and reaps it.
+    pub fn stop(&mut self) {
+        // SAFETY: signalling a child process this struct started and still owns.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                eprintln!("stopped {} pid {}", self.name, self.child.id());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!("killed {} pid {}", self.name, self.child.id());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// (CPU seconds, RSS bytes) of a process.
+pub fn process_usage(pid: u32) -> (f64, u64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let page = 4096;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after the name.
+    let cpu = (num(11) + num(12)) as f64 / ticks;
+    let rss = num(21) * page;
+    (cpu, rss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_usage() {
+        let (cpu, rss) = process_usage(std::process::id());
+        assert!(cpu >= 0.0);
+        assert!(rss > 1 << 20, "a test process has more than 1 MB resident");
+    }
+}
