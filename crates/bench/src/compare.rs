@@ -178,11 +178,11 @@ pub fn scenarios(quick: bool) -> Vec<Scenario> {
 }
 
 /// One server's result for one scenario, transport and round.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
-    pub scenario: &'static str,
+    pub scenario: String,
     pub unix: bool,
-    pub server: &'static str,
+    pub server: String,
     /// Tests the server ran (those it does not support yet are left out).
     pub tests: Vec<Measured>,
     pub cpu_us_per_op: f64,
@@ -191,12 +191,28 @@ pub struct Sample {
     pub per_key: Option<(f64, f64)>,
 }
 
+/// A finished comparison: what ran and every sample. Saved as JSON beside the plots, so the
+/// report and plots can be rebuilt without measuring again (`damselfly-bench report`).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Run {
-    pub args: CompareArgs,
-    pub scenarios: Vec<Scenario>,
-    pub samples: Vec<Sample>,
+    pub rounds: usize,
+    pub threads: usize,
+    pub quick: bool,
     pub memtier: bool,
-    pub started: Instant,
+    pub elapsed_secs: f64,
+    /// CPUs, kernel, redis-server and Damselfly versions.
+    pub machine: String,
+    pub samples: Vec<Sample>,
+}
+
+impl Run {
+    /// The scenarios that have samples, in the suite's order.
+    pub fn scenarios(&self) -> Vec<Scenario> {
+        scenarios(self.quick)
+            .into_iter()
+            .filter(|sc| self.samples.iter().any(|s| s.scenario == sc.key))
+            .collect()
+    }
 }
 
 pub fn run(args: CompareArgs) -> Result<Run, String> {
@@ -275,11 +291,13 @@ pub fn run(args: CompareArgs) -> Result<Run, String> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Run {
-        args,
-        scenarios: chosen,
-        samples,
+        rounds: args.rounds,
+        threads: args.threads,
+        quick: args.quick,
         memtier,
-        started,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+        machine: crate::report::machine(),
+        samples,
     })
 }
 
@@ -324,9 +342,9 @@ fn measure_load(server: &Server, sc: &Scenario, unix: bool) -> Result<Sample, St
     let (cpu1, rss) = server.usage();
     let _ = server.command(&["FLUSHALL"]);
     Ok(Sample {
-        scenario: sc.key,
+        scenario: sc.key.to_string(),
         unix,
-        server: server.name,
+        server: server.name.to_string(),
         tests,
         cpu_us_per_op: if ops > 0.0 {
             (cpu1 - cpu0) * 1e6 / ops
@@ -371,9 +389,9 @@ fn measure_memory(
     }
     let (used1, rss1) = (used(server), server.usage().1 as f64);
     Ok(Sample {
-        scenario: sc.key,
+        scenario: sc.key.to_string(),
         unix: false,
-        server: server.name,
+        server: server.name.to_string(),
         tests: Vec::new(),
         cpu_us_per_op: 0.0,
         rss: rss1 as u64,

@@ -26,8 +26,37 @@ struct Cli {
 enum Cmd {
     /// Runs every comparison scenario against redis-server and Damselfly and writes the report.
     Compare(compare::CompareArgs),
+    /// Rebuilds the report and plots from the samples a comparison saved.
+    Report(ReportArgs),
     /// Runs a command group from many clients for a fixed time.
     Load(load::LoadArgs),
+}
+
+#[derive(Parser)]
+struct ReportArgs {
+    /// The samples a comparison saved.
+    #[arg(long, default_value = "docs/bench/samples.json")]
+    data: std::path::PathBuf,
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    report: std::path::PathBuf,
+    #[arg(long, default_value = "docs/bench")]
+    plots: std::path::PathBuf,
+}
+
+/// Writes the plots and the report section of `run`; exits on failure.
+fn publish(run: &compare::Run, report: &std::path::Path, plots: &std::path::Path) {
+    let written = report::plots(run, plots).and_then(|()| {
+        report::write_report(report, &report::markdown(run)).map_err(|e| e.to_string())
+    });
+    if let Err(e) = written {
+        eprintln!("report: {e}");
+        std::process::exit(1);
+    }
+    eprintln!(
+        "wrote {} and plots in {}",
+        report.display(),
+        plots.display()
+    );
 }
 
 fn main() {
@@ -42,19 +71,31 @@ fn main() {
                     std::process::exit(1);
                 }
             };
-            if let Err(e) = report::plots(&run, &plots) {
-                eprintln!("plots: {e}");
+            let saved = serde_json::to_string_pretty(&run)
+                .map_err(|e| e.to_string())
+                .and_then(|json| {
+                    std::fs::create_dir_all(&plots)
+                        .and_then(|()| std::fs::write(plots.join("samples.json"), json))
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = saved {
+                eprintln!("saving samples: {e}");
                 std::process::exit(1);
             }
-            if let Err(e) = report::write_report(&report, &report::markdown(&run)) {
-                eprintln!("report {}: {e}", report.display());
-                std::process::exit(1);
-            }
-            eprintln!(
-                "wrote {} and plots in {}",
-                report.display(),
-                plots.display()
-            );
+            publish(&run, &report, &plots);
+        }
+        Cmd::Report(args) => {
+            let run: compare::Run = match std::fs::read_to_string(&args.data)
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            {
+                Ok(run) => run,
+                Err(e) => {
+                    eprintln!("{}: {e}", args.data.display());
+                    std::process::exit(1);
+                }
+            };
+            publish(&run, &args.report, &args.plots);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,6 +74,14 @@ impl Server {
         port: u16,
         socket: PathBuf,
     ) -> Result<Server, String> {
+        // If this driver dies (SIGKILL, Ctrl-C), the kernel stops the server too.
+        // SAFETY: prctl only sets a flag of the child process between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
         let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
