@@ -246,7 +246,9 @@ pub fn plots(run: &Run, dir: &Path) -> Result<(), String> {
                 let (Some(rc), dc) = (cell(&r, &t.test), cell(&d, &t.test)) else {
                     continue;
                 };
-                labels.push(format!("{} {}", t.test, if unix { "unix" } else { "tcp" }));
+                // "LPUSH (needed to benchmark LRANGE)" -> "LPUSH": bars need short labels.
+                let short = t.test.split_whitespace().next().unwrap_or_default();
+                labels.push(format!("{short} {}", if unix { "unix" } else { "tcp" }));
                 ops[0].push(median(rc.ops.clone()));
                 p99[0].push(rc.p99);
                 ops[1].push(dc.as_ref().map_or(0.0, |c| median(c.ops.clone())));
