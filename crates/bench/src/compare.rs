@@ -81,8 +81,16 @@ const TYPE_TESTS: &[(&str, &[&str])] = &[
 ];
 
 pub fn scenarios(quick: bool) -> Vec<Scenario> {
-    let n = |full: u64, small: u64| if quick { small } else { full }.to_string();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    // redis-benchmark with `args`, `-n` requests (a small number with --quick), these tests.
+    let rb = |args: &[&str], full: u64, small: u64, tests: Vec<&'static str>| {
+        let mut args = s(args);
+        args.extend([
+            "-n".to_string(),
+            if quick { small } else { full }.to_string(),
+        ]);
+        Load::RedisBenchmark { args, tests }
+    };
     let type_tests: Vec<&'static str> = TYPE_TESTS.iter().map(|t| t.0).collect();
     let mut list = vec![
         Scenario {
@@ -107,14 +115,12 @@ pub fn scenarios(quick: bool) -> Vec<Scenario> {
         Scenario {
             key: "set-get-100k",
             title: "50 connections, 100-byte values, 100,000 keys, SET then GET",
-            load: Load::RedisBenchmark {
-                args: [
-                    s(&["-c", "50", "-d", "100", "-r", "100000", "-n"]),
-                    vec![n(500_000, 20_000)],
-                ]
-                .concat(),
-                tests: vec!["set", "get"],
-            },
+            load: rb(
+                &["-c", "50", "-d", "100", "-r", "100000"],
+                500_000,
+                20_000,
+                vec!["set", "get"],
+            ),
             unix: true,
         },
     ];
@@ -130,28 +136,24 @@ pub fn scenarios(quick: bool) -> Vec<Scenario> {
             } else {
                 "redis-benchmark data-type tests, 50 clients, -P 16"
             },
-            load: Load::RedisBenchmark {
-                args: [
-                    s(&["-c", "50", "-P", depth, "-r", "100000", "-n"]),
-                    vec![n(if depth == "1" { 200_000 } else { 1_000_000 }, 20_000)],
-                ]
-                .concat(),
-                tests: type_tests.clone(),
-            },
+            load: rb(
+                &["-c", "50", "-P", depth, "-r", "100000"],
+                if depth == "1" { 200_000 } else { 1_000_000 },
+                20_000,
+                type_tests.clone(),
+            ),
             unix: true,
         });
     }
     list.push(Scenario {
         key: "large-values",
         title: "SET/GET of 64 KB values, 50 clients",
-        load: Load::RedisBenchmark {
-            args: [
-                s(&["-c", "50", "-d", "65536", "-r", "1000", "-n"]),
-                vec![n(100_000, 2_000)],
-            ]
-            .concat(),
-            tests: vec!["set", "get"],
-        },
+        load: rb(
+            &["-c", "50", "-d", "65536", "-r", "1000"],
+            100_000,
+            2_000,
+            vec!["set", "get"],
+        ),
         unix: true,
     });
     for (prefix, size) in [("key", 100), ("k", 10)] {

@@ -258,18 +258,13 @@ pub fn plots(run: &Run, dir: &Path) -> Result<(), String> {
         if labels.is_empty() {
             continue;
         }
-        bar_chart(
-            &dir.join(format!("{}-throughput.svg", sc.key)),
-            &format!("{}: ops/s", sc.key),
-            &labels,
-            &ops,
-        )?;
-        bar_chart(
-            &dir.join(format!("{}-p99.svg", sc.key)),
-            &format!("{}: p99 latency (ms)", sc.key),
-            &labels,
-            &p99,
-        )?;
+        for (file, what, values) in [
+            ("throughput", "ops/s", &ops),
+            ("p99", "p99 latency (ms)", &p99),
+        ] {
+            let path = dir.join(format!("{}-{file}.svg", sc.key));
+            bar_chart(&path, &format!("{}: {what}", sc.key), &labels, values)?;
+        }
     }
     Ok(())
 }
