@@ -106,6 +106,8 @@ pub enum Payload {
         accepted: bool,
         granted: bool,
     },
+    /// A `TxScheduleHop` this shard refused: the hop comes back unrun.
+    Refused(HopFn),
 }
 
 /// Which transaction a hop belongs to.
@@ -178,6 +180,16 @@ pub enum ShardMsg {
     /// Run a transaction's hop when its turn comes; `conclude` releases its intents after.
     TxHop {
         tx: HopTx,
+        f: HopFn,
+        conclude: bool,
+        origin: usize,
+        slot: u32,
+    },
+    /// Record a transaction's intents and, if accepted, run its hop when its turn comes (the
+    /// coordinator's every other shard has already accepted); refused: reply `Refused`.
+    TxScheduleHop {
+        id: TxId,
+        locks: Vec<Lock>,
         f: HopFn,
         conclude: bool,
         origin: usize,
@@ -400,6 +412,29 @@ impl Worker {
                     HopTx::Scheduled(id) => id,
                     HopTx::Single(locks) => self.schedule_here(locks),
                 };
+                let hop = Hop::Run {
+                    f,
+                    conclude,
+                    origin,
+                    slot,
+                };
+                let ready = self.txq.borrow_mut().submit(id, hop);
+                if let Some(hop) = ready {
+                    self.run_hop(id, hop);
+                }
+            }
+            ShardMsg::TxScheduleHop {
+                id,
+                locks,
+                f,
+                conclude,
+                origin,
+                slot,
+            } => {
+                if !self.schedule(id, locks).0 {
+                    self.reply_to(origin, slot, Payload::Refused(f));
+                    return;
+                }
                 let hop = Hop::Run {
                     f,
                     conclude,

@@ -14,6 +14,14 @@ pub(crate) type ShardWork<T> = Box<dyn FnOnce(&Worker) -> T + Send>;
 enum Scheduling {
     /// Scheduled on several shards under one id.
     Shared(TxId),
+    /// This thread's shard and one other, not scheduled yet: the first hop schedules this
+    /// shard directly and sends the other shard its intents together with its hop, so the
+    /// whole transaction takes one round trip (see `local_first_hops`).
+    LocalFirst {
+        local: Vec<Lock>,
+        remote: usize,
+        remote_locks: Vec<Lock>,
+    },
     /// One shard; the id is known after the first hop, the locks travel with it.
     Single {
         id: Option<TxId>,
@@ -50,64 +58,149 @@ impl Tx {
             });
         }
         worker.stats.borrow_mut().multi_shard_txs += 1;
+        if plan.len() == 2 && plan.iter().any(|p| p.0 == worker.id) {
+            let mut local = Vec::new();
+            let mut remote = (0, Vec::new());
+            for (shard, locks) in plan {
+                if shard == worker.id {
+                    local = locks;
+                } else {
+                    remote = (shard, locks);
+                }
+            }
+            return Some(Tx {
+                worker: worker.clone(),
+                scheduling: Scheduling::LocalFirst {
+                    local,
+                    remote: remote.0,
+                    remote_locks: remote.1,
+                },
+                held: Vec::new(),
+                granted_everywhere: false,
+            });
+        }
+        let (id, held, granted_everywhere) = schedule_all(worker, &plan).await?;
+        Some(Tx {
+            worker: worker.clone(),
+            scheduling: Scheduling::Shared(id),
+            held,
+            granted_everywhere,
+        })
+    }
+
+    /// The first hops of a `LocalFirst` transaction whose parts are on its two shards,
+    /// including the remote one. This shard is scheduled directly; the remote shard gets its
+    /// intents and its hop in one message and runs the hop as soon as it accepts and its turn
+    /// comes. That is safe because every other shard (this one) had already accepted, so no
+    /// refusal can follow a hop that ran. A refusing remote returns the hop unrun and both are
+    /// tried again under a fresh id. The remote releases with its hop only when asked to
+    /// conclude and this shard's turn had already come at scheduling (then the transaction holds
+    /// every lock when the remote releases: two-phase locking still holds).
+    async fn local_first_hops<T: Send + 'static>(
+        &mut self,
+        parts: Vec<(usize, ShardWork<T>)>,
+        conclude: bool,
+    ) -> Vec<Option<T>> {
+        let Scheduling::LocalFirst {
+            local,
+            remote,
+            remote_locks,
+        } = std::mem::replace(&mut self.scheduling, Scheduling::Shared(0))
+        else {
+            return parts.iter().map(|_| None).collect();
+        };
+        let worker = self.worker.clone();
+        let mut remote_hop: Option<HopFn> = None;
+        let mut local_hop: Option<ShardWork<T>> = None;
+        let order: Vec<usize> = parts.iter().map(|p| p.0).collect();
+        for (shard, f) in parts {
+            if shard == remote {
+                remote_hop = Some(Box::new(move |w: &Worker| {
+                    Box::new(f(w)) as Box<dyn Any + Send>
+                }));
+            } else {
+                local_hop = Some(f);
+            }
+        }
+        let mut remote_value = None;
         loop {
             let id = worker.cluster.next_txid();
-            let mut waiting: Vec<(usize, ReplyWait)> = Vec::new();
-            let mut accepted = Vec::new();
-            let mut refused = false;
-            let mut granted_everywhere = true;
-            for (shard, locks) in &plan {
-                if *shard == worker.id {
-                    match worker.schedule(id, locks.clone()) {
-                        (true, granted) => {
-                            accepted.push(*shard);
-                            granted_everywhere &= granted;
-                        }
-                        (false, _) => refused = true,
-                    }
-                    continue;
-                }
-                let locks = locks.clone();
-                waiting.push((
-                    *shard,
-                    worker.ask(*shard, |origin, slot| ShardMsg::TxSchedule {
-                        id,
-                        locks,
-                        origin,
-                        slot,
-                    }),
-                ));
+            let (accepted, local_granted) = worker.schedule(id, local.clone());
+            if !accepted {
+                worker.stats.borrow_mut().tx_retries += 1;
+                continue;
             }
-            let mut gone = false;
-            for (shard, wait) in waiting {
-                match wait.await {
-                    Some(Payload::Scheduled {
-                        accepted: true,
-                        granted,
-                    }) => {
-                        accepted.push(shard);
-                        granted_everywhere &= granted;
-                    }
-                    Some(_) => refused = true,
-                    None => gone = true,
-                }
-            }
-            let tx = Tx {
-                worker: worker.clone(),
-                scheduling: Scheduling::Shared(id),
-                held: accepted,
-                granted_everywhere,
+            let Some(f) = remote_hop.take() else {
+                worker.release(id);
+                break;
             };
-            if gone {
-                return None;
+            let remote_concludes = conclude && local_granted;
+            let locks = remote_locks.clone();
+            let answer = worker
+                .ask(remote, |origin, slot| ShardMsg::TxScheduleHop {
+                    id,
+                    locks,
+                    f,
+                    conclude: remote_concludes,
+                    origin,
+                    slot,
+                })
+                .await;
+            match answer {
+                Some(Payload::Refused(f)) => {
+                    worker.release(id);
+                    remote_hop = Some(f);
+                    worker.stats.borrow_mut().tx_retries += 1;
+                }
+                Some(Payload::Hop { value, .. }) => {
+                    self.scheduling = Scheduling::Shared(id);
+                    self.held = if remote_concludes {
+                        vec![worker.id]
+                    } else {
+                        vec![worker.id, remote]
+                    };
+                    remote_value = value.downcast::<T>().ok().map(|b| *b);
+                    break;
+                }
+                _ => {
+                    worker.release(id);
+                    break;
+                }
             }
-            if !refused {
-                return Some(tx);
-            }
-            // Dropping `tx` releases the shards that accepted; try again with a larger id.
-            drop(tx);
-            worker.stats.borrow_mut().tx_retries += 1;
         }
+        let Scheduling::Shared(id) = self.scheduling else {
+            return order.iter().map(|_| None).collect();
+        };
+        let mut local_value = None;
+        if let Some(f) = local_hop {
+            let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);
+            if let Some(Payload::Hop { value, .. }) = worker
+                .ask(worker.id, |origin, slot| ShardMsg::TxHop {
+                    tx: HopTx::Scheduled(id),
+                    f,
+                    conclude: false,
+                    origin,
+                    slot,
+                })
+                .await
+            {
+                local_value = value.downcast::<T>().ok().map(|b| *b);
+            }
+        }
+        if conclude {
+            self.release_held();
+        }
+        let (mut remote_value, mut local_value) = (remote_value, local_value);
+        order
+            .iter()
+            .map(|&shard| {
+                if shard == remote {
+                    remote_value.take()
+                } else {
+                    local_value.take()
+                }
+            })
+            .collect()
     }
 
     /// Runs `f` on each shard of `parts` (at most one part per shard) when the transaction's
@@ -125,6 +218,35 @@ impl Tx {
         parts: Vec<(usize, ShardWork<T>)>,
         conclude: bool,
     ) -> Vec<Option<T>> {
+        if let Scheduling::LocalFirst {
+            local,
+            remote,
+            remote_locks,
+        } = &mut self.scheduling
+        {
+            let (remote, local_id) = (*remote, self.worker.id);
+            if parts.iter().any(|p| p.0 == remote)
+                && parts.iter().all(|p| p.0 == remote || p.0 == local_id)
+            {
+                return self.local_first_hops(parts, conclude).await;
+            }
+            // The first hops are elsewhere: schedule both shards the ordinary way first.
+            let plan = vec![
+                (local_id, std::mem::take(local)),
+                (remote, std::mem::take(remote_locks)),
+            ];
+            match schedule_all(&self.worker, &plan).await {
+                Some((id, held, granted)) => {
+                    self.scheduling = Scheduling::Shared(id);
+                    self.held = held;
+                    self.granted_everywhere = granted;
+                }
+                None => {
+                    self.scheduling = Scheduling::Shared(0);
+                    return parts.iter().map(|_| None).collect();
+                }
+            }
+        }
         let release_after = conclude;
         let conclude = conclude && self.granted_everywhere;
         let mut waiting = Vec::with_capacity(parts.len());
@@ -132,6 +254,7 @@ impl Tx {
             let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);
             let tx = match &mut self.scheduling {
                 Scheduling::Shared(id) => HopTx::Scheduled(*id),
+                Scheduling::LocalFirst { .. } => HopTx::Scheduled(0),
                 Scheduling::Single { id: Some(id), .. } => HopTx::Scheduled(*id),
                 Scheduling::Single { id: None, locks } => {
                     HopTx::Single(locks.take().unwrap_or_default())
@@ -188,19 +311,88 @@ impl Tx {
     fn release_held(&mut self) {
         let id = match self.scheduling {
             Scheduling::Shared(id) | Scheduling::Single { id: Some(id), .. } => id,
-            // A single-shard transaction that never ran a hop holds nothing.
-            Scheduling::Single { id: None, .. } => {
+            // Not scheduled anywhere yet: nothing is held.
+            Scheduling::Single { id: None, .. } | Scheduling::LocalFirst { .. } => {
                 self.held.clear();
                 return;
             }
         };
         for shard in std::mem::take(&mut self.held) {
-            if shard == self.worker.id {
-                self.worker.release(id);
-            } else {
-                self.worker.cluster.mailboxes[shard].send(ShardMsg::TxRelease(id));
+            release_on(&self.worker, shard, id);
+        }
+    }
+}
+
+/// Schedules `plan` on every shard in it, retrying with a fresh id until no shard refuses.
+/// Returns the id, the shards holding it, and whether its turn had come on all of them. None
+/// when a shard is gone (shutdown).
+async fn schedule_all(
+    worker: &Rc<Worker>,
+    plan: &[(usize, Vec<Lock>)],
+) -> Option<(TxId, Vec<usize>, bool)> {
+    loop {
+        let id = worker.cluster.next_txid();
+        let mut waiting: Vec<(usize, ReplyWait)> = Vec::new();
+        let mut accepted = Vec::new();
+        let mut refused = false;
+        let mut granted_everywhere = true;
+        for (shard, locks) in plan {
+            if *shard == worker.id {
+                match worker.schedule(id, locks.clone()) {
+                    (true, granted) => {
+                        accepted.push(*shard);
+                        granted_everywhere &= granted;
+                    }
+                    (false, _) => refused = true,
+                }
+                continue;
+            }
+            let locks = locks.clone();
+            waiting.push((
+                *shard,
+                worker.ask(*shard, |origin, slot| ShardMsg::TxSchedule {
+                    id,
+                    locks,
+                    origin,
+                    slot,
+                }),
+            ));
+        }
+        let mut gone = false;
+        for (shard, wait) in waiting {
+            match wait.await {
+                Some(Payload::Scheduled {
+                    accepted: true,
+                    granted,
+                }) => {
+                    accepted.push(shard);
+                    granted_everywhere &= granted;
+                }
+                Some(_) => refused = true,
+                None => gone = true,
             }
         }
+        if gone || refused {
+            for &shard in &accepted {
+                release_on(worker, shard, id);
+            }
+        }
+        if gone {
+            return None;
+        }
+        if !refused {
+            return Some((id, accepted, granted_everywhere));
+        }
+        worker.stats.borrow_mut().tx_retries += 1;
+    }
+}
+
+/// Drops transaction `id`'s intents on `shard`.
+fn release_on(worker: &Worker, shard: usize, id: TxId) {
+    if shard == worker.id {
+        worker.release(id);
+    } else {
+        worker.cluster.mailboxes[shard].send(ShardMsg::TxRelease(id));
     }
 }
 
