@@ -177,6 +177,12 @@ mod tests {
         /// Shards whose scheduling message is still in flight.
         unscheduled: Vec<usize>,
         refused: bool,
+        /// Two shards, "local first": the first is scheduled, then the second gets its intents
+        /// and its hop in one message; it may release with its hop if the first shard's turn
+        /// had come at scheduling (`early`).
+        local_first: bool,
+        first_granted: bool,
+        early: Vec<usize>,
     }
 
     /// Randomized schedules: transactions over several shards, messages delivered in random
@@ -211,6 +217,9 @@ mod tests {
                 granted_everywhere: false,
                 unscheduled: Vec::new(),
                 refused: false,
+                local_first: false,
+                first_granted: false,
+                early: Vec::new(),
             })
             .collect();
         // Per key, the sequence of (transaction, write) that touched it.
@@ -231,13 +240,13 @@ mod tests {
                 txs[t].ran.push(shard);
                 let involved = shards_of(&txs[t]);
                 let id = txs[t].id;
-                let release_now: Vec<usize> = if txs[t].granted_everywhere {
-                    vec![shard]
-                } else if txs[t].ran.len() == involved.len() {
-                    involved.clone()
-                } else {
-                    Vec::new()
-                };
+                let mut release_now: Vec<usize> = Vec::new();
+                if txs[t].granted_everywhere || txs[t].early.contains(&shard) {
+                    release_now.push(shard);
+                }
+                if txs[t].ran.len() == involved.len() {
+                    release_now.extend(involved.iter().copied());
+                }
                 for s in release_now {
                     for (_, hop) in queues[s].release(id) {
                         runnable.push((hop, s));
@@ -268,10 +277,12 @@ mod tests {
                         next_id += 1;
                         let mut order = shards_of(&txs[t]);
                         order.shuffle(&mut rng);
+                        txs[t].local_first = order.len() == 2 && rng.gen_bool(0.5);
                         txs[t].unscheduled = order;
                         txs[t].accepted.clear();
                         txs[t].refused = false;
-                        txs[t].granted_everywhere = true;
+                        txs[t].granted_everywhere = !txs[t].local_first;
+                        txs[t].early.clear();
                     }
                     let id = txs[t].id;
                     if let Some(s) = txs[t].unscheduled.pop() {
@@ -284,6 +295,24 @@ mod tests {
                         if queues[s].schedule(id, locks) {
                             txs[t].accepted.push(s);
                             txs[t].granted_everywhere &= queues[s].is_granted(id);
+                            if txs[t].accepted.len() == 1 {
+                                txs[t].first_granted = queues[s].is_granted(id);
+                            }
+                            let second_accepted = txs[t].local_first
+                                && txs[t].unscheduled.is_empty()
+                                && !txs[t].refused;
+                            if second_accepted {
+                                // Its hop arrived with its intents: offered at once.
+                                if txs[t].first_granted {
+                                    txs[t].early.push(s);
+                                }
+                                txs[t].phase = Phase::Run;
+                                for sh in shards_of(&txs[t]) {
+                                    if let Some(hop) = queues[sh].submit(id, t) {
+                                        runnable.push((hop, sh));
+                                    }
+                                }
+                            }
                         } else {
                             txs[t].refused = true;
                         }
