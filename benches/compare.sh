@@ -32,23 +32,9 @@ done
 
 BIN=target/release/damselfly
 [ -x "$BIN" ] || cargo build --release -q
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=benches/servers.sh
+source benches/servers.sh
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-
-declare -A PORT SOCK PID
-start() { # name command...
-  local name=$1; shift
-  PORT[$name]=$(free_port); SOCK[$name]=$WORK/$name.sock
-  "$@" --port "${PORT[$name]}" --unixsocket "${SOCK[$name]}" >"$WORK/$name.log" 2>&1 &
-  PID[$name]=$!; PIDS+=("$!")
-  for _ in $(seq 100); do redis-cli -p "${PORT[$name]}" ping >/dev/null 2>&1 && return; sleep 0.1; done
-  echo "$name did not start: $(tail -1 "$WORK/$name.log")" >&2; return 1
-}
 
 SERVERS=(redis)
 start redis redis-server --save '' --appendonly no || exit 1

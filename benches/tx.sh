@@ -30,23 +30,10 @@ done
 cargo build --release -q -p damselfly -p damselfly-bench
 BIN=target/release/damselfly
 LOAD=target/release/damselfly-bench
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-declare -A PORT
-start() { # name command...
-  local name=$1; shift
-  PORT[$name]=$(free_port)
-  "$@" --port "${PORT[$name]}" >"$WORK/$name.log" 2>&1 &
-  PIDS+=("$!")
-  for _ in $(seq 100); do redis-cli -p "${PORT[$name]}" ping >/dev/null 2>&1 && return; sleep 0.1; done
-  echo "$name did not start" >&2; exit 1
-}
-start redis redis-server --save '' --appendonly no
-start damselfly "$BIN" --threads "$THREADS" --loglevel warning
+# shellcheck source=benches/servers.sh
+source benches/servers.sh
+start redis redis-server --save '' --appendonly no || exit 1
+start damselfly "$BIN" --threads "$THREADS" --loglevel warning || exit 1
 
 SPREAD="--spread-shards $THREADS"
 SAME="--same-shard $THREADS"
