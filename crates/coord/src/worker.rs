@@ -412,16 +412,7 @@ impl Worker {
                     HopTx::Scheduled(id) => id,
                     HopTx::Single(locks) => self.schedule_here(locks),
                 };
-                let hop = Hop::Run {
-                    f,
-                    conclude,
-                    origin,
-                    slot,
-                };
-                let ready = self.txq.borrow_mut().submit(id, hop);
-                if let Some(hop) = ready {
-                    self.run_hop(id, hop);
-                }
+                self.offer_hop(id, f, conclude, origin, slot);
             }
             ShardMsg::TxScheduleHop {
                 id,
@@ -435,16 +426,7 @@ impl Worker {
                     self.reply_to(origin, slot, Payload::Refused(f));
                     return;
                 }
-                let hop = Hop::Run {
-                    f,
-                    conclude,
-                    origin,
-                    slot,
-                };
-                let ready = self.txq.borrow_mut().submit(id, hop);
-                if let Some(hop) = ready {
-                    self.run_hop(id, hop);
-                }
+                self.offer_hop(id, f, conclude, origin, slot);
             }
             ShardMsg::TxRelease(id) => self.release(id),
             ShardMsg::Call(f) => {
@@ -509,6 +491,20 @@ impl Worker {
             if self.txq.borrow_mut().schedule(id, locks.clone()) {
                 return id;
             }
+        }
+    }
+
+    /// Runs a transaction's hop now if its turn has come here, or queues it until then.
+    fn offer_hop(&self, id: TxId, f: HopFn, conclude: bool, origin: usize, slot: u32) {
+        let hop = Hop::Run {
+            f,
+            conclude,
+            origin,
+            slot,
+        };
+        let ready = self.txq.borrow_mut().submit(id, hop);
+        if let Some(hop) = ready {
+            self.run_hop(id, hop);
         }
     }
 

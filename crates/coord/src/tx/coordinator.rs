@@ -22,6 +22,9 @@ enum Scheduling {
         remote: usize,
         remote_locks: Vec<Lock>,
     },
+    /// A shard went away (shutdown) before the transaction was scheduled: nothing is held and
+    /// no hop runs.
+    Gone,
     /// One shard; the id is known after the first hop, the locks travel with it.
     Single {
         id: Option<TxId>,
@@ -105,7 +108,7 @@ impl Tx {
             local,
             remote,
             remote_locks,
-        } = std::mem::replace(&mut self.scheduling, Scheduling::Shared(0))
+        } = std::mem::replace(&mut self.scheduling, Scheduling::Gone)
         else {
             return parts.iter().map(|_| None).collect();
         };
@@ -242,23 +245,32 @@ impl Tx {
                     self.granted_everywhere = granted;
                 }
                 None => {
-                    self.scheduling = Scheduling::Shared(0);
+                    self.scheduling = Scheduling::Gone;
                     return parts.iter().map(|_| None).collect();
                 }
             }
         }
         let release_after = conclude;
         let conclude = conclude && self.granted_everywhere;
+        // The first hop of a one-shard transaction carries its locks; every other hop names
+        // the id.
+        let mut next = match &mut self.scheduling {
+            Scheduling::Shared(id) | Scheduling::Single { id: Some(id), .. } => {
+                HopTx::Scheduled(*id)
+            }
+            Scheduling::Single { id: None, locks } => {
+                HopTx::Single(locks.take().unwrap_or_default())
+            }
+            Scheduling::LocalFirst { .. } | Scheduling::Gone => {
+                return parts.iter().map(|_| None).collect();
+            }
+        };
         let mut waiting = Vec::with_capacity(parts.len());
         for (shard, f) in parts {
             let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);
-            let tx = match &mut self.scheduling {
-                Scheduling::Shared(id) => HopTx::Scheduled(*id),
-                Scheduling::LocalFirst { .. } => HopTx::Scheduled(0),
-                Scheduling::Single { id: Some(id), .. } => HopTx::Scheduled(*id),
-                Scheduling::Single { id: None, locks } => {
-                    HopTx::Single(locks.take().unwrap_or_default())
-                }
+            let tx = match &mut next {
+                HopTx::Scheduled(id) => HopTx::Scheduled(*id),
+                HopTx::Single(locks) => HopTx::Single(std::mem::take(locks)),
             };
             let wait = self.worker.ask(shard, |origin, slot| ShardMsg::TxHop {
                 tx,
@@ -312,7 +324,9 @@ impl Tx {
         let id = match self.scheduling {
             Scheduling::Shared(id) | Scheduling::Single { id: Some(id), .. } => id,
             // Not scheduled anywhere yet: nothing is held.
-            Scheduling::Single { id: None, .. } | Scheduling::LocalFirst { .. } => {
+            Scheduling::Single { id: None, .. }
+            | Scheduling::LocalFirst { .. }
+            | Scheduling::Gone => {
                 self.held.clear();
                 return;
             }
