@@ -3,7 +3,7 @@
 //! t_string.c.
 
 use damselfly_protocol::number::parse_i64;
-use damselfly_storage::Value;
+use damselfly_storage::{Kind, Value};
 
 use crate::long_double::{incr_by_float, IncrFloatError};
 use crate::{errors, Args, ExecCtx};
@@ -87,8 +87,9 @@ fn expire_millis(ctx: &mut ExecCtx, raw: &[u8], flags: u32, name: &str) -> Optio
     Some(ms as u64)
 }
 
-/// Writes the value of a string key (or null); false after a WRONGTYPE error.
-fn reply_value(ctx: &mut ExecCtx, key: &[u8]) -> bool {
+/// Writes the value of a string key (or null); false after a WRONGTYPE error (or, with
+/// `wrong_is_null`, a null for a key of another type, as MGET does).
+fn reply_value_or(ctx: &mut ExecCtx, key: &[u8], wrong_is_null: bool) -> bool {
     let ExecCtx {
         shard,
         reply,
@@ -109,9 +110,22 @@ fn reply_value(ctx: &mut ExecCtx, key: &[u8]) -> bool {
             reply.bulk(s);
             true
         }
+        Some(_) if wrong_is_null => {
+            reply.null();
+            true
+        }
+        Some(_) => {
+            shard.stats.count_lookup(true);
+            reply.error(errors::WRONGTYPE);
+            return false;
+        }
     };
     shard.stats.count_lookup(hit);
     true
+}
+
+fn reply_value(ctx: &mut ExecCtx, key: &[u8]) -> bool {
+    reply_value_or(ctx, key, false)
 }
 
 pub fn get(ctx: &mut ExecCtx, args: &Args) {
@@ -175,7 +189,7 @@ pub fn set(ctx: &mut ExecCtx, args: &Args) {
 
 fn is_wrong_type(ctx: &mut ExecCtx, key: &[u8]) -> bool {
     ctx.lookup_write(key)
-        .is_some_and(|e| e.value.type_name() != "string")
+        .is_some_and(|e| e.value.kind() != Kind::String)
 }
 
 pub fn setnx(ctx: &mut ExecCtx, args: &Args) {
@@ -281,7 +295,7 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
 pub fn mget(ctx: &mut ExecCtx, args: &Args) {
     ctx.reply.array(args.len() - 1);
     for key in args.iter().skip(1) {
-        reply_value(ctx, key);
+        reply_value_or(ctx, key, true);
     }
 }
 
@@ -354,6 +368,7 @@ pub fn append(ctx: &mut ExecCtx, args: &Args) {
 pub fn strlen(ctx: &mut ExecCtx, args: &Args) {
     let n = match ctx.lookup_read(args.get(1)) {
         None => 0,
+        Some(e) if e.value.kind() != Kind::String => return ctx.wrongtype(),
         Some(e) => e.value.str_len(),
     };
     ctx.reply.int(n as i64);
@@ -373,6 +388,9 @@ pub fn getrange(ctx: &mut ExecCtx, args: &Args) {
         ctx.reply.bulk(b"");
         return;
     };
+    if entry.value.kind() != Kind::String {
+        return ctx.wrongtype();
+    }
     let bytes = entry.value.to_bytes();
     let len = bytes.len() as i64;
     if start < 0 {
@@ -460,6 +478,7 @@ fn incr_generic(ctx: &mut ExecCtx, key: &[u8], by: i64) {
                 return;
             }
         },
+        Some(_) => return ctx.wrongtype(),
     };
     let old = current.unwrap_or(0);
     let Some(new) = old.checked_add(by) else {
@@ -500,6 +519,9 @@ pub fn decrby(ctx: &mut ExecCtx, args: &Args) {
 
 pub fn incrbyfloat(ctx: &mut ExecCtx, args: &Args) {
     let key = args.get(1);
+    if is_wrong_type(ctx, key) {
+        return ctx.wrongtype();
+    }
     let current = ctx.lookup_write(key).map(|e| e.value.to_bytes());
     match incr_by_float(current.as_deref(), args.get(2)) {
         Ok(text) => {

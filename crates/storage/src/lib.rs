@@ -2,14 +2,26 @@
 //! accounting. Only the shard's owning thread touches it, so nothing here locks, and nothing
 //! here does I/O or knows about connections.
 
+pub mod dict;
 pub mod glob;
+pub mod hash;
+pub mod limits;
+pub mod list;
+pub mod pack;
+pub mod set;
 pub mod shard;
 pub mod table;
 pub mod value;
+pub mod zset;
 
+pub use hash::Hash;
+pub use limits::EncodingLimits;
+pub use list::{End, List};
+pub use set::Set;
 pub use shard::{Db, Shard, ShardStats, WatchStamp};
 pub use table::{Entry, Table, SCAN_SHARD_BITS};
-pub use value::Value;
+pub use value::{Kind, Value};
+pub use zset::ZSet;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

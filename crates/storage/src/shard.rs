@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::limits::EncodingLimits;
 use crate::table::{Entry, Table};
 use crate::value::Value;
 
@@ -82,6 +83,8 @@ pub struct Shard {
     used_memory: usize,
     pub stats: ShardStats,
     pub active_expire: bool,
+    /// Encoding thresholds, copied from the configuration.
+    pub limits: EncodingLimits,
 }
 
 fn is_expired(e: &Entry, now: u64) -> bool {
@@ -96,6 +99,7 @@ impl Shard {
             used_memory: 0,
             stats: ShardStats::default(),
             active_expire: true,
+            limits: EncodingLimits::default(),
         }
     }
 

@@ -1,11 +1,43 @@
 //! Values stored under keys. Strings that look like 64-bit integers are kept as integers (Redis's
-//! `int` encoding), which saves memory and makes INCR cheap.
+//! `int` encoding), which saves memory and makes INCR cheap. Collections are boxed so a key's
+//! entry stays small whatever its type.
 
-/// A stored value. Collection types arrive with the data-types work.
-#[derive(Debug, Clone, PartialEq)]
+use crate::hash::Hash;
+use crate::list::List;
+use crate::set::Set;
+use crate::zset::ZSet;
+
+/// A stored value.
+#[derive(Debug, Clone)]
 pub enum Value {
     Int(i64),
     Str(Vec<u8>),
+    Hash(Box<Hash>),
+    List(Box<List>),
+    Set(Box<Set>),
+    ZSet(Box<ZSet>),
+}
+
+/// The kinds of value, as TYPE names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    String,
+    Hash,
+    List,
+    Set,
+    ZSet,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Hash => "hash",
+            Kind::List => "list",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+        }
+    }
 }
 
 impl Value {
@@ -22,16 +54,52 @@ impl Value {
 
     /// The Redis type name (`TYPE` reply).
     pub fn type_name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    pub fn kind(&self) -> Kind {
         match self {
-            Value::Int(_) | Value::Str(_) => "string",
+            Value::Int(_) | Value::Str(_) => Kind::String,
+            Value::Hash(_) => Kind::Hash,
+            Value::List(_) => Kind::List,
+            Value::Set(_) => Kind::Set,
+            Value::ZSet(_) => Kind::ZSet,
         }
     }
 
-    /// Bytes of the value's own heap allocation plus inline size, for memory accounting.
+    /// OBJECT ENCODING's name for how the value is stored.
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Value::Int(_) => "int",
+            Value::Str(v) if v.len() <= 44 => "embstr",
+            Value::Str(_) => "raw",
+            Value::Hash(h) => h.encoding(),
+            Value::List(l) => l.encoding(),
+            Value::Set(s) => s.encoding(),
+            Value::ZSet(z) => z.encoding(),
+        }
+    }
+
+    /// Bytes of the value's own heap allocations, for memory accounting.
     pub fn mem_size(&self) -> usize {
         match self {
             Value::Int(_) => 0,
             Value::Str(v) => v.capacity(),
+            Value::Hash(h) => std::mem::size_of::<Hash>() + h.mem_size(),
+            Value::List(l) => std::mem::size_of::<List>() + l.mem_size(),
+            Value::Set(s) => std::mem::size_of::<Set>() + s.mem_size(),
+            Value::ZSet(z) => std::mem::size_of::<ZSet>() + z.mem_size(),
+        }
+    }
+
+    /// True for a collection with no elements (such keys are deleted).
+    pub fn is_empty_collection(&self) -> bool {
+        match self {
+            Value::Int(_) | Value::Str(_) => false,
+            Value::Hash(h) => h.is_empty(),
+            Value::List(l) => l.is_empty(),
+            Value::Set(s) => s.is_empty(),
+            Value::ZSet(z) => z.is_empty(),
         }
     }
 
@@ -40,6 +108,7 @@ impl Value {
         match self {
             Value::Int(i) => format_i64(*i),
             Value::Str(v) => v.clone(),
+            _ => Vec::new(),
         }
     }
 
@@ -48,6 +117,7 @@ impl Value {
         match self {
             Value::Int(i) => format_i64(*i).len(),
             Value::Str(v) => v.len(),
+            _ => 0,
         }
     }
 
@@ -58,12 +128,13 @@ impl Value {
         }
         match self {
             Value::Str(v) => v,
-            Value::Int(_) => unreachable!("converted above"),
+            _ => unreachable!("make_raw is only called on strings"),
         }
     }
 }
 
-fn parse_canonical_i64(b: &[u8]) -> Option<i64> {
+/// The integer a string is the canonical decimal form of.
+pub fn parse_canonical_i64(b: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(b).ok()?;
     let v: i64 = s.parse().ok()?;
     (v.to_string().as_bytes() == b).then_some(v)
