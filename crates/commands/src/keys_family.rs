@@ -7,6 +7,7 @@ use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
 use damselfly_storage::{Shard, Value, SCAN_SHARD_BITS};
 
+use crate::scan_args::{reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
 
 /// DEL and UNLINK: how many of the keys existed.
@@ -227,35 +228,10 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
         ctx.error(errors::INVALID_CURSOR);
         return;
     };
-    let mut count = 10usize;
-    let mut pattern: Option<&[u8]> = None;
-    let mut type_filter: Option<&[u8]> = None;
-    let mut i = 2;
-    while i < args.len() {
-        let has_value = i + 1 < args.len();
-        if args.is(i, "count") && has_value {
-            match parse_i64(args.get(i + 1)) {
-                None => {
-                    ctx.error(errors::NOT_INT);
-                    return;
-                }
-                Some(c) if c < 1 => {
-                    ctx.error(errors::SYNTAX);
-                    return;
-                }
-                Some(c) => count = c as usize,
-            }
-        } else if args.is(i, "match") && has_value {
-            let p = args.get(i + 1);
-            pattern = if p == b"*" { None } else { Some(p) };
-        } else if args.is(i, "type") && has_value {
-            type_filter = Some(args.get(i + 1));
-        } else {
-            ctx.error(errors::SYNTAX);
-            return;
-        }
-        i += 2;
-    }
+    let opts = match ScanArgs::parse(args, 2, true) {
+        Ok(o) => o,
+        Err(e) => return ctx.error(e),
+    };
     let pos_bits = 63 - SCAN_SHARD_BITS;
     let shard = scan_cursor_shard(cursor);
     let mut found: Vec<(Box<[u8]>, u64, &'static str)> = Vec::new();
@@ -264,7 +240,7 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
         0
     } else {
         let pos = cursor & ((1u64 << pos_bits) - 1);
-        let next_pos = ctx.shard.dbs[ctx.db].table.scan(pos, count, |e| {
+        let next_pos = ctx.shard.dbs[ctx.db].table.scan(pos, opts.count, |e| {
             found.push((e.key.clone(), e.expire_at, e.value.type_name()));
         });
         if next_pos != 0 {
@@ -282,20 +258,15 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
             ctx.shard.delete(ctx.db, &key, now);
             continue;
         }
-        if pattern.is_some_and(|p| !glob_match(p, &key, false)) {
+        if !opts.matches(&key) {
             continue;
         }
-        if type_filter.is_some_and(|t| !t.eq_ignore_ascii_case(ty.as_bytes())) {
+        if opts.type_filter.is_some_and(|t| !t.eq_ignore_ascii_case(ty.as_bytes())) {
             continue;
         }
         keys.push(key);
     }
-    ctx.reply.array(2);
-    ctx.reply.bulk(next.to_string().as_bytes());
-    ctx.reply.array(keys.len());
-    for k in keys {
-        ctx.reply.bulk(&k);
-    }
+    reply_scan(ctx.reply, next, &keys);
 }
 
 /// RENAME, RENAMENX, COPY and MOVE: a value goes from one key (or database) to another. The

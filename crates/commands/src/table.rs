@@ -3,8 +3,8 @@
 //! one table, so they cannot disagree.
 
 use crate::{
-    args::Args, ctx::ExecCtx, keys_family as keys, server_family as server,
-    string_family as strings,
+    args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys,
+    server_family as server, string_family as strings,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -287,6 +287,23 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("incrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrby)),
     cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decrby)),
     cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrbyfloat)),
+    // hashes
+    cmd!("hset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", Key, S(hash::hset)),
+    cmd!("hmset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the values of multiple fields.", Key, S(hash::hset)),
+    cmd!("hsetnx", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", Key, S(hash::hsetnx)),
+    cmd!("hget", 3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Returns the value of a field in a hash.", Key, S(hash::hget)),
+    cmd!("hmget", -3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Returns the values of all fields in a hash.", Key, S(hash::hmget)),
+    cmd!("hdel", -3, WRITE | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", Key, S(hash::hdel)),
+    cmd!("hexists", 3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Determines whether a field exists in a hash.", Key, S(hash::hexists)),
+    cmd!("hlen", 2, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Returns the number of fields in a hash.", Key, S(hash::hlen)),
+    cmd!("hstrlen", 3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "3.2.0", "Returns the length of the value of a field.", Key, S(hash::hstrlen)),
+    cmd!("hkeys", 2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.0.0", "Returns all fields in a hash.", Key, S(hash::hkeys)),
+    cmd!("hvals", 2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.0.0", "Returns all values in a hash.", Key, S(hash::hvals)),
+    cmd!("hgetall", 2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.0.0", "Returns all fields and values in a hash.", Key, S(hash::hgetall)),
+    cmd!("hincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.", Key, S(hash::hincrby)),
+    cmd!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.6.0", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", Key, S(hash::hincrbyfloat)),
+    cmd!("hrandfield", -2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "6.2.0", "Returns one or more random fields from a hash.", Key, S(hash::hrandfield)),
+    cmd!("hscan", -3, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.8.0", "Iterates over fields and values of a hash.", Key, S(hash::hscan)),
 ];
 
 /// Finds a command by name, case-insensitively. Returns its index in [`COMMANDS`].

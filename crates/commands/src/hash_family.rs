@@ -1,0 +1,338 @@
+//! Hash commands on one shard (Redis 7.0's t_hash.c): HSET and friends, reads, the increment
+//! commands, HRANDFIELD and HSCAN. Keys whose last field is deleted are removed.
+
+use damselfly_protocol::number::parse_i64;
+use damselfly_protocol::ReplyBuf;
+use damselfly_storage::{Hash, Kind, Value};
+use rand::seq::index::sample;
+use rand::Rng;
+
+use crate::long_double::{incr_by_float, IncrFloatError};
+use crate::scan_args::{reply_scan, ScanArgs};
+use crate::{errors, Args, ExecCtx};
+
+/// Sets field/value pairs from argument 2 on, creating the hash; returns how many were new.
+fn set_pairs(ctx: &mut ExecCtx, args: &Args, only_new: bool) -> Option<i64> {
+    let key = args.get(1);
+    let exists = ctx.check_write(key, Kind::Hash)?;
+    if !exists {
+        ctx.shard.set(ctx.db, key, Value::Hash(Box::default()), 0);
+    }
+    ctx.modify(key, |v, _, limits| {
+        let Value::Hash(h) = v else { return 0 };
+        let mut added = 0;
+        for i in (2..args.len()).step_by(2) {
+            if only_new && h.contains(args.get(i)) {
+                continue;
+            }
+            added += i64::from(h.set(args.get(i), args.get(i + 1), limits));
+        }
+        added
+    })
+}
+
+pub fn hset(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() % 2 == 1 {
+        return ctx.error(&errors::wrong_arity(&String::from_utf8_lossy(args.get(0)).to_lowercase()));
+    }
+    if let Some(n) = set_pairs(ctx, args, false) {
+        if args.is(0, "hmset") {
+            ctx.reply.ok();
+        } else {
+            ctx.reply.int(n);
+        }
+    }
+}
+
+pub fn hsetnx(ctx: &mut ExecCtx, args: &Args) {
+    if let Some(n) = set_pairs(ctx, args, true) {
+        ctx.reply.int(n);
+    }
+}
+
+/// Runs `f` on the hash for reading, or `missing` when there is none; WRONGTYPE handled.
+fn read_hash(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    missing: impl FnOnce(&mut ReplyBuf),
+    f: impl FnOnce(&Hash, &mut ReplyBuf),
+) {
+    match ctx.read(key, Kind::Hash) {
+        Some((Some(Value::Hash(h)), reply)) => f(h, reply),
+        Some((_, reply)) => missing(reply),
+        None => {}
+    }
+}
+
+pub fn hget(ctx: &mut ExecCtx, args: &Args) {
+    read_hash(ctx, args.get(1), ReplyBuf::null, |h, r| match h.get(args.get(2)) {
+        Some(v) => r.bulk(v),
+        None => r.null(),
+    });
+}
+
+pub fn hmget(ctx: &mut ExecCtx, args: &Args) {
+    let fields = || args.iter().skip(2);
+    read_hash(
+        ctx,
+        args.get(1),
+        |r| {
+            r.array(args.len() - 2);
+            fields().for_each(|_| r.null());
+        },
+        |h, r| {
+            r.array(args.len() - 2);
+            for f in fields() {
+                match h.get(f) {
+                    Some(v) => r.bulk(v),
+                    None => r.null(),
+                }
+            }
+        },
+    );
+}
+
+pub fn hdel(ctx: &mut ExecCtx, args: &Args) {
+    let key = args.get(1);
+    match ctx.check_write(key, Kind::Hash) {
+        None => {}
+        Some(false) => ctx.reply.int(0),
+        Some(true) => {
+            let n = ctx.modify(key, |v, _, _| {
+                let Value::Hash(h) = v else { return 0 };
+                args.iter().skip(2).filter(|f| h.remove(f)).count() as i64
+            });
+            ctx.reply.int(n.unwrap_or(0));
+        }
+    }
+}
+
+pub fn hexists(ctx: &mut ExecCtx, args: &Args) {
+    read_hash(
+        ctx,
+        args.get(1),
+        |r| r.int(0),
+        |h, r| r.int(i64::from(h.contains(args.get(2)))),
+    );
+}
+
+pub fn hlen(ctx: &mut ExecCtx, args: &Args) {
+    read_hash(ctx, args.get(1), |r| r.int(0), |h, r| r.int(h.len() as i64));
+}
+
+pub fn hstrlen(ctx: &mut ExecCtx, args: &Args) {
+    read_hash(
+        ctx,
+        args.get(1),
+        |r| r.int(0),
+        |h, r| r.int(h.get(args.get(2)).map_or(0, <[u8]>::len) as i64),
+    );
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    Fields,
+    Values,
+    Both,
+}
+
+fn get_all(ctx: &mut ExecCtx, args: &Args, parts: Parts) {
+    read_hash(
+        ctx,
+        args.get(1),
+        |r| {
+            if parts == Parts::Both {
+                r.map(0)
+            } else {
+                r.array(0)
+            }
+        },
+        |h, r| {
+            match parts {
+                Parts::Both => r.map(h.len()),
+                _ => r.array(h.len()),
+            }
+            for (f, v) in h.iter() {
+                if parts != Parts::Values {
+                    r.bulk(f);
+                }
+                if parts != Parts::Fields {
+                    r.bulk(v);
+                }
+            }
+        },
+    );
+}
+
+pub fn hkeys(ctx: &mut ExecCtx, args: &Args) {
+    get_all(ctx, args, Parts::Fields);
+}
+
+pub fn hvals(ctx: &mut ExecCtx, args: &Args) {
+    get_all(ctx, args, Parts::Values);
+}
+
+pub fn hgetall(ctx: &mut ExecCtx, args: &Args) {
+    get_all(ctx, args, Parts::Both);
+}
+
+/// Stores `text` as the field's new value (the key exists or is created here).
+fn store_field(ctx: &mut ExecCtx, key: &[u8], exists: bool, field: &[u8], text: &[u8]) {
+    if !exists {
+        ctx.shard.set(ctx.db, key, Value::Hash(Box::default()), 0);
+    }
+    ctx.modify(key, |v, _, limits| {
+        if let Value::Hash(h) = v {
+            h.set(field, text, limits);
+        }
+    });
+}
+
+fn current_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8]) -> Option<Vec<u8>> {
+    match ctx.lookup_write(key).map(|e| &e.value) {
+        Some(Value::Hash(h)) => h.get(field).map(<[u8]>::to_vec),
+        _ => None,
+    }
+}
+
+pub fn hincrby(ctx: &mut ExecCtx, args: &Args) {
+    let Some(incr) = parse_i64(args.get(3)) else {
+        return ctx.error(errors::NOT_INT);
+    };
+    let (key, field) = (args.get(1), args.get(2));
+    let Some(exists) = ctx.check_write(key, Kind::Hash) else {
+        return;
+    };
+    let old = match current_field(ctx, key, field) {
+        None => 0,
+        Some(text) => match parse_i64(&text) {
+            Some(v) => v,
+            None => return ctx.error("ERR hash value is not an integer"),
+        },
+    };
+    let Some(new) = old.checked_add(incr) else {
+        return ctx.error(errors::OVERFLOW);
+    };
+    store_field(ctx, key, exists, field, new.to_string().as_bytes());
+    ctx.reply.int(new);
+}
+
+pub fn hincrbyfloat(ctx: &mut ExecCtx, args: &Args) {
+    match incr_by_float(None, args.get(3)) {
+        Err(IncrFloatError::NanOrInfinity) => return ctx.error("ERR value is NaN or Infinity"),
+        Err(_) => return ctx.error(errors::NOT_FLOAT),
+        Ok(_) => {}
+    }
+    let (key, field) = (args.get(1), args.get(2));
+    let Some(exists) = ctx.check_write(key, Kind::Hash) else {
+        return;
+    };
+    let old = current_field(ctx, key, field);
+    match incr_by_float(old.as_deref(), args.get(3)) {
+        Ok(text) => {
+            store_field(ctx, key, exists, field, &text);
+            ctx.reply.bulk(&text);
+        }
+        Err(IncrFloatError::ValueNotFloat) => ctx.error("ERR hash value is not a float"),
+        Err(IncrFloatError::NanOrInfinity) => ctx.error(errors::NAN_OR_INF),
+        Err(IncrFloatError::IncrNotFloat) => ctx.error(errors::NOT_FLOAT),
+    }
+}
+
+/// Parses the count argument of HRANDFIELD / SRANDMEMBER / ZRANDMEMBER: Redis rejects
+/// magnitudes that would overflow when doubled for WITHVALUES.
+pub fn parse_rand_count(raw: &[u8]) -> Result<i64, &'static str> {
+    match parse_i64(raw) {
+        None => Err(errors::NOT_INT),
+        Some(c) if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&c) => {
+            Err("ERR value is out of range")
+        }
+        Some(c) => Ok(c),
+    }
+}
+
+pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() == 2 {
+        return read_hash(ctx, args.get(1), ReplyBuf::null, |h, r| {
+            let i = rand::thread_rng().gen_range(0..h.len());
+            r.bulk(h.at(i).0);
+        });
+    }
+    let with_values = args.len() == 4 && args.is(3, "withvalues");
+    if args.len() > 4 || (args.len() == 4 && !with_values) {
+        return ctx.error(errors::SYNTAX);
+    }
+    let count = match parse_rand_count(args.get(2)) {
+        Ok(c) => c,
+        Err(e) => return ctx.error(e),
+    };
+    let resp3 = ctx.reply.resp3;
+    read_hash(
+        ctx,
+        args.get(1),
+        |r| r.array(0),
+        |h, r| {
+            let picks = random_picks(h.len(), count);
+            let pair = |r: &mut ReplyBuf, (f, v): (&[u8], &[u8])| {
+                if with_values && resp3 {
+                    r.array(2);
+                }
+                r.bulk(f);
+                if with_values {
+                    r.bulk(v);
+                }
+            };
+            let per_pick = if with_values && !resp3 { 2 } else { 1 };
+            r.array(picks.len() * per_pick);
+            for i in picks {
+                pair(r, h.at(i));
+            }
+        },
+    );
+}
+
+/// Storage positions for a random read of `count` from `len` items: distinct when the count
+/// is positive (everything when it covers the collection), with repeats when negative.
+pub fn random_picks(len: usize, count: i64) -> Vec<usize> {
+    let mut rng = rand::thread_rng();
+    if count < 0 {
+        (0..count.unsigned_abs())
+            .map(|_| rng.gen_range(0..len))
+            .collect()
+    } else if count as u64 >= len as u64 {
+        (0..len).collect()
+    } else {
+        sample(&mut rng, len, count as usize).into_vec()
+    }
+}
+
+pub fn hscan(ctx: &mut ExecCtx, args: &Args) {
+    let Some(cursor) = damselfly_protocol::number::parse_u64(args.get(2)) else {
+        return ctx.error(errors::INVALID_CURSOR);
+    };
+    let opts = ScanArgs::parse(args, 3, false);
+    read_hash(
+        ctx,
+        args.get(1),
+        |r| reply_scan::<&[u8]>(r, 0, &[]),
+        |h, r| {
+            let opts = match opts {
+                Ok(o) => o,
+                Err(e) => return r.error(e),
+            };
+            let (next, items): (u64, Vec<(&[u8], &[u8])>) = match h.dict() {
+                None => (0, h.iter().collect()),
+                Some(d) => {
+                    let (next, range) = d.scan(cursor, opts.count);
+                    (next, range.map(|i| h.at(i)).collect())
+                }
+            };
+            let flat: Vec<&[u8]> = items
+                .into_iter()
+                .filter(|(f, _)| opts.matches(f))
+                .flat_map(|(f, v)| [f, v])
+                .collect();
+            reply_scan(r, next, &flat);
+        },
+    );
+}
