@@ -12,6 +12,7 @@ pub mod keys_family;
 mod long_double;
 pub mod scan_args;
 pub mod server_family;
+pub mod set_family;
 pub mod stats;
 pub mod string_family;
 pub mod table;

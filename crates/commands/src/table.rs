@@ -4,7 +4,7 @@
 
 use crate::{
     args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys,
-    server_family as server, string_family as strings,
+    server_family as server, set_family as sets, string_family as strings,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -57,6 +57,9 @@ pub enum Merge {
     MsetNx,
     /// RENAME, RENAMENX, COPY: the value moves between the two keys' shards.
     Transfer,
+    /// The keys' values are gathered onto the coordinator, the one-shard handler runs on
+    /// them there, and changed keys are written back to their shards (SMOVE, SINTERSTORE...).
+    Gather,
 }
 
 /// Where a command runs.
@@ -122,6 +125,9 @@ pub struct CommandSpec {
     pub first_key: i32,
     pub last_key: i32,
     pub step: i32,
+    /// Position of a `numkeys` argument whose keys follow it (SINTERCARD, ZUNIONSTORE,
+    /// LMPOP...); 0 when the command has none.
+    pub numkeys_at: i32,
     pub acl: &'static str,
     pub group: &'static str,
     pub summary: &'static str,
@@ -144,8 +150,25 @@ impl CommandSpec {
         self.flags & WRITE != 0
     }
 
-    /// Positions of the key arguments for a request of `argc` arguments.
-    pub fn key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+    /// Positions of the key arguments of a request. With a `numkeys` argument that does not
+    /// parse or overshoots, only the fixed keys are returned (the handler reports the error).
+    pub fn key_positions(&self, args: &Args) -> Vec<usize> {
+        let mut out: Vec<usize> = self.fixed_key_positions(args.len()).collect();
+        if self.numkeys_at > 0 {
+            let at = self.numkeys_at as usize;
+            let n = (at < args.len())
+                .then(|| damselfly_protocol::number::parse_i64(args.get(at)))
+                .flatten()
+                .filter(|&n| n > 0 && (n as u64) < (args.len() - at) as u64);
+            if let Some(n) = n {
+                out.extend(at + 1..=at + n as usize);
+            }
+        }
+        out
+    }
+
+    /// Key positions given by first/last/step alone.
+    fn fixed_key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
         let step = self.step.max(1) as usize;
         let range = if self.first_key <= 0 {
             0..0
@@ -166,6 +189,7 @@ struct Def {
     arity: i32,
     flags: u32,
     keys: (i32, i32, i32),
+    numkeys_at: i32,
     acl: &'static str,
     group: &'static str,
     since: &'static str,
@@ -182,6 +206,7 @@ const fn spec(d: Def) -> CommandSpec {
         first_key: d.keys.0,
         last_key: d.keys.1,
         step: d.keys.2,
+        numkeys_at: d.numkeys_at,
         acl: d.acl,
         group: d.group,
         summary: d.summary,
@@ -193,11 +218,15 @@ const fn spec(d: Def) -> CommandSpec {
 
 macro_rules! cmd {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
+        cmd!(numkeys 0; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    };
+    (numkeys $numkeys:literal; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
         spec(Def {
             name: $name,
             arity: $arity,
             flags: $flags,
             keys: $keys,
+            numkeys_at: $numkeys,
             acl: $acl,
             group: $group,
             since: $since,
@@ -304,6 +333,24 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.6.0", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", Key, S(hash::hincrbyfloat)),
     cmd!("hrandfield", -2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "6.2.0", "Returns one or more random fields from a hash.", Key, S(hash::hrandfield)),
     cmd!("hscan", -3, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.8.0", "Iterates over fields and values of a hash.", Key, S(hash::hscan)),
+    // sets
+    cmd!("sadd", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @set @fast", "set", "1.0.0", "Adds one or more members to a set. Creates the key if it doesn't exist.", Key, S(sets::sadd)),
+    cmd!("srem", -3, WRITE | FAST, ONE_KEY, "@write @set @fast", "set", "1.0.0", "Removes one or more members from a set. Deletes the set if the last member was removed.", Key, S(sets::srem)),
+    cmd!("sismember", 3, READONLY | FAST, ONE_KEY, "@read @set @fast", "set", "1.0.0", "Determines whether a member belongs to a set.", Key, S(sets::sismember)),
+    cmd!("smismember", -3, READONLY | FAST, ONE_KEY, "@read @set @fast", "set", "6.2.0", "Determines whether multiple members belong to a set.", Key, S(sets::smismember)),
+    cmd!("smembers", 2, READONLY, ONE_KEY, "@read @set @slow", "set", "1.0.0", "Returns all members of a set.", Key, S(sets::smembers)),
+    cmd!("scard", 2, READONLY | FAST, ONE_KEY, "@read @set @fast", "set", "1.0.0", "Returns the number of members in a set.", Key, S(sets::scard)),
+    cmd!("spop", -2, WRITE | FAST, ONE_KEY, "@write @set @fast", "set", "1.0.0", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", Key, S(sets::spop)),
+    cmd!("srandmember", -2, READONLY, ONE_KEY, "@read @set @slow", "set", "1.0.0", "Get one or multiple random members from a set", Key, S(sets::srandmember)),
+    cmd!("smove", 4, WRITE | FAST, (1, 2, 1), "@write @set @fast", "set", "1.0.0", "Moves a member from one set to another.", Keys(Merge::Gather), S(sets::smove)),
+    cmd!("sinter", -2, READONLY, ALL_KEYS, "@read @set @slow", "set", "1.0.0", "Returns the intersect of multiple sets.", Keys(Merge::Gather), S(sets::sinter)),
+    cmd!("sunion", -2, READONLY, ALL_KEYS, "@read @set @slow", "set", "1.0.0", "Returns the union of multiple sets.", Keys(Merge::Gather), S(sets::sunion)),
+    cmd!("sdiff", -2, READONLY, ALL_KEYS, "@read @set @slow", "set", "1.0.0", "Returns the difference of multiple sets.", Keys(Merge::Gather), S(sets::sdiff)),
+    cmd!("sinterstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the intersect of multiple sets in a key.", Keys(Merge::Gather), S(sets::sinterstore)),
+    cmd!("sunionstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the union of multiple sets in a key.", Keys(Merge::Gather), S(sets::sunionstore)),
+    cmd!("sdiffstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the difference of multiple sets in a key.", Keys(Merge::Gather), S(sets::sdiffstore)),
+    cmd!(numkeys 1; "sintercard", -3, READONLY, NO_KEYS, "@read @set @slow", "set", "7.0.0", "Returns the number of members of the intersect of multiple sets.", Keys(Merge::Gather), S(sets::sintercard)),
+    cmd!("sscan", -3, READONLY, ONE_KEY, "@read @set @slow", "set", "2.8.0", "Iterates over members of a set.", Key, S(sets::sscan)),
 ];
 
 /// Finds a command by name, case-insensitively. Returns its index in [`COMMANDS`].
@@ -356,12 +403,28 @@ mod tests {
 
     #[test]
     fn key_positions() {
+        let positions = |name: &str, words: &[&str]| {
+            let mut buf = Vec::new();
+            let mut spans = Vec::new();
+            for w in words {
+                let start = buf.len();
+                buf.extend_from_slice(w.as_bytes());
+                spans.push(damselfly_protocol::Span {
+                    start: start as u32,
+                    len: w.len() as u32,
+                });
+            }
+            let spec = &COMMANDS[lookup(name.as_bytes()).unwrap()];
+            spec.key_positions(&Args::new(&buf, &spans))
+        };
+        assert_eq!(positions("mset", &["mset", "a", "1", "b", "2", "c", "3"]), vec![1, 3, 5]);
+        assert_eq!(positions("get", &["get", "k"]), vec![1]);
+        assert!(positions("ping", &["ping"]).is_empty());
+        assert_eq!(positions("sintercard", &["sintercard", "2", "a", "b", "LIMIT", "1"]), vec![2, 3]);
+        assert!(positions("sintercard", &["sintercard", "9", "a"]).is_empty());
+        assert!(positions("sintercard", &["sintercard", "x", "a"]).is_empty());
         let mset = &COMMANDS[lookup(b"mset").unwrap()];
-        assert_eq!(mset.key_positions(7).collect::<Vec<_>>(), vec![1, 3, 5]);
         let get = &COMMANDS[lookup(b"get").unwrap()];
-        assert_eq!(get.key_positions(2).collect::<Vec<_>>(), vec![1]);
-        let ping = &COMMANDS[lookup(b"ping").unwrap()];
-        assert_eq!(ping.key_positions(1).count(), 0);
         assert!(get.arity_ok(2) && !get.arity_ok(3));
         assert!(mset.arity_ok(3) && mset.arity_ok(9) && !mset.arity_ok(2));
     }

@@ -430,11 +430,11 @@ impl Connection {
             }
             Route::Keys(merge) => {
                 let n = self.worker.num_shards();
-                let mut positions = spec.key_positions(args.len());
+                let positions = spec.key_positions(args);
                 let first = positions
-                    .next()
-                    .map_or(0, |p| shard_for_key(args.get(p), n));
-                if positions.all(|p| shard_for_key(args.get(p), n) == first) {
+                    .first()
+                    .map_or(self.worker.id, |&p| shard_for_key(args.get(p), n));
+                if positions.iter().all(|&p| shard_for_key(args.get(p), n) == first) {
                     self.run_on(first, idx, db, args);
                 } else {
                     self.fan_out_keys(idx, merge, args).await;

@@ -7,15 +7,18 @@
 use std::time::Instant;
 
 use damselfly_commands::keys_family::{take_value, Transfer};
-use damselfly_commands::table::{lookup, Merge, COMMANDS};
-use damselfly_commands::{errors, Args};
+use damselfly_commands::table::{lookup, Handler, Merge, COMMANDS};
+use damselfly_commands::{errors, Args, ExecCtx};
 use damselfly_protocol::number::parse_i64;
-use damselfly_storage::shard_for_key;
+use damselfly_storage::{shard_for_key, Shard, Value};
 use rand::seq::SliceRandom;
 
 use crate::connection::Connection;
 use crate::tx::ShardWork;
 use crate::worker::Worker;
+
+/// Keys with their values and deadlines as one shard holds them (None: missing).
+type Gathered = Vec<(Vec<u8>, Option<(Value, u64)>)>;
 
 /// Splits an encoded array reply of bulk/null items into the items' encodings.
 pub(crate) fn array_items(reply: &[u8]) -> Option<Vec<&[u8]>> {
@@ -62,7 +65,7 @@ impl Connection {
         }
         let n = self.worker.num_shards();
         let step = spec.step.max(1) as usize;
-        let positions: Vec<usize> = spec.key_positions(args.len()).collect();
+        let positions: Vec<usize> = spec.key_positions(args);
         let key_shards: Vec<usize> = positions
             .iter()
             .map(|&p| shard_for_key(args.get(p), n))
@@ -90,6 +93,8 @@ impl Connection {
         };
         if merge == Merge::Transfer {
             self.transfer(spec.name, args, own).await;
+        } else if merge == Merge::Gather {
+            self.gather(idx, args, &positions, own).await;
         } else if merge == Merge::MsetNx {
             let exists = lookup(b"exists").expect("exists is in the table");
             let replies = self.call_shards(exists, split(b"exists"), false).await;
@@ -187,6 +192,123 @@ impl Connection {
         }
     }
 
+    /// A multi-key command whose handler needs every key's value in one place (SMOVE,
+    /// SINTERSTORE, ZUNIONSTORE, LMOVE...): inside the transaction, clone the keys' values
+    /// from their shards into a scratch shard, run the one-shard handler there, and write the
+    /// keys it changed back to their shards. The transaction's intents make the three steps
+    /// atomic; the handler is the same code that runs when the keys share a shard.
+    async fn gather(&mut self, idx: usize, args: &Args<'_>, positions: &[usize], own: bool) {
+        let spec = &COMMANDS[idx];
+        let Handler::Shard(handler) = spec.handler else {
+            return self.reply_error("ERR internal error: no shard handler");
+        };
+        self.flush_remote().await;
+        let db = self.info.db.get();
+        let n = self.worker.num_shards();
+        let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        for &p in positions {
+            let key = args.get(p).to_vec();
+            let shard = shard_for_key(&key, n);
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, keys)) if !keys.contains(&key) => keys.push(key),
+                Some(_) => {}
+                None => by_shard.push((shard, vec![key])),
+            }
+        }
+        let Some(tx) = self.tx.as_mut() else {
+            return self.reply_error("ERR shard unavailable");
+        };
+        let reads: Vec<(usize, ShardWork<Gathered>)> = by_shard
+            .iter()
+            .map(|(shard, keys)| {
+                let keys = keys.clone();
+                let work: ShardWork<Gathered> = Box::new(move |w: &Worker| {
+                    let now = w.now_ms();
+                    let mut shard = w.shard.borrow_mut();
+                    keys.into_iter()
+                        .map(|k| {
+                            let found = shard.get(db, &k, now).map(|e| (e.value.clone(), e.expire_at));
+                            (k, found)
+                        })
+                        .collect()
+                });
+                (*shard, work)
+            })
+            .collect();
+        let writes = spec.is_write();
+        let gathered = tx.hops(reads, own && !writes).await;
+        let mut scratch = Shard::new(1);
+        scratch.limits = self.worker.shard.borrow().limits;
+        let mut stamps = Vec::new();
+        for part in gathered {
+            let Some(part) = part else {
+                return self.reply_error("ERR shard unavailable");
+            };
+            for (key, found) in part {
+                stamps.push((scratch.watch(0, &key, 0), key.clone()));
+                if let Some((value, expire_at)) = found {
+                    scratch.set(0, &key, value, expire_at);
+                }
+            }
+        }
+        let now = self.worker.now_ms();
+        let mut ctx = ExecCtx {
+            shard: &mut scratch,
+            db: 0,
+            now,
+            reply: &mut self.out,
+            shard_id: self.worker.id,
+            num_shards: n,
+            max_bulk_len: self
+                .worker
+                .cluster
+                .config
+                .proto_max_bulk_len
+                .load(std::sync::atomic::Ordering::Relaxed),
+        };
+        handler(&mut ctx, args);
+        if !writes {
+            return;
+        }
+        let mut changed: Vec<(usize, Gathered)> = Vec::new();
+        for (stamp, key) in stamps {
+            if !scratch.watch_changed(0, &key, stamp, 0) {
+                continue;
+            }
+            let shard = shard_for_key(&key, n);
+            let now_value = scratch.remove(0, &key).map(|e| (e.value, e.expire_at));
+            match changed.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, keys)) => keys.push((key, now_value)),
+                None => changed.push((shard, vec![(key, now_value)])),
+            }
+        }
+        let Some(tx) = self.tx.as_mut() else {
+            return;
+        };
+        let stores: Vec<(usize, ShardWork<()>)> = changed
+            .into_iter()
+            .map(|(shard, keys)| {
+                let work: ShardWork<()> = Box::new(move |w: &Worker| {
+                    let mut shard = w.shard.borrow_mut();
+                    for (key, value) in keys {
+                        match value {
+                            Some((v, expire_at)) => {
+                                shard.set(db, &key, v, expire_at);
+                            }
+                            None => {
+                                shard.remove(db, &key);
+                            }
+                        }
+                    }
+                });
+                (shard, work)
+            })
+            .collect();
+        if !stores.is_empty() {
+            tx.hops(stores, own).await;
+        }
+    }
+
     /// A command that runs on every shard (DBSIZE, FLUSHDB, KEYS, RANDOMKEY, ...).
     pub(crate) async fn fan_out_all(&mut self, idx: usize, merge: Merge, args: &Args<'_>) {
         let started = Instant::now();
@@ -256,7 +378,7 @@ impl Connection {
                 Ok(n) => self.out.int(n),
                 Err(e) => self.raw_error(&e),
             },
-            Merge::AllOk | Merge::MsetNx | Merge::Transfer => self.out.ok(),
+            Merge::AllOk | Merge::MsetNx | Merge::Transfer | Merge::Gather => self.out.ok(),
             Merge::Concat | Merge::Items => {
                 let all: Vec<&[u8]> = replies
                     .iter()

@@ -314,7 +314,8 @@ impl Connection {
                     self.reply_error("ERR Invalid number of arguments specified for command");
                     return;
                 }
-                let keys: Vec<usize> = spec.key_positions(argc).collect();
+                let sub = Args::new(args.buf(), &args.spans()[2..]);
+                let keys: Vec<usize> = spec.key_positions(&sub);
                 if keys.is_empty() {
                     self.reply_error("ERR The command has no key arguments");
                     return;

@@ -77,7 +77,7 @@ pub fn command_locks(
                     }
                 }
                 _ => {
-                    for at in spec.key_positions(args.len()) {
+                    for at in spec.key_positions(args) {
                         let (s, l) = key_lock(at, db16, mode);
                         add(s, l);
                     }

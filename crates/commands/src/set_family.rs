@@ -1,0 +1,386 @@
+//! Set commands on one shard (Redis 7.0's t_set.c). The multi-key ones (SMOVE, SINTER...,
+//! SINTERCARD) run here whole when their keys share a shard; across shards the coordinator
+//! gathers the keys into one place inside a transaction and runs these same handlers.
+
+use damselfly_protocol::number::{parse_i64, parse_u64};
+use damselfly_protocol::ReplyBuf;
+use damselfly_storage::set::Member;
+use damselfly_storage::{Kind, Set, Value};
+use rand::Rng;
+
+use crate::hash_family::random_picks;
+use crate::scan_args::{reply_scan, ScanArgs};
+use crate::{errors, Args, ExecCtx};
+
+fn member_bulk(r: &mut ReplyBuf, m: Member) {
+    match m {
+        Member::Int(i) => r.bulk_i64(i),
+        Member::Bytes(b) => r.bulk(b),
+    }
+}
+
+fn read_set(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    missing: impl FnOnce(&mut ReplyBuf),
+    f: impl FnOnce(&Set, &mut ReplyBuf),
+) {
+    match ctx.read(key, Kind::Set) {
+        Some((Some(Value::Set(s)), reply)) => f(s, reply),
+        Some((_, reply)) => missing(reply),
+        None => {}
+    }
+}
+
+pub fn sadd(ctx: &mut ExecCtx, args: &Args) {
+    let key = args.get(1);
+    let Some(exists) = ctx.check_write(key, Kind::Set) else {
+        return;
+    };
+    if !exists {
+        let set = Set::for_member(args.get(2));
+        ctx.shard.set(ctx.db, key, Value::Set(Box::new(set)), 0);
+    }
+    let added = ctx.modify(key, |v, _, limits| {
+        let Value::Set(s) = v else { return 0 };
+        args.iter().skip(2).filter(|m| s.add(m, limits)).count() as i64
+    });
+    ctx.reply.int(added.unwrap_or(0));
+}
+
+pub fn srem(ctx: &mut ExecCtx, args: &Args) {
+    let key = args.get(1);
+    match ctx.check_write(key, Kind::Set) {
+        None => {}
+        Some(false) => ctx.reply.int(0),
+        Some(true) => {
+            let n = ctx.modify(key, |v, _, _| {
+                let Value::Set(s) = v else { return 0 };
+                args.iter().skip(2).filter(|m| s.remove(m)).count() as i64
+            });
+            ctx.reply.int(n.unwrap_or(0));
+        }
+    }
+}
+
+pub fn sismember(ctx: &mut ExecCtx, args: &Args) {
+    read_set(
+        ctx,
+        args.get(1),
+        |r| r.int(0),
+        |s, r| r.int(i64::from(s.contains(args.get(2)))),
+    );
+}
+
+pub fn smismember(ctx: &mut ExecCtx, args: &Args) {
+    let members = || args.iter().skip(2);
+    read_set(
+        ctx,
+        args.get(1),
+        |r| {
+            r.array(args.len() - 2);
+            members().for_each(|_| r.int(0));
+        },
+        |s, r| {
+            r.array(args.len() - 2);
+            members().for_each(|m| r.int(i64::from(s.contains(m))));
+        },
+    );
+}
+
+fn reply_members(s: &Set, r: &mut ReplyBuf) {
+    r.set(s.len());
+    for m in s.iter() {
+        member_bulk(r, m);
+    }
+}
+
+pub fn smembers(ctx: &mut ExecCtx, args: &Args) {
+    read_set(ctx, args.get(1), |r| r.set(0), reply_members);
+}
+
+pub fn scard(ctx: &mut ExecCtx, args: &Args) {
+    read_set(ctx, args.get(1), |r| r.int(0), |s, r| r.int(s.len() as i64));
+}
+
+pub fn spop(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() > 3 {
+        return ctx.error(errors::SYNTAX);
+    }
+    let count = if args.len() == 3 {
+        match parse_i64(args.get(2)) {
+            None => return ctx.error(errors::NOT_INT),
+            Some(c) if c < 0 => return ctx.error(errors::NOT_POSITIVE),
+            Some(c) => Some(c as u64),
+        }
+    } else {
+        None
+    };
+    let key = args.get(1);
+    match ctx.check_write(key, Kind::Set) {
+        None => return,
+        Some(false) if count.is_none() => return ctx.reply.null(),
+        Some(false) => return ctx.reply.set(0),
+        Some(true) => {}
+    }
+    if count == Some(0) {
+        return ctx.reply.set(0);
+    }
+    ctx.modify(key, |v, r, _| {
+        let Value::Set(s) = v else { return };
+        let mut rng = rand::thread_rng();
+        match count {
+            None => {
+                let i = rng.gen_range(0..s.len());
+                r.bulk(&s.take_at(i));
+            }
+            Some(n) if n >= s.len() as u64 => {
+                reply_members(s, r);
+                *s = Box::default();
+            }
+            Some(n) => {
+                r.set(n as usize);
+                for _ in 0..n {
+                    let i = rng.gen_range(0..s.len());
+                    r.bulk(&s.take_at(i));
+                }
+            }
+        }
+    });
+}
+
+pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() > 3 {
+        return ctx.error(errors::SYNTAX);
+    }
+    if args.len() == 2 {
+        return read_set(ctx, args.get(1), ReplyBuf::null, |s, r| {
+            let i = rand::thread_rng().gen_range(0..s.len());
+            member_bulk(r, s.at(i));
+        });
+    }
+    let Some(count) = parse_i64(args.get(2)) else {
+        return ctx.error(errors::NOT_INT);
+    };
+    read_set(
+        ctx,
+        args.get(1),
+        |r| r.set(0),
+        |s, r| {
+            let picks = random_picks(s.len(), count);
+            if count < 0 {
+                r.array(picks.len());
+            } else {
+                r.set(picks.len());
+            }
+            for i in picks {
+                member_bulk(r, s.at(i));
+            }
+        },
+    );
+}
+
+pub fn smove(ctx: &mut ExecCtx, args: &Args) {
+    let (src, dst, m) = (args.get(1), args.get(2), args.get(3));
+    let src_kind = ctx.lookup_write(src).map(|e| e.value.kind());
+    let dst_kind = ctx.lookup_write(dst).map(|e| e.value.kind());
+    match (src_kind, dst_kind) {
+        (None, _) => return ctx.reply.int(0),
+        (Some(k), _) if k != Kind::Set => return ctx.wrongtype(),
+        (_, Some(k)) if k != Kind::Set => return ctx.wrongtype(),
+        _ => {}
+    }
+    if src == dst {
+        let found = matches!(ctx.lookup_write(src).map(|e| &e.value), Some(Value::Set(s)) if s.contains(m));
+        return ctx.reply.int(i64::from(found));
+    }
+    let removed = ctx.modify(src, |v, _, _| match v {
+        Value::Set(s) => s.remove(m),
+        _ => false,
+    });
+    if removed != Some(true) {
+        return ctx.reply.int(0);
+    }
+    if dst_kind.is_none() {
+        let set = Set::for_member(m);
+        ctx.shard.set(ctx.db, dst, Value::Set(Box::new(set)), 0);
+    }
+    ctx.modify(dst, |v, _, limits| {
+        if let Value::Set(s) = v {
+            s.add(m, limits);
+        }
+    });
+    ctx.reply.int(1);
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetOp {
+    Union,
+    Inter,
+    Diff,
+}
+
+/// Collects the sets under `keys` (None for missing keys); None after WRONGTYPE. SINTER
+/// stops at the first missing key, as Redis does.
+fn load_sets(ctx: &mut ExecCtx, keys: &[&[u8]], op: SetOp) -> Option<Vec<Option<Set>>> {
+    let mut sets = Vec::with_capacity(keys.len());
+    for key in keys {
+        match ctx.lookup_write(key).map(|e| &e.value) {
+            None if op == SetOp::Inter => {
+                sets.push(None);
+                return Some(sets);
+            }
+            None => sets.push(None),
+            Some(Value::Set(s)) => sets.push(Some((**s).clone())),
+            Some(_) => {
+                ctx.wrongtype();
+                return None;
+            }
+        }
+    }
+    Some(sets)
+}
+
+fn combine(sets: &[Option<Set>], op: SetOp, limits: &damselfly_storage::EncodingLimits) -> Set {
+    let mut out = Set::default();
+    match op {
+        SetOp::Union => {
+            for s in sets.iter().flatten() {
+                for m in s.iter() {
+                    out.add(&m.to_vec(), limits);
+                }
+            }
+        }
+        SetOp::Inter => {
+            if sets.iter().any(Option::is_none) {
+                return out;
+            }
+            let mut all: Vec<&Set> = sets.iter().flatten().collect();
+            all.sort_by_key(|s| s.len());
+            for m in all[0].iter() {
+                let m = m.to_vec();
+                if all[1..].iter().all(|s| s.contains(&m)) {
+                    out.add(&m, limits);
+                }
+            }
+        }
+        SetOp::Diff => {
+            let Some(Some(first)) = sets.first() else {
+                return out;
+            };
+            for m in first.iter() {
+                let m = m.to_vec();
+                if !sets[1..].iter().flatten().any(|s| s.contains(&m)) {
+                    out.add(&m, limits);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn set_op(ctx: &mut ExecCtx, args: &Args, op: SetOp, store: bool) {
+    let first = if store { 2 } else { 1 };
+    let keys: Vec<&[u8]> = args.iter().skip(first).collect();
+    let Some(sets) = load_sets(ctx, &keys, op) else {
+        return;
+    };
+    let result = combine(&sets, op, &ctx.limits());
+    if store {
+        ctx.reply.int(result.len() as i64);
+        ctx.store(args.get(1), Value::Set(Box::new(result)));
+    } else {
+        reply_members(&result, ctx.reply);
+    }
+}
+
+pub fn sunion(ctx: &mut ExecCtx, args: &Args) {
+    set_op(ctx, args, SetOp::Union, false);
+}
+
+pub fn sinter(ctx: &mut ExecCtx, args: &Args) {
+    set_op(ctx, args, SetOp::Inter, false);
+}
+
+pub fn sdiff(ctx: &mut ExecCtx, args: &Args) {
+    set_op(ctx, args, SetOp::Diff, false);
+}
+
+pub fn sunionstore(ctx: &mut ExecCtx, args: &Args) {
+    set_op(ctx, args, SetOp::Union, true);
+}
+
+pub fn sinterstore(ctx: &mut ExecCtx, args: &Args) {
+    set_op(ctx, args, SetOp::Inter, true);
+}
+
+pub fn sdiffstore(ctx: &mut ExecCtx, args: &Args) {
+    set_op(ctx, args, SetOp::Diff, true);
+}
+
+/// Parses `numkeys key... [LIMIT n]` (SINTERCARD, ZINTERCARD): the keys and the limit.
+pub fn parse_card_args<'a>(args: &Args<'a>) -> Result<(Vec<&'a [u8]>, u64), &'static str> {
+    let n = match parse_i64(args.get(1)) {
+        Some(n) if n <= 0 => return Err("ERR numkeys should be greater than 0"),
+        None => return Err("ERR numkeys should be greater than 0"),
+        Some(n) if n as u64 > (args.len() - 2) as u64 => {
+            return Err("ERR Number of keys can't be greater than number of args")
+        }
+        Some(n) => n as usize,
+    };
+    let keys = (2..2 + n).map(|i| args.get(i)).collect();
+    let mut limit = 0;
+    let mut i = 2 + n;
+    while i < args.len() {
+        if args.is(i, "limit") && i + 1 < args.len() {
+            match parse_i64(args.get(i + 1)) {
+                Some(l) if l >= 0 => limit = l as u64,
+                _ => return Err("ERR LIMIT can't be negative"),
+            }
+            i += 2;
+        } else {
+            return Err(errors::SYNTAX);
+        }
+    }
+    Ok((keys, limit))
+}
+
+pub fn sintercard(ctx: &mut ExecCtx, args: &Args) {
+    let (keys, limit) = match parse_card_args(args) {
+        Ok(k) => k,
+        Err(e) => return ctx.error(e),
+    };
+    let Some(sets) = load_sets(ctx, &keys, SetOp::Inter) else {
+        return;
+    };
+    let n = combine(&sets, SetOp::Inter, &ctx.limits()).len() as u64;
+    let n = if limit > 0 { n.min(limit) } else { n };
+    ctx.reply.int(n as i64);
+}
+
+pub fn sscan(ctx: &mut ExecCtx, args: &Args) {
+    let Some(cursor) = parse_u64(args.get(2)) else {
+        return ctx.error(errors::INVALID_CURSOR);
+    };
+    let opts = ScanArgs::parse(args, 3, false);
+    read_set(
+        ctx,
+        args.get(1),
+        |r| reply_scan::<&[u8]>(r, 0, &[]),
+        |s, r| {
+            let opts = match opts {
+                Ok(o) => o,
+                Err(e) => return r.error(e),
+            };
+            let (next, items): (u64, Vec<Vec<u8>>) = match s.dict() {
+                None => (0, s.iter().map(|m| m.to_vec()).collect()),
+                Some(d) => {
+                    let (next, range) = d.scan(cursor, opts.count);
+                    (next, range.map(|i| d.at(i).to_vec()).collect())
+                }
+            };
+            let items: Vec<Vec<u8>> = items.into_iter().filter(|m| opts.matches(m)).collect();
+            reply_scan(r, next, &items);
+        },
+    );
+}
