@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
 
+use damselfly_storage::EncodingLimits;
+
 /// What a parameter's value may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -160,17 +162,17 @@ pub static PARAMS: &[Param] = &[
     ),
     p("hz", "10", Kind::Int { min: 1, max: 500 }, true, A),
     p("notify-keyspace-events", "", Kind::Str, true, A),
-    p("hash-max-listpack-entries", "128", NONNEG, true, A),
-    p("hash-max-listpack-value", "64", NONNEG, true, A),
-    p("hash-max-ziplist-entries", "128", NONNEG, true, A),
-    p("hash-max-ziplist-value", "64", NONNEG, true, A),
-    p("set-max-intset-entries", "512", NONNEG, true, A),
-    p("zset-max-listpack-entries", "128", NONNEG, true, A),
-    p("zset-max-listpack-value", "64", NONNEG, true, A),
-    p("zset-max-ziplist-entries", "128", NONNEG, true, A),
-    p("zset-max-ziplist-value", "64", NONNEG, true, A),
-    p("list-max-listpack-size", "-2", INT, true, A),
-    p("list-max-ziplist-size", "-2", INT, true, A),
+    p("hash-max-listpack-entries", "128", NONNEG, true, Y),
+    p("hash-max-listpack-value", "64", NONNEG, true, Y),
+    p("hash-max-ziplist-entries", "128", NONNEG, true, Y),
+    p("hash-max-ziplist-value", "64", NONNEG, true, Y),
+    p("set-max-intset-entries", "512", NONNEG, true, Y),
+    p("zset-max-listpack-entries", "128", NONNEG, true, Y),
+    p("zset-max-listpack-value", "64", NONNEG, true, Y),
+    p("zset-max-ziplist-entries", "128", NONNEG, true, Y),
+    p("zset-max-ziplist-value", "64", NONNEG, true, Y),
+    p("list-max-listpack-size", "-2", INT, true, Y),
+    p("list-max-ziplist-size", "-2", INT, true, Y),
     p("list-compress-depth", "0", NONNEG, true, A),
     p("stream-node-max-bytes", "4096", Kind::Memory, true, A),
     p("stream-node-max-entries", "100", NONNEG, true, A),
@@ -199,6 +201,28 @@ pub static PARAMS: &[Param] = &[
     p("cluster-enabled", "no", Kind::Bool, false, A),
     p("list-max-ziplist-entries", "128", NONNEG, true, A),
 ];
+
+/// Old and new names of the same parameter (Redis 7 renamed ziplist to listpack); setting
+/// either sets both.
+const ALIASES: &[(&str, &str)] = &[
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+];
+
+fn alias_of(name: &str) -> Option<&'static str> {
+    ALIASES.iter().find_map(|&(a, b)| {
+        if a == name {
+            Some(b)
+        } else if b == name {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
 
 /// Parses a Redis memory value: plain bytes or with k/kb/m/mb/g/gb (k = 1000, kb = 1024).
 pub fn parse_memory(s: &str) -> Option<u64> {
@@ -263,6 +287,8 @@ pub struct Config {
     pub timeout_secs: AtomicU64,
     pub has_password: AtomicBool,
     pub active_expire: AtomicBool,
+    /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
+    pub generation: AtomicU64,
 }
 
 impl Default for Config {
@@ -281,6 +307,7 @@ impl Default for Config {
             timeout_secs: AtomicU64::new(0),
             has_password: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
+            generation: AtomicU64::new(0),
         };
         c.refresh_atomics();
         c
@@ -297,7 +324,7 @@ impl Config {
         let param =
             Self::param(name).ok_or_else(|| format!("unknown configuration parameter '{name}'"))?;
         let v = validate(param, value).map_err(|e| format!("'{name}': {e}"))?;
-        self.values_mut().insert(param.name, v);
+        self.store(param.name, v);
         self.refresh_atomics();
         Ok(())
     }
@@ -322,11 +349,9 @@ impl Config {
             })?;
             staged.push((param.name, v));
         }
-        let mut values = self.values_mut();
         for (k, v) in staged {
-            values.insert(k, v);
+            self.store(k, v);
         }
-        drop(values);
         self.refresh_atomics();
         Ok(())
     }
@@ -361,8 +386,30 @@ impl Config {
         self.values.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn store(&self, name: &'static str, value: String) {
+        let mut values = self.values_mut();
+        if let Some(alias) = alias_of(name) {
+            values.insert(alias, value.clone());
+        }
+        values.insert(name, value);
+    }
+
+    /// The encoding thresholds as currently configured.
+    pub fn encoding_limits(&self) -> EncodingLimits {
+        let size = |name: &str| self.get_u64(name) as usize;
+        EncodingLimits {
+            hash_max_entries: size("hash-max-listpack-entries"),
+            hash_max_value: size("hash-max-listpack-value"),
+            set_max_intset_entries: size("set-max-intset-entries"),
+            zset_max_entries: size("zset-max-listpack-entries"),
+            zset_max_value: size("zset-max-listpack-value"),
+            list_max_listpack_size: self.get("list-max-listpack-size").parse().unwrap_or(-2),
+        }
+    }
+
     fn refresh_atomics(&self) {
         let r = Ordering::Relaxed;
+        self.generation.fetch_add(1, Ordering::Release);
         self.proto_max_bulk_len
             .store(self.get_u64("proto-max-bulk-len"), r);
         self.query_buffer_limit

@@ -48,7 +48,11 @@ impl<'a> ExecCtx<'a> {
 
     /// Checks the type of a key about to be written: Some(exists), or None after WRONGTYPE.
     pub fn check_write(&mut self, key: &[u8], kind: Kind) -> Option<bool> {
-        match self.shard.get(self.db, key, self.now).map(|e| e.value.kind()) {
+        match self
+            .shard
+            .get(self.db, key, self.now)
+            .map(|e| e.value.kind())
+        {
             None => Some(false),
             Some(k) if k == kind => Some(true),
             Some(_) => {

@@ -8,7 +8,7 @@ use rand::seq::index::sample;
 use rand::Rng;
 
 use crate::long_double::{incr_by_float, IncrFloatError};
-use crate::scan_args::{reply_scan, ScanArgs};
+use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
 
 /// Sets field/value pairs from argument 2 on, creating the hash; returns how many were new.
@@ -33,7 +33,9 @@ fn set_pairs(ctx: &mut ExecCtx, args: &Args, only_new: bool) -> Option<i64> {
 
 pub fn hset(ctx: &mut ExecCtx, args: &Args) {
     if args.len() % 2 == 1 {
-        return ctx.error(&errors::wrong_arity(&String::from_utf8_lossy(args.get(0)).to_lowercase()));
+        return ctx.error(&errors::wrong_arity(
+            &String::from_utf8_lossy(args.get(0)).to_lowercase(),
+        ));
     }
     if let Some(n) = set_pairs(ctx, args, false) {
         if args.is(0, "hmset") {
@@ -65,9 +67,11 @@ fn read_hash(
 }
 
 pub fn hget(ctx: &mut ExecCtx, args: &Args) {
-    read_hash(ctx, args.get(1), ReplyBuf::null, |h, r| match h.get(args.get(2)) {
-        Some(v) => r.bulk(v),
-        None => r.null(),
+    read_hash(ctx, args.get(1), ReplyBuf::null, |h, r| {
+        match h.get(args.get(2)) {
+            Some(v) => r.bulk(v),
+            None => r.null(),
+        }
     });
 }
 
@@ -239,12 +243,13 @@ pub fn hincrbyfloat(ctx: &mut ExecCtx, args: &Args) {
     }
 }
 
-/// Parses the count argument of HRANDFIELD / SRANDMEMBER / ZRANDMEMBER: Redis rejects
-/// magnitudes that would overflow when doubled for WITHVALUES.
-pub fn parse_rand_count(raw: &[u8]) -> Result<i64, &'static str> {
+/// Parses the count argument of HRANDFIELD / SRANDMEMBER / ZRANDMEMBER with Redis's range
+/// errors (WITHVALUES halves the range, as the reply doubles).
+pub fn parse_rand_count(raw: &[u8], with_values: bool) -> Result<i64, &'static str> {
     match parse_i64(raw) {
         None => Err(errors::NOT_INT),
-        Some(c) if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&c) => {
+        Some(i64::MIN) => Err("ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"),
+        Some(c) if with_values && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&c) => {
             Err("ERR value is out of range")
         }
         Some(c) => Ok(c),
@@ -259,13 +264,13 @@ pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
         });
     }
     let with_values = args.len() == 4 && args.is(3, "withvalues");
-    if args.len() > 4 || (args.len() == 4 && !with_values) {
-        return ctx.error(errors::SYNTAX);
-    }
-    let count = match parse_rand_count(args.get(2)) {
+    let count = match parse_rand_count(args.get(2), with_values) {
         Ok(c) => c,
         Err(e) => return ctx.error(e),
     };
+    if args.len() > 4 || (args.len() == 4 && !with_values) {
+        return ctx.error(errors::SYNTAX);
+    }
     let resp3 = ctx.reply.resp3;
     read_hash(
         ctx,
@@ -307,7 +312,7 @@ pub fn random_picks(len: usize, count: i64) -> Vec<usize> {
 }
 
 pub fn hscan(ctx: &mut ExecCtx, args: &Args) {
-    let Some(cursor) = damselfly_protocol::number::parse_u64(args.get(2)) else {
+    let Some(cursor) = parse_scan_cursor(args.get(2)) else {
         return ctx.error(errors::INVALID_CURSOR);
     };
     let opts = ScanArgs::parse(args, 3, false);

@@ -2,12 +2,12 @@
 //! PERSIST, KEYS, SCAN, RANDOMKEY, RENAME, RENAMENX, COPY, MOVE and SWAPDB. Multi-key ones see only this shard's keys; the
 //! coordinator sums or concatenates per-shard replies.
 
-use damselfly_protocol::number::{parse_i64, parse_u64};
+use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
 use damselfly_storage::{Shard, Value, SCAN_SHARD_BITS};
 
-use crate::scan_args::{reply_scan, ScanArgs};
+use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
 
 /// DEL and UNLINK: how many of the keys existed.
@@ -36,6 +36,55 @@ pub fn type_cmd(ctx: &mut ExecCtx, args: &Args) {
         .lookup_write(args.get(1))
         .map_or("none", |e| e.value.type_name());
     ctx.reply.simple(name);
+}
+
+/// OBJECT ENCODING and OBJECT HELP. The LRU/LFU subcommands are not offered: Damselfly keeps
+/// no per-key access clock (docs/commands.md).
+pub fn object(ctx: &mut ExecCtx, args: &Args) {
+    if args.len() == 2 && args.is(1, "help") {
+        let lines: [&[u8]; 5] = [
+            b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            b"ENCODING <key>",
+            b"    Return the kind of internal representation used in order to store the value",
+            b"HELP",
+            b"    Print this help.",
+        ];
+        ctx.reply.array(lines.len());
+        for l in lines {
+            ctx.reply.simple(std::str::from_utf8(l).unwrap_or_default());
+        }
+        return;
+    }
+    if args.len() == 3 && args.is(1, "encoding") {
+        let enc = ctx.lookup_write(args.get(2)).map(|e| e.value.encoding());
+        return match enc {
+            Some(e) => ctx.reply.bulk(e.as_bytes()),
+            None => ctx.reply.null(),
+        };
+    }
+    ctx.error(&errors::unknown_subcommand("object", args.get(1)));
+}
+
+/// MEMORY USAGE key [SAMPLES n]: the bytes the key, its value and their bookkeeping take.
+pub fn memory(ctx: &mut ExecCtx, args: &Args) {
+    if !args.is(1, "usage") || args.len() < 3 {
+        return ctx.error(&errors::unknown_subcommand("memory", args.get(1)));
+    }
+    let mut i = 3;
+    while i < args.len() {
+        if args.is(i, "samples") && i + 1 < args.len() {
+            if parse_i64(args.get(i + 1)).is_none() {
+                return ctx.error(errors::NOT_INT);
+            }
+            i += 2;
+        } else {
+            return ctx.error(errors::SYNTAX);
+        }
+    }
+    match ctx.lookup_write(args.get(2)).map(|e| e.mem_size()) {
+        Some(n) => ctx.reply.int(n as i64),
+        None => ctx.reply.null(),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -224,7 +273,7 @@ pub fn scan_cursor_shard(cursor: u64) -> usize {
 /// SCAN on the shard named by the cursor. The cursor's low bits are a position in this shard's
 /// hash order; when this shard is done the cursor moves to the next shard.
 pub fn scan(ctx: &mut ExecCtx, args: &Args) {
-    let Some(cursor) = parse_u64(args.get(1)) else {
+    let Some(cursor) = parse_scan_cursor(args.get(1)) else {
         ctx.error(errors::INVALID_CURSOR);
         return;
     };
@@ -261,7 +310,10 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
         if !opts.matches(&key) {
             continue;
         }
-        if opts.type_filter.is_some_and(|t| !t.eq_ignore_ascii_case(ty.as_bytes())) {
+        if opts
+            .type_filter
+            .is_some_and(|t| !t.eq_ignore_ascii_case(ty.as_bytes()))
+        {
             continue;
         }
         keys.push(key);

@@ -62,6 +62,23 @@ impl PatternExt for Option<&[u8]> {
     }
 }
 
+/// Parses a cursor as Redis 7.0 does: decimal digits with an optional `-` (a negative cursor
+/// wraps around), nothing else; an empty cursor is 0.
+pub fn parse_scan_cursor(raw: &[u8]) -> Option<u64> {
+    if raw.is_empty() {
+        return Some(0);
+    }
+    let (negative, digits) = match raw.first() {
+        Some(b'-') => (true, &raw[1..]),
+        _ => (false, raw),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(if negative { v.wrapping_neg() } else { v })
+}
+
 /// Writes `[cursor, [items...]]`.
 pub fn reply_scan<I: AsRef<[u8]>>(reply: &mut ReplyBuf, cursor: u64, items: &[I]) {
     reply.array(2);

@@ -2,14 +2,14 @@
 //! SINTERCARD) run here whole when their keys share a shard; across shards the coordinator
 //! gathers the keys into one place inside a transaction and runs these same handlers.
 
-use damselfly_protocol::number::{parse_i64, parse_u64};
+use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::set::Member;
 use damselfly_storage::{Kind, Set, Value};
 use rand::Rng;
 
-use crate::hash_family::random_picks;
-use crate::scan_args::{reply_scan, ScanArgs};
+use crate::hash_family::{parse_rand_count, random_picks};
+use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
 
 fn member_bulk(r: &mut ReplyBuf, m: Member) {
@@ -109,9 +109,8 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
     }
     let count = if args.len() == 3 {
         match parse_i64(args.get(2)) {
-            None => return ctx.error(errors::NOT_INT),
-            Some(c) if c < 0 => return ctx.error(errors::NOT_POSITIVE),
-            Some(c) => Some(c as u64),
+            Some(c) if c >= 0 => Some(c as u64),
+            _ => return ctx.error(errors::NOT_POSITIVE),
         }
     } else {
         None
@@ -159,20 +158,17 @@ pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
             member_bulk(r, s.at(i));
         });
     }
-    let Some(count) = parse_i64(args.get(2)) else {
-        return ctx.error(errors::NOT_INT);
+    let count = match parse_rand_count(args.get(2), false) {
+        Ok(c) => c,
+        Err(e) => return ctx.error(e),
     };
     read_set(
         ctx,
         args.get(1),
-        |r| r.set(0),
+        |r| r.array(0),
         |s, r| {
             let picks = random_picks(s.len(), count);
-            if count < 0 {
-                r.array(picks.len());
-            } else {
-                r.set(picks.len());
-            }
+            r.array(picks.len());
             for i in picks {
                 member_bulk(r, s.at(i));
             }
@@ -191,7 +187,8 @@ pub fn smove(ctx: &mut ExecCtx, args: &Args) {
         _ => {}
     }
     if src == dst {
-        let found = matches!(ctx.lookup_write(src).map(|e| &e.value), Some(Value::Set(s)) if s.contains(m));
+        let found =
+            matches!(ctx.lookup_write(src).map(|e| &e.value), Some(Value::Set(s)) if s.contains(m));
         return ctx.reply.int(i64::from(found));
     }
     let removed = ctx.modify(src, |v, _, _| match v {
@@ -359,7 +356,7 @@ pub fn sintercard(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn sscan(ctx: &mut ExecCtx, args: &Args) {
-    let Some(cursor) = parse_u64(args.get(2)) else {
+    let Some(cursor) = parse_scan_cursor(args.get(2)) else {
         return ctx.error(errors::INVALID_CURSOR);
     };
     let opts = ScanArgs::parse(args, 3, false);

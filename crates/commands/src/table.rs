@@ -3,8 +3,8 @@
 //! one table, so they cannot disagree.
 
 use crate::{
-    args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys,
-    server_family as server, set_family as sets, string_family as strings,
+    args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys, server_family as server,
+    set_family as sets, string_family as strings,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -178,7 +178,7 @@ impl CommandSpec {
             } else {
                 self.last_key as usize + 1
             };
-            self.first_key as usize..end
+            self.first_key as usize..end.min(argc)
         };
         range.step_by(step)
     }
@@ -291,6 +291,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("copy", -3, WRITE | DENYOOM, (1, 2, 1), "@keyspace @write @slow", "generic", "6.2.0", "Copies the value of a key to a new key.", Keys(Merge::Transfer), S(keys::transfer)),
     cmd!("move", 3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Moves a key to another database.", Key, S(keys::transfer)),
     cmd!("swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
+    cmd!("object", -2, READONLY, (2, 2, 1), "@keyspace @read @slow", "generic", "2.2.3", "A container for object introspection commands.", Key, S(keys::object)),
+    cmd!("memory", -2, READONLY, (2, 2, 1), "@read @slow", "server", "4.0.0", "A container for memory diagnostics commands.", Key, S(keys::memory)),
     cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),
     cmd!("scan", -2, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "2.8.0", "Iterates over the key names in the database.", Cursor, S(keys::scan)),
     cmd!("randomkey", 1, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "1.0.0", "Returns a random key name from the database.", AllShards(Merge::RandomKey), S(keys::randomkey)),
@@ -417,10 +419,16 @@ mod tests {
             let spec = &COMMANDS[lookup(name.as_bytes()).unwrap()];
             spec.key_positions(&Args::new(&buf, &spans))
         };
-        assert_eq!(positions("mset", &["mset", "a", "1", "b", "2", "c", "3"]), vec![1, 3, 5]);
+        assert_eq!(
+            positions("mset", &["mset", "a", "1", "b", "2", "c", "3"]),
+            vec![1, 3, 5]
+        );
         assert_eq!(positions("get", &["get", "k"]), vec![1]);
         assert!(positions("ping", &["ping"]).is_empty());
-        assert_eq!(positions("sintercard", &["sintercard", "2", "a", "b", "LIMIT", "1"]), vec![2, 3]);
+        assert_eq!(
+            positions("sintercard", &["sintercard", "2", "a", "b", "LIMIT", "1"]),
+            vec![2, 3]
+        );
         assert!(positions("sintercard", &["sintercard", "9", "a"]).is_empty());
         assert!(positions("sintercard", &["sintercard", "x", "a"]).is_empty());
         let mset = &COMMANDS[lookup(b"mset").unwrap()];

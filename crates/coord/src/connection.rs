@@ -424,8 +424,13 @@ impl Connection {
         let db = self.info.db.get();
         match spec.route {
             Route::Key => {
-                let shard =
-                    shard_for_key(args.get(spec.first_key as usize), self.worker.num_shards());
+                // A container command called without its key (OBJECT HELP) runs locally.
+                let at = spec.first_key as usize;
+                let shard = if at < args.len() {
+                    shard_for_key(args.get(at), self.worker.num_shards())
+                } else {
+                    self.worker.id
+                };
                 self.run_on(shard, idx, db, args);
             }
             Route::Keys(merge) => {
@@ -434,7 +439,10 @@ impl Connection {
                 let first = positions
                     .first()
                     .map_or(self.worker.id, |&p| shard_for_key(args.get(p), n));
-                if positions.iter().all(|&p| shard_for_key(args.get(p), n) == first) {
+                if positions
+                    .iter()
+                    .all(|&p| shard_for_key(args.get(p), n) == first)
+                {
                     self.run_on(first, idx, db, args);
                 } else {
                     self.fan_out_keys(idx, merge, args).await;

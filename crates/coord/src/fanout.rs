@@ -227,7 +227,9 @@ impl Connection {
                     let mut shard = w.shard.borrow_mut();
                     keys.into_iter()
                         .map(|k| {
-                            let found = shard.get(db, &k, now).map(|e| (e.value.clone(), e.expire_at));
+                            let found = shard
+                                .get(db, &k, now)
+                                .map(|e| (e.value.clone(), e.expire_at));
                             (k, found)
                         })
                         .collect()
@@ -238,6 +240,7 @@ impl Connection {
         let writes = spec.is_write();
         let gathered = tx.hops(reads, own && !writes).await;
         let mut scratch = Shard::new(1);
+        self.worker.sync_limits();
         scratch.limits = self.worker.shard.borrow().limits;
         let mut stamps = Vec::new();
         for part in gathered {

@@ -236,6 +236,8 @@ pub struct Worker {
     /// the wall time derived from it.
     anchor: Cell<(Instant, u64)>,
     executed: Cell<u64>,
+    /// The configuration generation the shard's encoding limits were copied at.
+    limits_generation: Cell<u64>,
     /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
     ops_samples: RefCell<std::collections::VecDeque<(Instant, u64)>>,
     peak_memory: Cell<usize>,
@@ -259,6 +261,7 @@ impl Worker {
             now: Cell::new(Instant::now()),
             anchor: Cell::new((Instant::now(), now_ms())),
             executed: Cell::new(0),
+            limits_generation: Cell::new(u64::MAX),
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
             peak_memory: Cell::new(0),
         })
@@ -330,6 +333,16 @@ impl Worker {
         self.cluster.num_shards()
     }
 
+    /// Copies the encoding limits into the shard when the configuration changed.
+    pub fn sync_limits(&self) {
+        let config = &self.cluster.config;
+        let generation = config.generation.load(Ordering::Acquire);
+        if generation != self.limits_generation.get() {
+            self.limits_generation.set(generation);
+            self.shard.borrow_mut().limits = config.encoding_limits();
+        }
+    }
+
     /// Runs a shard command on this thread's shard, writing its reply to `reply`.
     pub fn exec(&self, spec: usize, db: usize, args: &Args, reply: &mut ReplyBuf, record: bool) {
         let Handler::Shard(f) = COMMANDS[spec].handler else {
@@ -340,6 +353,7 @@ impl Worker {
         self.executed.set(executed);
         let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
         let errors_before = reply.error_offsets.len();
+        self.sync_limits();
         {
             let mut shard = self.shard.borrow_mut();
             let mut ctx = ExecCtx {

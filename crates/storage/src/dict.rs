@@ -56,7 +56,9 @@ impl<K> Clone for Dict<K> {
 
 impl<K> std::fmt::Debug for Dict<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dict").field("len", &self.items.len()).finish()
+        f.debug_struct("Dict")
+            .field("len", &self.items.len())
+            .finish()
     }
 }
 

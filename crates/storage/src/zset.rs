@@ -119,7 +119,9 @@ impl Tree {
     fn find(&self, member: &[u8]) -> Option<u32> {
         let nodes = &self.nodes;
         self.index
-            .find(hash_bytes(member), |&i| &*nodes[i as usize].member == member)
+            .find(hash_bytes(member), |&i| {
+                &*nodes[i as usize].member == member
+            })
             .copied()
     }
 
@@ -170,10 +172,9 @@ impl Tree {
         debug_assert_eq!(mid, i);
         self.root = self.merge(l, r);
         let nodes = &self.nodes;
-        if let Ok(slot) = self
-            .index
-            .find_entry(hash_bytes(member), |&j| &*nodes[j as usize].member == member)
-        {
+        if let Ok(slot) = self.index.find_entry(hash_bytes(member), |&j| {
+            &*nodes[j as usize].member == member
+        }) {
             slot.remove();
         }
         let node = &mut self.nodes[i as usize];

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod diff;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;

@@ -1,0 +1,281 @@
+//! A differential runner for the data-type families: a generator's seeded command stream goes
+//! to redis-server and to Damselfly, pipelined, and each pair of replies is compared by the
+//! rule the command calls for: byte for byte, as unordered collections, by shape for random
+//! reads, or, for random pops, by removing what Damselfly popped from Redis's copy (which
+//! both checks the pop and keeps the two servers' data identical).
+
+#![allow(dead_code)]
+
+use super::{encode, Raw};
+
+/// How two replies to one command must agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    Exact,
+    /// Same items in any order (SMEMBERS, SUNION, HKEYS...).
+    Unordered,
+    /// Same pairs in any order (HGETALL; maps in RESP3).
+    UnorderedPairs,
+    /// Same reply type and item count (SRANDMEMBER, HRANDFIELD, ZRANDMEMBER).
+    Shape,
+    /// A random removal (SPOP): `remove` is the command that removes the popped items from
+    /// Redis's copy, `card` the command that counts the collection first.
+    Pop {
+        remove: &'static str,
+        card: &'static str,
+    },
+    /// A cursor scan: both sides are iterated to the end and the items compared as a set
+    /// (`pairs` when items come as field/value or member/score pairs).
+    Scan {
+        pairs: bool,
+    },
+}
+
+/// One parsed reply: its header line and nested items.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Node {
+    pub head: Vec<u8>,
+    pub body: Vec<u8>,
+    pub items: Vec<Node>,
+}
+
+impl Node {
+    pub fn kind(&self) -> u8 {
+        self.head.first().copied().unwrap_or(b'?')
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&self.body);
+        for i in &self.items {
+            i.encode(out);
+        }
+    }
+}
+
+pub fn parse(buf: &[u8]) -> Node {
+    let mut pos = 0;
+    parse_at(buf, &mut pos)
+}
+
+fn parse_at(buf: &[u8], pos: &mut usize) -> Node {
+    let end = buf[*pos..]
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(buf.len(), |p| *pos + p + 2);
+    let head = buf[*pos..end].to_vec();
+    *pos = end;
+    let n: i64 = std::str::from_utf8(&head[1..head.len().saturating_sub(2)])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1);
+    let mut node = Node {
+        head,
+        body: Vec::new(),
+        items: Vec::new(),
+    };
+    match node.kind() {
+        b'$' | b'=' | b'!' if n >= 0 => {
+            node.body = buf[*pos..*pos + n as usize + 2].to_vec();
+            *pos += n as usize + 2;
+        }
+        b'*' | b'~' | b'>' => {
+            for _ in 0..n.max(0) {
+                node.items.push(parse_at(buf, pos));
+            }
+        }
+        b'%' | b'|' => {
+            for _ in 0..n.max(0) * 2 {
+                node.items.push(parse_at(buf, pos));
+            }
+        }
+        _ => {}
+    }
+    node
+}
+
+/// The bulk strings of a reply: its items, or itself when it is one bulk.
+fn bulks(n: &Node) -> Vec<Vec<u8>> {
+    let strip = |b: &[u8]| b[..b.len().saturating_sub(2)].to_vec();
+    if n.items.is_empty() && !n.body.is_empty() {
+        return vec![strip(&n.body)];
+    }
+    n.items.iter().map(|i| strip(&i.body)).collect()
+}
+
+fn sorted_items(n: &Node) -> Vec<Node> {
+    let mut v = n.items.clone();
+    v.sort();
+    v
+}
+
+fn sorted_pairs(n: &Node) -> Vec<(Node, Node)> {
+    let mut v: Vec<(Node, Node)> = n
+        .items
+        .chunks(2)
+        .map(|c| {
+            (
+                c[0].clone(),
+                c.get(1).cloned().unwrap_or_else(|| c[0].clone()),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Whether two replies agree under a check that needs no further commands.
+pub fn agree(check: Check, ours: &[u8], theirs: &[u8]) -> bool {
+    if ours == theirs {
+        return true;
+    }
+    let (a, b) = (parse(ours), parse(theirs));
+    if a.kind() == b'-' || b.kind() == b'-' {
+        return false;
+    }
+    match check {
+        Check::Unordered => a.head == b.head && sorted_items(&a) == sorted_items(&b),
+        Check::UnorderedPairs => a.head == b.head && sorted_pairs(&a) == sorted_pairs(&b),
+        Check::Shape => {
+            let null = |n: &Node| n.head.starts_with(b"$-1") || n.head.starts_with(b"*-1");
+            a.kind() == b.kind() && a.items.len() == b.items.len() && null(&a) == null(&b)
+        }
+        _ => false,
+    }
+}
+
+/// A generator of one family's commands.
+pub trait Family {
+    fn command(&mut self) -> (Vec<String>, Check);
+}
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs `count` generated commands against both servers.
+pub fn run(family: &mut dyn Family, redis: &mut Raw, ours: &mut Raw, count: usize, label: &str) {
+    const CHUNK: usize = 40;
+    let mut history: Vec<Vec<String>> = Vec::new();
+    let mut sent = 0;
+    let mut batch: Vec<(Vec<String>, Check)> = Vec::new();
+    while sent < count {
+        let (cmd, check) = family.command();
+        history.push(cmd.clone());
+        sent += 1;
+        let immediate = matches!(check, Check::Pop { .. } | Check::Scan { .. });
+        if !immediate {
+            batch.push((cmd.clone(), check));
+        }
+        if immediate || batch.len() == CHUNK || sent == count {
+            let wire: Vec<u8> = batch.iter().flat_map(|(c, _)| encode(c)).collect();
+            redis.send(&wire);
+            ours.send(&wire);
+            for (c, check) in batch.drain(..) {
+                let (theirs, mine) = (redis.reply(), ours.reply());
+                if !agree(check, &mine, &theirs) {
+                    report(&history, &c);
+                }
+                assert!(
+                    agree(check, &mine, &theirs),
+                    "{label}: {c:?} ({check:?})\n redis:     {:?}\n damselfly: {:?}",
+                    show(&theirs),
+                    show(&mine)
+                );
+            }
+        }
+        match check {
+            Check::Pop { remove, card } => pop(&cmd, remove, card, redis, ours, label),
+            Check::Scan { pairs } => {
+                let (a, b) = (scan_all(&cmd, pairs, redis), scan_all(&cmd, pairs, ours));
+                assert_eq!(b, a, "{label}: {cmd:?}");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Prints the earlier commands that named the failing command's last argument or keys.
+fn report(history: &[Vec<String>], c: &[String]) {
+    let names: Vec<&String> = c.iter().skip(1).filter(|a| !a.is_empty()).collect();
+    eprintln!("history of {names:?}:");
+    for h in history
+        .iter()
+        .filter(|h| h.iter().skip(1).any(|a| names.contains(&a)))
+        .rev()
+        .take(400)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        eprintln!("  {h:?}");
+    }
+}
+
+/// A random pop: Damselfly pops; Redis removes exactly what Damselfly popped.
+fn pop(cmd: &[String], remove: &str, card: &str, redis: &mut Raw, ours: &mut Raw, label: &str) {
+    let mine = ours.cmd(cmd);
+    let node = parse(&mine);
+    let popped = bulks(&node);
+    let empty = node.kind() == b'-'
+        || popped.is_empty()
+        || node.head.starts_with(b"$-1")
+        || node.kind() == b'_';
+    if empty {
+        let theirs = redis.cmd(cmd);
+        assert_eq!(show(&mine), show(&theirs), "{label}: {cmd:?}");
+        return;
+    }
+    let size = redis.cmd(&[card, cmd[1].as_str()]);
+    let size: usize = show(&size[1..]).trim().parse().unwrap_or(0);
+    let wanted = cmd
+        .get(2)
+        .and_then(|c| c.parse::<usize>().ok())
+        .map_or(1, |c| c.min(size));
+    assert_eq!(
+        popped.len(),
+        wanted,
+        "{label}: {cmd:?} popped {popped:?} from {size}"
+    );
+    let mut rm: Vec<Vec<u8>> = vec![remove.as_bytes().to_vec(), cmd[1].as_bytes().to_vec()];
+    rm.extend(popped.iter().cloned());
+    let removed = redis.cmd(&rm);
+    assert_eq!(
+        show(&removed),
+        format!(":{}\r\n", popped.len()),
+        "{label}: {cmd:?} popped {popped:?}, not all of them distinct members"
+    );
+}
+
+/// Iterates a scan command to the end; returns every item (or pair), sorted and deduplicated.
+fn scan_all(cmd: &[String], pairs: bool, c: &mut Raw) -> Vec<Vec<Vec<u8>>> {
+    let mut cmd = cmd.to_vec();
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        let reply = parse(&c.cmd(&cmd));
+        if reply.kind() == b'-' || reply.items.len() != 2 {
+            return vec![vec![reply.head]];
+        }
+        let cursor = bulks(&reply.items[0]).concat();
+        let items = bulks(&reply.items[1]);
+        if pairs {
+            out.extend(items.chunks(2).map(|p| p.to_vec()));
+        } else {
+            out.extend(items.into_iter().map(|i| vec![i]));
+        }
+        if cursor == b"0" {
+            break;
+        }
+        cmd[2] = String::from_utf8_lossy(&cursor).into_owned();
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Encodes a node back to bytes (for messages).
+pub fn encoded(n: &Node) -> Vec<u8> {
+    let mut out = Vec::new();
+    n.encode(&mut out);
+    out
+}

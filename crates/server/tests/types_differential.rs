@@ -1,0 +1,350 @@
+//! Differential tests of the data-type families against Debian's redis-server: for each
+//! family a seeded random stream of 20,000 commands (14,000 in RESP2, 6,000 in RESP3) with
+//! wrong types, wrong arity, bad numbers, out-of-range indexes and empty results, over keys on
+//! both of Damselfly's shards (so multi-key commands cross shards). Replies are compared by
+//! `common::diff`'s rules.
+
+mod common;
+
+use common::diff::{run, Check, Family};
+use common::{Backend, Raw, Server};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+const RESP2: usize = 14_000;
+const RESP3: usize = 6_000;
+
+/// What every family's generator shares: the random source and argument pickers.
+struct Pick {
+    rng: StdRng,
+}
+
+impl Pick {
+    fn one<'a>(&mut self, options: &[&'a str]) -> &'a str {
+        options.choose(&mut self.rng).copied().unwrap_or("")
+    }
+
+    /// A key of this family (several shards, a hash-tagged pair), a string key, or a missing one.
+    fn key(&mut self, prefix: &str) -> String {
+        match self.rng.gen_range(0..20) {
+            0 => "str".into(),
+            1 => "nosuch".into(),
+            2..=4 => format!("{{t}}{prefix}{}", self.rng.gen_range(0..3)),
+            _ => format!("{prefix}{}", self.rng.gen_range(0..6)),
+        }
+    }
+
+    fn keys(&mut self, prefix: &str, max: usize) -> Vec<String> {
+        (0..self.rng.gen_range(1..=max))
+            .map(|_| self.key(prefix))
+            .collect()
+    }
+
+    fn int(&mut self) -> String {
+        match self.rng.gen_range(0..14) {
+            0 => "abc".into(),
+            1 => "9223372036854775807".into(),
+            2 => "-9223372036854775808".into(),
+            3 => "1.5".into(),
+            4 => "".into(),
+            5 => self.rng.gen_range(-200i64..200).to_string(),
+            _ => self.rng.gen_range(-8i64..12).to_string(),
+        }
+    }
+
+    fn float(&mut self) -> String {
+        self.one(&[
+            "0.1",
+            "-1.5",
+            "1e3",
+            "3.0e-2",
+            "abc",
+            "inf",
+            "-inf",
+            "-0",
+            "10",
+            "5.0e3",
+            " 1",
+            "1.7976931348623157e308",
+            "nan",
+            "7",
+            "-3",
+        ])
+        .to_string()
+    }
+
+    /// Short members mostly (compact encodings), integers (intsets), sometimes long ones.
+    fn member(&mut self) -> String {
+        match self.rng.gen_range(0..12) {
+            0 => "x".repeat(self.rng.gen_range(60..80)),
+            1..=4 => self.rng.gen_range(-5i64..40).to_string(),
+            5 => String::new(),
+            _ => format!("m{}", self.rng.gen_range(0..40)),
+        }
+    }
+
+    fn members(&mut self, max: usize) -> Vec<String> {
+        (0..self.rng.gen_range(1..=max))
+            .map(|_| self.member())
+            .collect()
+    }
+
+    fn chance(&mut self, n: u32) -> bool {
+        self.rng.gen_ratio(1, n)
+    }
+}
+
+fn cmd(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+fn with(mut head: Vec<String>, tail: Vec<String>) -> Vec<String> {
+    head.extend(tail);
+    head
+}
+
+struct Hashes(Pick);
+
+impl Family for Hashes {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let k = p.key("h");
+        let f = p.member();
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        match p.rng.gen_range(0..100) {
+            0..=19 => {
+                let name = p.one(&["HSET", "HSET", "HMSET"]);
+                let mut c = cmd(&[name, &k]);
+                for _ in 0..p.rng.gen_range(1..5) {
+                    c.push(p.member());
+                    c.push(p.member());
+                }
+                if p.chance(15) {
+                    c.pop();
+                }
+                exact(c)
+            }
+            20..=22 => exact(cmd(&["HSETNX", &k, &f, &p.member()])),
+            23..=32 => exact(cmd(&["HGET", &k, &f])),
+            33..=36 => exact(with(cmd(&["HMGET", &k]), p.members(4))),
+            37..=44 => exact(with(cmd(&["HDEL", &k]), p.members(3))),
+            45..=47 => exact(cmd(&["HEXISTS", &k, &f])),
+            48..=50 => exact(cmd(&["HLEN", &k])),
+            51..=52 => exact(cmd(&["HSTRLEN", &k, &f])),
+            53..=54 => (cmd(&["HKEYS", &k]), Check::Unordered),
+            55..=56 => (cmd(&["HVALS", &k]), Check::Unordered),
+            57..=60 => (cmd(&["HGETALL", &k]), Check::UnorderedPairs),
+            61..=66 => exact(cmd(&[
+                "HINCRBY",
+                &k,
+                &p.one(&["a", "b", "m1", "m2"]).to_string(),
+                &p.int(),
+            ])),
+            67..=70 => exact(cmd(&[
+                "HINCRBYFLOAT",
+                &k,
+                &p.one(&["a", "c", "m3"]).to_string(),
+                &p.float(),
+            ])),
+            71..=74 => {
+                let mut c = cmd(&["HRANDFIELD", &k]);
+                match p.rng.gen_range(0..5) {
+                    0 => {}
+                    1 => c.push(p.int()),
+                    2 => c.extend([p.int(), "WITHVALUES".into()]),
+                    3 => c.extend([p.int(), "BOGUS".into()]),
+                    _ => c.extend(["3".into(), "WITHVALUES".into(), "x".into()]),
+                }
+                (c, Check::Shape)
+            }
+            75..=77 => {
+                let mut c = cmd(&["HSCAN", &k, "0"]);
+                if p.chance(2) {
+                    c.extend(["MATCH".into(), p.one(&["m1*", "*", "?"]).into()]);
+                }
+                if p.chance(2) {
+                    c.extend(["COUNT".into(), p.rng.gen_range(1..20).to_string()]);
+                }
+                if p.chance(10) {
+                    c.push("COUNT".into());
+                }
+                (c, Check::Scan { pairs: true })
+            }
+            78 => exact(cmd(&["HSCAN", &k, p.one(&["x", "1x", " 1"])])),
+            79 => exact(cmd(&[
+                p.one(&["HGET", "HSET", "HDEL", "HLEN", "HINCRBY", "HMGET", "HSETNX"]),
+                &k,
+            ])),
+            80..=81 => exact(cmd(&["TYPE", &k])),
+            82..=83 => exact(cmd(&["OBJECT", "ENCODING", &k])),
+            84 => exact(cmd(&["DEL", &k])),
+            85 => exact(cmd(&["EXISTS", &k])),
+            86 => exact(cmd(&[
+                "HSET",
+                &k,
+                &"v".repeat(p.rng.gen_range(60..70)),
+                "x",
+            ])),
+            87 => {
+                // Grow past the listpack entry limit in one go.
+                let mut c = cmd(&["HSET", &k]);
+                for i in 0..p.rng.gen_range(100..140) {
+                    c.push(format!("bulk{i}"));
+                    c.push(i.to_string());
+                }
+                exact(c)
+            }
+            88 => exact(cmd(&["GET", &k])),
+            _ => exact(cmd(&["HGET", &k, &f])),
+        }
+    }
+}
+
+struct Sets(Pick);
+
+impl Family for Sets {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let k = p.key("s");
+        let m = p.member();
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        match p.rng.gen_range(0..100) {
+            0..=21 => exact(with(cmd(&["SADD", &k]), p.members(5))),
+            22..=29 => exact(with(cmd(&["SREM", &k]), p.members(3))),
+            30..=34 => exact(cmd(&["SISMEMBER", &k, &m])),
+            35..=37 => exact(with(cmd(&["SMISMEMBER", &k]), p.members(4))),
+            38..=41 => (cmd(&["SMEMBERS", &k]), Check::Unordered),
+            42..=44 => exact(cmd(&["SCARD", &k])),
+            45..=48 => {
+                let mut c = cmd(&["SPOP", &k]);
+                match p.rng.gen_range(0..6) {
+                    0 => {}
+                    1 => c.push(p.int()),
+                    2 => c.extend(["1".into(), "2".into()]),
+                    _ => c.push(p.rng.gen_range(0..6).to_string()),
+                }
+                (
+                    c,
+                    Check::Pop {
+                        remove: "SREM",
+                        card: "SCARD",
+                    },
+                )
+            }
+            49..=52 => {
+                let mut c = cmd(&["SRANDMEMBER", &k]);
+                match p.rng.gen_range(0..4) {
+                    0 => {}
+                    1 => c.push(p.int()),
+                    2 => c.extend(["1".into(), "2".into()]),
+                    _ => c.push(p.rng.gen_range(-6..30).to_string()),
+                }
+                (c, Check::Shape)
+            }
+            53..=57 => exact(cmd(&["SMOVE", &k, &p.key("s"), &m])),
+            58..=62 => {
+                let name = p.one(&["SINTER", "SUNION", "SDIFF"]);
+                (with(cmd(&[name]), p.keys("s", 4)), Check::Unordered)
+            }
+            63..=70 => {
+                let name = p.one(&["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]);
+                exact(with(cmd(&[name, &k]), p.keys("s", 3)))
+            }
+            71..=74 => {
+                let keys = p.keys("s", 3);
+                let n = if p.chance(8) {
+                    p.int()
+                } else {
+                    keys.len().to_string()
+                };
+                let mut c = with(cmd(&["SINTERCARD", &n]), keys);
+                match p.rng.gen_range(0..6) {
+                    0 => c.extend(["LIMIT".into(), p.int()]),
+                    1 => c.push("LIMIT".into()),
+                    2 => c.push("BOGUS".into()),
+                    _ => {}
+                }
+                exact(c)
+            }
+            75..=77 => {
+                let mut c = cmd(&["SSCAN", &k, "0"]);
+                if p.chance(2) {
+                    c.extend(["MATCH".into(), p.one(&["m1*", "*", "1?"]).into()]);
+                }
+                if p.chance(2) {
+                    c.extend(["COUNT".into(), p.rng.gen_range(1..20).to_string()]);
+                }
+                (c, Check::Scan { pairs: false })
+            }
+            78 => exact(cmd(&[
+                p.one(&["SADD", "SREM", "SCARD", "SMOVE", "SINTERCARD", "SISMEMBER"]),
+                &k,
+            ])),
+            79..=80 => exact(cmd(&["TYPE", &k])),
+            81..=83 => exact(cmd(&["OBJECT", "ENCODING", &k])),
+            84 => exact(cmd(&["DEL", &k])),
+            85 => {
+                // Grow past the intset limit.
+                let mut c = cmd(&["SADD", &k]);
+                c.extend((0..p.rng.gen_range(500..530)).map(|i| i.to_string()));
+                exact(c)
+            }
+            86 => exact(cmd(&["SADD", &k, &"y".repeat(70)])),
+            _ => exact(cmd(&["SCARD", &k])),
+        }
+    }
+}
+
+/// Runs one family on a fresh pair of servers, RESP2 then RESP3.
+fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
+    let redis_server = Server::redis();
+    let ours_server = Server::start(b, &[]);
+    let mut redis = redis_server.raw();
+    let mut ours = ours_server.raw();
+    for c in [&mut redis, &mut ours] {
+        // redis.conf's value (Redis's built-in default is 512); Damselfly defaults to 128.
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "hash-max-listpack-entries", "128"]),
+            b"+OK\r\n"
+        );
+        assert_eq!(c.cmd(&["SET", "str", "text"]), b"+OK\r\n");
+        for setup in seed_keys {
+            c.cmd(setup);
+        }
+    }
+    run(family, &mut redis, &mut ours, RESP2, "RESP2");
+    for c in [&mut redis, &mut ours] {
+        assert!(c.cmd(&["HELLO", "3"]).starts_with(b"%7"));
+    }
+    run(family, &mut redis, &mut ours, RESP3, "RESP3");
+    final_state_matches(&mut redis, &mut ours);
+}
+
+/// Every key's type and size agree at the end.
+fn final_state_matches(redis: &mut Raw, ours: &mut Raw) {
+    let keys = common::diff::parse(&redis.cmd(&["KEYS", "*"]));
+    let ours_keys = common::diff::parse(&ours.cmd(&["KEYS", "*"]));
+    assert_eq!(keys.items.len(), ours_keys.items.len(), "key counts differ");
+    for k in keys.items {
+        let key = String::from_utf8_lossy(&k.body[..k.body.len() - 2]).into_owned();
+        let t = redis.cmd(&["TYPE", &key]);
+        assert_eq!(ours.cmd(&["TYPE", &key]), t, "type of {key}");
+    }
+}
+
+fn pick(seed: u64) -> Pick {
+    Pick {
+        rng: StdRng::seed_from_u64(seed),
+    }
+}
+
+fn hashes_match_redis(b: Backend) {
+    differential(b, &mut Hashes(pick(0x4a54)), &[&["SADD", "s0", "a"]]);
+}
+
+fn sets_match_redis(b: Backend) {
+    differential(b, &mut Sets(pick(0x5e75)), &[&["HSET", "h0", "a", "1"]]);
+}
+
+backend_tests!(hashes_match_redis, sets_match_redis);
