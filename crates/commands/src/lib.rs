@@ -9,6 +9,7 @@ pub mod ctx;
 pub mod errors;
 pub mod hash_family;
 pub mod keys_family;
+pub mod list_family;
 mod long_double;
 pub mod scan_args;
 pub mod server_family;

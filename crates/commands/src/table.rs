@@ -3,8 +3,8 @@
 //! one table, so they cannot disagree.
 
 use crate::{
-    args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys, server_family as server,
-    set_family as sets, string_family as strings,
+    args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys, list_family as lists,
+    server_family as server, set_family as sets, string_family as strings,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -353,6 +353,24 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("sdiffstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the difference of multiple sets in a key.", Keys(Merge::Gather), S(sets::sdiffstore)),
     cmd!(numkeys 1; "sintercard", -3, READONLY, NO_KEYS, "@read @set @slow", "set", "7.0.0", "Returns the number of members of the intersect of multiple sets.", Keys(Merge::Gather), S(sets::sintercard)),
     cmd!("sscan", -3, READONLY, ONE_KEY, "@read @set @slow", "set", "2.8.0", "Iterates over members of a set.", Key, S(sets::sscan)),
+    // lists
+    cmd!("lpush", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", Key, S(lists::lpush)),
+    cmd!("rpush", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Appends one or more elements to a list. Creates the key if it doesn't exist.", Key, S(lists::rpush)),
+    cmd!("lpushx", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "2.2.0", "Prepends one or more elements to a list only when the list exists.", Key, S(lists::lpushx)),
+    cmd!("rpushx", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "2.2.0", "Appends an element to a list only when the list exists.", Key, S(lists::rpushx)),
+    cmd!("lpop", -2, WRITE | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", Key, S(lists::lpop)),
+    cmd!("rpop", -2, WRITE | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.", Key, S(lists::rpop)),
+    cmd!("llen", 2, READONLY | FAST, ONE_KEY, "@read @list @fast", "list", "1.0.0", "Returns the length of a list.", Key, S(lists::llen)),
+    cmd!("lindex", 3, READONLY, ONE_KEY, "@read @list @slow", "list", "1.0.0", "Returns an element from a list by its index.", Key, S(lists::lindex)),
+    cmd!("lset", 4, WRITE | DENYOOM, ONE_KEY, "@write @list @slow", "list", "1.0.0", "Sets the value of an element in a list by its index.", Key, S(lists::lset)),
+    cmd!("lrange", 4, READONLY, ONE_KEY, "@read @list @slow", "list", "1.0.0", "Returns a range of elements from a list.", Key, S(lists::lrange)),
+    cmd!("ltrim", 4, WRITE, ONE_KEY, "@write @list @slow", "list", "1.0.0", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", Key, S(lists::ltrim)),
+    cmd!("linsert", 5, WRITE | DENYOOM, ONE_KEY, "@write @list @slow", "list", "2.2.0", "Inserts an element before or after another element in a list.", Key, S(lists::linsert)),
+    cmd!("lrem", 4, WRITE, ONE_KEY, "@write @list @slow", "list", "1.0.0", "Removes elements from a list. Deletes the list if the last element was removed.", Key, S(lists::lrem)),
+    cmd!("lpos", -3, READONLY, ONE_KEY, "@read @list @slow", "list", "6.0.6", "Returns the index of matching elements in a list.", Key, S(lists::lpos)),
+    cmd!("lmove", 5, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(lists::lmove)),
+    cmd!("rpoplpush", 3, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::rpoplpush)),
+    cmd!(numkeys 1; "lmpop", -4, WRITE, NO_KEYS, "@write @list @slow", "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::lmpop)),
 ];
 
 /// Finds a command by name, case-insensitively. Returns its index in [`COMMANDS`].

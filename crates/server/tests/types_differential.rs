@@ -296,6 +296,117 @@ impl Family for Sets {
     }
 }
 
+struct Lists(Pick);
+
+impl Family for Lists {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let k = p.key("l");
+        let e = p.member();
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        let end = |p: &mut Pick| p.one(&["LEFT", "RIGHT", "left", "UP"]).to_string();
+        exact(match p.rng.gen_range(0..100) {
+            0..=13 => with(cmd(&[p.one(&["LPUSH", "RPUSH"]), &k]), p.members(5)),
+            14..=16 => with(cmd(&[p.one(&["LPUSHX", "RPUSHX"]), &k]), p.members(3)),
+            17..=26 => {
+                let mut c = cmd(&[p.one(&["LPOP", "RPOP"]), &k]);
+                match p.rng.gen_range(0..5) {
+                    0 => c.push(p.int()),
+                    1 => c.push(p.rng.gen_range(0..5).to_string()),
+                    2 if p.chance(4) => c.extend(["1".into(), "2".into()]),
+                    _ => {}
+                }
+                c
+            }
+            27..=29 => cmd(&["LLEN", &k]),
+            30..=35 => cmd(&["LRANGE", &k, &p.int(), &p.int()]),
+            36..=39 => {
+                let (a, b) = (
+                    p.rng.gen_range(-12..12).to_string(),
+                    p.rng.gen_range(-12..12).to_string(),
+                );
+                cmd(&["LRANGE", &k, &a, &b])
+            }
+            40..=43 => cmd(&["LINDEX", &k, &p.int()]),
+            44..=46 => cmd(&["LSET", &k, &p.int(), &e]),
+            47..=49 => {
+                let (a, b) = (
+                    p.rng.gen_range(-8..8).to_string(),
+                    p.rng.gen_range(-8..12).to_string(),
+                );
+                cmd(&["LTRIM", &k, &a, &b])
+            }
+            50..=54 => {
+                let pivot = p.member();
+                cmd(&[
+                    "LINSERT",
+                    &k,
+                    p.one(&["BEFORE", "AFTER", "after", "middle"]),
+                    &pivot,
+                    &e,
+                ])
+            }
+            55..=59 => {
+                let n = p.rng.gen_range(-3..4).to_string();
+                cmd(&["LREM", &k, &n, &e])
+            }
+            60..=65 => {
+                let mut c = cmd(&["LPOS", &k, &e]);
+                for _ in 0..p.rng.gen_range(0..3) {
+                    let opt = p.one(&["RANK", "COUNT", "MAXLEN", "BOGUS"]).to_string();
+                    let v = if p.chance(5) {
+                        p.int()
+                    } else {
+                        p.rng.gen_range(-3..5).to_string()
+                    };
+                    c.extend([opt, v]);
+                }
+                if p.chance(20) {
+                    c.push("RANK".into());
+                }
+                c
+            }
+            66..=72 => {
+                let (from, to) = (end(p), end(p));
+                cmd(&["LMOVE", &k, &p.key("l"), &from, &to])
+            }
+            73..=76 => cmd(&["RPOPLPUSH", &k, &p.key("l")]),
+            77..=82 => {
+                let keys = p.keys("l", 3);
+                let n = if p.chance(8) {
+                    p.int()
+                } else {
+                    keys.len().to_string()
+                };
+                let mut c = with(cmd(&["LMPOP", &n]), keys);
+                c.push(end(p));
+                match p.rng.gen_range(0..5) {
+                    0 => c.extend(["COUNT".into(), p.int()]),
+                    1 => c.extend(["COUNT".into(), p.rng.gen_range(1..4).to_string()]),
+                    2 if p.chance(3) => c.push("COUNT".into()),
+                    _ => {}
+                }
+                c
+            }
+            83 => cmd(&[
+                p.one(&[
+                    "LPUSH", "LPOP", "LRANGE", "LSET", "LINSERT", "LMOVE", "LMPOP", "LPOS", "LREM",
+                ]),
+                &k,
+            ]),
+            84..=85 => cmd(&["TYPE", &k]),
+            86..=87 => cmd(&["OBJECT", "ENCODING", &k]),
+            88 => cmd(&["DEL", &k]),
+            89 => {
+                let mut c = cmd(&["RPUSH", &k]);
+                c.extend((0..p.rng.gen_range(100..300)).map(|i| format!("bulk-element-{i}")));
+                c
+            }
+            _ => cmd(&["LRANGE", &k, "0", "-1"]),
+        })
+    }
+}
+
 /// Runs one family on a fresh pair of servers, RESP2 then RESP3.
 fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
     let redis_server = Server::redis();
@@ -347,4 +458,8 @@ fn sets_match_redis(b: Backend) {
     differential(b, &mut Sets(pick(0x5e75)), &[&["HSET", "h0", "a", "1"]]);
 }
 
-backend_tests!(hashes_match_redis, sets_match_redis);
+fn lists_match_redis(b: Backend) {
+    differential(b, &mut Lists(pick(0x1157)), &[&["SADD", "l0", "a"]]);
+}
+
+backend_tests!(hashes_match_redis, sets_match_redis, lists_match_redis);
