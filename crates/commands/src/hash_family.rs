@@ -325,7 +325,8 @@ pub fn hscan(ctx: &mut ExecCtx, args: &Args) {
                 Ok(o) => o,
                 Err(e) => return r.error(e),
             };
-            let (next, items): (u64, Vec<(&[u8], &[u8])>) = match h.dict() {
+            type Pairs<'a> = Vec<(&'a [u8], &'a [u8])>;
+            let (next, items): (u64, Pairs) = match h.dict() {
                 None => (0, h.iter().collect()),
                 Some(d) => {
                     let (next, range) = d.scan(cursor, opts.count);

@@ -135,7 +135,7 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
             }
             Some(n) if n >= s.len() as u64 => {
                 reply_members(s, r);
-                *s = Box::default();
+                **s = Set::default();
             }
             Some(n) => {
                 r.set(n as usize);

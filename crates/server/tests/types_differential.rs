@@ -138,13 +138,13 @@ impl Family for Hashes {
             61..=66 => exact(cmd(&[
                 "HINCRBY",
                 &k,
-                &p.one(&["a", "b", "m1", "m2"]).to_string(),
+                p.one(&["a", "b", "m1", "m2"]),
                 &p.int(),
             ])),
             67..=70 => exact(cmd(&[
                 "HINCRBYFLOAT",
                 &k,
-                &p.one(&["a", "c", "m3"]).to_string(),
+                p.one(&["a", "c", "m3"]),
                 &p.float(),
             ])),
             71..=74 => {

@@ -129,6 +129,10 @@ impl Tree {
         self.size(self.root)
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.root == NIL
+    }
+
     pub fn score(&self, member: &[u8]) -> Option<f64> {
         self.find(member).map(|i| self.nodes[i as usize].score)
     }
