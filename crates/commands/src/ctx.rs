@@ -2,7 +2,7 @@
 //! command's clock reading and the reply being written.
 
 use damselfly_protocol::ReplyBuf;
-use damselfly_storage::{EncodingLimits, Entry, Kind, Shard, Value};
+use damselfly_storage::{Collection, EncodingLimits, Entry, Kind, Shard, Value};
 
 use crate::errors;
 
@@ -21,9 +21,7 @@ pub struct ExecCtx<'a> {
 impl<'a> ExecCtx<'a> {
     /// Looks a key up for reading, counting keyspace hits and misses like Redis.
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
-        let found = self.shard.exists(self.db, key, self.now);
-        self.shard.stats.count_lookup(found);
-        self.shard.dbs[self.db].table.get(key)
+        self.shard.get_counted(self.db, key, self.now)
     }
 
     /// Looks a key up for writing (lazy expiry, no hit/miss counting).
@@ -31,22 +29,83 @@ impl<'a> ExecCtx<'a> {
         self.shard.get(self.db, key, self.now)
     }
 
-    /// Looks a key up for reading and checks its type. Returns the value (None when missing)
-    /// with the reply, or None after writing WRONGTYPE.
-    pub fn read(&mut self, key: &[u8], kind: Kind) -> Option<(Option<&Value>, &mut ReplyBuf)> {
-        let found = self.shard.exists(self.db, key, self.now);
-        self.shard.stats.count_lookup(found);
-        let value = self.shard.dbs[self.db].table.get(key).map(|e| &e.value);
+    /// Reads the collection of type `T` under `key`: `found` writes the reply when it exists,
+    /// `missing` when it does not; another type gets WRONGTYPE.
+    pub fn read_as<T: Collection>(
+        &mut self,
+        key: &[u8],
+        missing: impl FnOnce(&mut ReplyBuf),
+        found: impl FnOnce(&T, &mut ReplyBuf),
+    ) {
+        let value = self
+            .shard
+            .get_counted(self.db, key, self.now)
+            .map(|e| &e.value);
         match value {
-            Some(v) if v.kind() != kind => {
-                self.reply.error(errors::WRONGTYPE);
-                None
-            }
-            v => Some((v, &mut *self.reply)),
+            None => missing(self.reply),
+            Some(v) => match T::of(v) {
+                Some(c) => found(c, self.reply),
+                None => self.reply.error(errors::WRONGTYPE),
+            },
         }
     }
 
-    /// Checks the type of a key about to be written: Some(exists), or None after WRONGTYPE.
+    /// Edits the collection of type `T` under `key` with one table lookup, keeping memory
+    /// accounting and WATCH versions right, and deletes the key if it became empty.
+    /// `Ok(None)` when the key is missing; `Err(())` after writing WRONGTYPE.
+    pub fn write_as<T: Collection, R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(&mut T, &mut ReplyBuf, &EncodingLimits) -> R,
+    ) -> Result<Option<R>, ()> {
+        let limits = self.shard.limits;
+        let reply = &mut *self.reply;
+        let done = self
+            .shard
+            .update_kind(self.db, key, self.now, T::KIND, |e| {
+                let r = T::of_mut(&mut e.value).map(|c| f(c, reply, &limits));
+                (r, e.value.is_empty_collection())
+            });
+        match done {
+            Err(_) => {
+                self.reply.error(errors::WRONGTYPE);
+                Err(())
+            }
+            Ok(None) => Ok(None),
+            Ok(Some((r, empty))) => {
+                if empty {
+                    self.shard.remove(self.db, key);
+                }
+                Ok(r)
+            }
+        }
+    }
+
+    /// [`ExecCtx::write_as`], creating an empty collection first when the key is missing.
+    /// None after WRONGTYPE.
+    pub fn write_or_create<T: Collection, R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(&mut T, &mut ReplyBuf, &EncodingLimits) -> R,
+    ) -> Option<R> {
+        let limits = self.shard.limits;
+        let mut f = Some(f);
+        let mut run =
+            |c: &mut T, r: &mut ReplyBuf, l: &EncodingLimits| f.take().map(|f| f(c, r, l));
+        match self.write_as(key, &mut run) {
+            Err(()) => None,
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                let mut c = T::default();
+                let r = run(&mut c, self.reply, &limits);
+                self.store(key, c.into_value());
+                r
+            }
+        }
+    }
+
+    /// The type of a key about to be written: Some(exists), or None after WRONGTYPE when it
+    /// holds another kind than `kind` (multi-key commands check every key before changing any).
     pub fn check_write(&mut self, key: &[u8], kind: Kind) -> Option<bool> {
         match self
             .shard
@@ -60,25 +119,6 @@ impl<'a> ExecCtx<'a> {
                 None
             }
         }
-    }
-
-    /// Edits the existing value under `key` (type already checked), keeping memory accounting
-    /// and WATCH versions right, and deletes the key if it became an empty collection.
-    pub fn modify<R>(
-        &mut self,
-        key: &[u8],
-        f: impl FnOnce(&mut Value, &mut ReplyBuf, &EncodingLimits) -> R,
-    ) -> Option<R> {
-        let limits = self.shard.limits;
-        let reply = &mut *self.reply;
-        let (r, empty) = self.shard.update(self.db, key, self.now, |e| {
-            let r = f(&mut e.value, reply, &limits);
-            (r, e.value.is_empty_collection())
-        })?;
-        if empty {
-            self.shard.remove(self.db, key);
-        }
-        Some(r)
     }
 
     /// Stores a new value without a TTL (replacing whatever was there), unless it is an empty

@@ -3,7 +3,7 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
-use damselfly_storage::{Hash, Kind, Value};
+use damselfly_storage::{Hash, Value};
 use rand::seq::index::sample;
 use rand::Rng;
 
@@ -13,13 +13,7 @@ use crate::{errors, Args, ExecCtx};
 
 /// Sets field/value pairs from argument 2 on, creating the hash; returns how many were new.
 fn set_pairs(ctx: &mut ExecCtx, args: &Args, only_new: bool) -> Option<i64> {
-    let key = args.get(1);
-    let exists = ctx.check_write(key, Kind::Hash)?;
-    if !exists {
-        ctx.shard.set(ctx.db, key, Value::Hash(Box::default()), 0);
-    }
-    ctx.modify(key, |v, _, limits| {
-        let Value::Hash(h) = v else { return 0 };
+    ctx.write_or_create(args.get(1), |h: &mut Hash, _, limits| {
         let mut added = 0;
         for i in (2..args.len()).step_by(2) {
             if only_new && h.contains(args.get(i)) {
@@ -52,22 +46,8 @@ pub fn hsetnx(ctx: &mut ExecCtx, args: &Args) {
     }
 }
 
-/// Runs `f` on the hash for reading, or `missing` when there is none; WRONGTYPE handled.
-fn read_hash(
-    ctx: &mut ExecCtx,
-    key: &[u8],
-    missing: impl FnOnce(&mut ReplyBuf),
-    f: impl FnOnce(&Hash, &mut ReplyBuf),
-) {
-    match ctx.read(key, Kind::Hash) {
-        Some((Some(Value::Hash(h)), reply)) => f(h, reply),
-        Some((_, reply)) => missing(reply),
-        None => {}
-    }
-}
-
 pub fn hget(ctx: &mut ExecCtx, args: &Args) {
-    read_hash(ctx, args.get(1), ReplyBuf::null, |h, r| {
+    ctx.read_as::<Hash>(args.get(1), ReplyBuf::null, |h, r| {
         match h.get(args.get(2)) {
             Some(v) => r.bulk(v),
             None => r.null(),
@@ -77,8 +57,7 @@ pub fn hget(ctx: &mut ExecCtx, args: &Args) {
 
 pub fn hmget(ctx: &mut ExecCtx, args: &Args) {
     let fields = || args.iter().skip(2);
-    read_hash(
-        ctx,
+    ctx.read_as::<Hash>(
         args.get(1),
         |r| {
             r.array(args.len() - 2);
@@ -97,23 +76,16 @@ pub fn hmget(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn hdel(ctx: &mut ExecCtx, args: &Args) {
-    let key = args.get(1);
-    match ctx.check_write(key, Kind::Hash) {
-        None => {}
-        Some(false) => ctx.reply.int(0),
-        Some(true) => {
-            let n = ctx.modify(key, |v, _, _| {
-                let Value::Hash(h) = v else { return 0 };
-                args.iter().skip(2).filter(|f| h.remove(f)).count() as i64
-            });
-            ctx.reply.int(n.unwrap_or(0));
-        }
+    let removed = ctx.write_as(args.get(1), |h: &mut Hash, _, _| {
+        args.iter().skip(2).filter(|f| h.remove(f)).count() as i64
+    });
+    if let Ok(n) = removed {
+        ctx.reply.int(n.unwrap_or(0));
     }
 }
 
 pub fn hexists(ctx: &mut ExecCtx, args: &Args) {
-    read_hash(
-        ctx,
+    ctx.read_as::<Hash>(
         args.get(1),
         |r| r.int(0),
         |h, r| r.int(i64::from(h.contains(args.get(2)))),
@@ -121,12 +93,11 @@ pub fn hexists(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn hlen(ctx: &mut ExecCtx, args: &Args) {
-    read_hash(ctx, args.get(1), |r| r.int(0), |h, r| r.int(h.len() as i64));
+    ctx.read_as::<Hash>(args.get(1), |r| r.int(0), |h, r| r.int(h.len() as i64));
 }
 
 pub fn hstrlen(ctx: &mut ExecCtx, args: &Args) {
-    read_hash(
-        ctx,
+    ctx.read_as::<Hash>(
         args.get(1),
         |r| r.int(0),
         |h, r| r.int(h.get(args.get(2)).map_or(0, <[u8]>::len) as i64),
@@ -141,8 +112,7 @@ enum Parts {
 }
 
 fn get_all(ctx: &mut ExecCtx, args: &Args, parts: Parts) {
-    read_hash(
-        ctx,
+    ctx.read_as::<Hash>(
         args.get(1),
         |r| {
             if parts == Parts::Both {
@@ -180,22 +150,20 @@ pub fn hgetall(ctx: &mut ExecCtx, args: &Args) {
     get_all(ctx, args, Parts::Both);
 }
 
-/// Stores `text` as the field's new value (the key exists or is created here).
-fn store_field(ctx: &mut ExecCtx, key: &[u8], exists: bool, field: &[u8], text: &[u8]) {
-    if !exists {
-        ctx.shard.set(ctx.db, key, Value::Hash(Box::default()), 0);
-    }
-    ctx.modify(key, |v, _, limits| {
-        if let Value::Hash(h) = v {
-            h.set(field, text, limits);
-        }
-    });
+/// Stores `text` as the field's new value, creating the hash if needed.
+fn store_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8], text: &[u8]) {
+    ctx.write_or_create(key, |h: &mut Hash, _, limits| h.set(field, text, limits));
 }
 
-fn current_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8]) -> Option<Vec<u8>> {
+/// The field's current value: Err(()) after WRONGTYPE.
+fn current_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, ()> {
     match ctx.lookup_write(key).map(|e| &e.value) {
-        Some(Value::Hash(h)) => h.get(field).map(<[u8]>::to_vec),
-        _ => None,
+        None => Ok(None),
+        Some(Value::Hash(h)) => Ok(h.get(field).map(<[u8]>::to_vec)),
+        Some(_) => {
+            ctx.wrongtype();
+            Err(())
+        }
     }
 }
 
@@ -204,10 +172,10 @@ pub fn hincrby(ctx: &mut ExecCtx, args: &Args) {
         return ctx.error(errors::NOT_INT);
     };
     let (key, field) = (args.get(1), args.get(2));
-    let Some(exists) = ctx.check_write(key, Kind::Hash) else {
+    let Ok(current) = current_field(ctx, key, field) else {
         return;
     };
-    let old = match current_field(ctx, key, field) {
+    let old = match current {
         None => 0,
         Some(text) => match parse_i64(&text) {
             Some(v) => v,
@@ -217,7 +185,7 @@ pub fn hincrby(ctx: &mut ExecCtx, args: &Args) {
     let Some(new) = old.checked_add(incr) else {
         return ctx.error(errors::OVERFLOW);
     };
-    store_field(ctx, key, exists, field, new.to_string().as_bytes());
+    store_field(ctx, key, field, new.to_string().as_bytes());
     ctx.reply.int(new);
 }
 
@@ -228,13 +196,12 @@ pub fn hincrbyfloat(ctx: &mut ExecCtx, args: &Args) {
         Ok(_) => {}
     }
     let (key, field) = (args.get(1), args.get(2));
-    let Some(exists) = ctx.check_write(key, Kind::Hash) else {
+    let Ok(old) = current_field(ctx, key, field) else {
         return;
     };
-    let old = current_field(ctx, key, field);
     match incr_by_float(old.as_deref(), args.get(3)) {
         Ok(text) => {
-            store_field(ctx, key, exists, field, &text);
+            store_field(ctx, key, field, &text);
             ctx.reply.bulk(&text);
         }
         Err(IncrFloatError::ValueNotFloat) => ctx.error("ERR hash value is not a float"),
@@ -258,7 +225,7 @@ pub fn parse_rand_count(raw: &[u8], with_values: bool) -> Result<i64, &'static s
 
 pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
     if args.len() == 2 {
-        return read_hash(ctx, args.get(1), ReplyBuf::null, |h, r| {
+        return ctx.read_as::<Hash>(args.get(1), ReplyBuf::null, |h, r| {
             let i = rand::thread_rng().gen_range(0..h.len());
             r.bulk(h.at(i).0);
         });
@@ -272,8 +239,7 @@ pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
         return ctx.error(errors::SYNTAX);
     }
     let resp3 = ctx.reply.resp3;
-    read_hash(
-        ctx,
+    ctx.read_as::<Hash>(
         args.get(1),
         |r| r.array(0),
         |h, r| {
@@ -316,8 +282,7 @@ pub fn hscan(ctx: &mut ExecCtx, args: &Args) {
         return ctx.error(errors::INVALID_CURSOR);
     };
     let opts = ScanArgs::parse(args, 3, false);
-    read_hash(
-        ctx,
+    ctx.read_as::<Hash>(
         args.get(1),
         |r| reply_scan::<&[u8]>(r, 0, &[]),
         |h, r| {

@@ -3,22 +3,9 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
-use damselfly_storage::{End, Kind, List, Value};
+use damselfly_storage::{EncodingLimits, End, Kind, List, Value};
 
 use crate::{errors, Args, ExecCtx};
-
-fn read_list(
-    ctx: &mut ExecCtx,
-    key: &[u8],
-    missing: impl FnOnce(&mut ReplyBuf),
-    f: impl FnOnce(&List, &mut ReplyBuf),
-) {
-    match ctx.read(key, Kind::List) {
-        Some((Some(Value::List(l)), reply)) => f(l, reply),
-        Some((_, reply)) => missing(reply),
-        None => {}
-    }
-}
 
 /// Runs `f` on the list under `key` for writing; `Ok(None)` when the key is missing,
 /// `Err(())` after WRONGTYPE.
@@ -27,39 +14,29 @@ fn write_list<R>(
     key: &[u8],
     f: impl FnOnce(&mut List, &mut ReplyBuf, i64) -> R,
 ) -> Result<Option<R>, ()> {
-    match ctx.check_write(key, Kind::List) {
-        None => Err(()),
-        Some(false) => Ok(None),
-        Some(true) => Ok(ctx
-            .modify(key, |v, r, limits| match v {
-                Value::List(l) => Some(f(l, r, limits.list_max_listpack_size)),
-                _ => None,
-            })
-            .flatten()),
-    }
+    ctx.write_as(key, |l: &mut List, r, limits| {
+        f(l, r, limits.list_max_listpack_size)
+    })
 }
 
 fn push(ctx: &mut ExecCtx, args: &Args, end: End, only_existing: bool) {
-    let key = args.get(1);
-    let Some(exists) = ctx.check_write(key, Kind::List) else {
-        return;
+    let push_all = |l: &mut List, _: &mut ReplyBuf, limits: &EncodingLimits| {
+        for e in args.iter().skip(2) {
+            l.push(end, e, limits.list_max_listpack_size);
+        }
+        l.len() as i64
     };
-    if !exists {
-        if only_existing {
-            return ctx.reply.int(0);
+    let len = if only_existing {
+        match ctx.write_as(args.get(1), push_all) {
+            Err(()) => return,
+            Ok(n) => Some(n.unwrap_or(0)),
         }
-        ctx.shard.set(ctx.db, key, Value::List(Box::default()), 0);
+    } else {
+        ctx.write_or_create(args.get(1), push_all)
+    };
+    if let Some(n) = len {
+        ctx.reply.int(n);
     }
-    let len = ctx.modify(key, |v, _, limits| match v {
-        Value::List(l) => {
-            for e in args.iter().skip(2) {
-                l.push(end, e, limits.list_max_listpack_size);
-            }
-            l.len() as i64
-        }
-        _ => 0,
-    });
-    ctx.reply.int(len.unwrap_or(0));
 }
 
 pub fn lpush(ctx: &mut ExecCtx, args: &Args) {
@@ -123,7 +100,7 @@ pub fn rpop(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn llen(ctx: &mut ExecCtx, args: &Args) {
-    read_list(ctx, args.get(1), |r| r.int(0), |l, r| r.int(l.len() as i64));
+    ctx.read_as::<List>(args.get(1), |r| r.int(0), |l, r| r.int(l.len() as i64));
 }
 
 /// A possibly negative index into a list of `len`; None when out of range.
@@ -134,7 +111,7 @@ fn resolve(index: i64, len: usize) -> Option<usize> {
 
 /// LINDEX and LSET look the key up before parsing the index, as Redis does.
 pub fn lindex(ctx: &mut ExecCtx, args: &Args) {
-    read_list(ctx, args.get(1), ReplyBuf::null, |l, r| {
+    ctx.read_as::<List>(args.get(1), ReplyBuf::null, |l, r| {
         let Some(index) = parse_i64(args.get(2)) else {
             return r.error(errors::NOT_INT);
         };
@@ -188,8 +165,7 @@ pub fn lrange(ctx: &mut ExecCtx, args: &Args) {
     let (Some(start), Some(stop)) = (parse_i64(args.get(2)), parse_i64(args.get(3))) else {
         return ctx.error(errors::NOT_INT);
     };
-    read_list(
-        ctx,
+    ctx.read_as::<List>(
         args.get(1),
         |r| r.array(0),
         |l, r| {
@@ -313,8 +289,7 @@ pub fn lpos(ctx: &mut ExecCtx, args: &Args) {
         }
         i += 2;
     }
-    read_list(
-        ctx,
+    ctx.read_as::<List>(
         args.get(1),
         |r| match count {
             Some(_) => r.array(0),

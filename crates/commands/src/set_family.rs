@@ -19,53 +19,26 @@ fn member_bulk(r: &mut ReplyBuf, m: Member) {
     }
 }
 
-fn read_set(
-    ctx: &mut ExecCtx,
-    key: &[u8],
-    missing: impl FnOnce(&mut ReplyBuf),
-    f: impl FnOnce(&Set, &mut ReplyBuf),
-) {
-    match ctx.read(key, Kind::Set) {
-        Some((Some(Value::Set(s)), reply)) => f(s, reply),
-        Some((_, reply)) => missing(reply),
-        None => {}
-    }
-}
-
 pub fn sadd(ctx: &mut ExecCtx, args: &Args) {
-    let key = args.get(1);
-    let Some(exists) = ctx.check_write(key, Kind::Set) else {
-        return;
-    };
-    if !exists {
-        let set = Set::for_member(args.get(2));
-        ctx.shard.set(ctx.db, key, Value::Set(Box::new(set)), 0);
-    }
-    let added = ctx.modify(key, |v, _, limits| {
-        let Value::Set(s) = v else { return 0 };
+    let added = ctx.write_or_create(args.get(1), |s: &mut Set, _, limits| {
         args.iter().skip(2).filter(|m| s.add(m, limits)).count() as i64
     });
-    ctx.reply.int(added.unwrap_or(0));
+    if let Some(n) = added {
+        ctx.reply.int(n);
+    }
 }
 
 pub fn srem(ctx: &mut ExecCtx, args: &Args) {
-    let key = args.get(1);
-    match ctx.check_write(key, Kind::Set) {
-        None => {}
-        Some(false) => ctx.reply.int(0),
-        Some(true) => {
-            let n = ctx.modify(key, |v, _, _| {
-                let Value::Set(s) = v else { return 0 };
-                args.iter().skip(2).filter(|m| s.remove(m)).count() as i64
-            });
-            ctx.reply.int(n.unwrap_or(0));
-        }
+    let removed = ctx.write_as(args.get(1), |s: &mut Set, _, _| {
+        args.iter().skip(2).filter(|m| s.remove(m)).count() as i64
+    });
+    if let Ok(n) = removed {
+        ctx.reply.int(n.unwrap_or(0));
     }
 }
 
 pub fn sismember(ctx: &mut ExecCtx, args: &Args) {
-    read_set(
-        ctx,
+    ctx.read_as::<Set>(
         args.get(1),
         |r| r.int(0),
         |s, r| r.int(i64::from(s.contains(args.get(2)))),
@@ -74,8 +47,7 @@ pub fn sismember(ctx: &mut ExecCtx, args: &Args) {
 
 pub fn smismember(ctx: &mut ExecCtx, args: &Args) {
     let members = || args.iter().skip(2);
-    read_set(
-        ctx,
+    ctx.read_as::<Set>(
         args.get(1),
         |r| {
             r.array(args.len() - 2);
@@ -96,11 +68,11 @@ fn reply_members(s: &Set, r: &mut ReplyBuf) {
 }
 
 pub fn smembers(ctx: &mut ExecCtx, args: &Args) {
-    read_set(ctx, args.get(1), |r| r.set(0), reply_members);
+    ctx.read_as::<Set>(args.get(1), |r| r.set(0), reply_members);
 }
 
 pub fn scard(ctx: &mut ExecCtx, args: &Args) {
-    read_set(ctx, args.get(1), |r| r.int(0), |s, r| r.int(s.len() as i64));
+    ctx.read_as::<Set>(args.get(1), |r| r.int(0), |s, r| r.int(s.len() as i64));
 }
 
 pub fn spop(ctx: &mut ExecCtx, args: &Args) {
@@ -115,18 +87,13 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
     } else {
         None
     };
-    let key = args.get(1);
-    match ctx.check_write(key, Kind::Set) {
-        None => return,
-        Some(false) if count.is_none() => return ctx.reply.null(),
-        Some(false) => return ctx.reply.set(0),
-        Some(true) => {}
-    }
     if count == Some(0) {
-        return ctx.reply.set(0);
+        return match ctx.lookup_write(args.get(1)).map(|e| e.value.kind()) {
+            Some(k) if k != Kind::Set => ctx.wrongtype(),
+            _ => ctx.reply.set(0),
+        };
     }
-    ctx.modify(key, |v, r, _| {
-        let Value::Set(s) = v else { return };
+    let popped = ctx.write_as(args.get(1), |s: &mut Set, r, _| {
         let mut rng = rand::thread_rng();
         match count {
             None => {
@@ -135,7 +102,7 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
             }
             Some(n) if n >= s.len() as u64 => {
                 reply_members(s, r);
-                **s = Set::default();
+                *s = Set::default();
             }
             Some(n) => {
                 r.set(n as usize);
@@ -146,6 +113,12 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
             }
         }
     });
+    if let Ok(None) = popped {
+        match count {
+            None => ctx.reply.null(),
+            Some(_) => ctx.reply.set(0),
+        }
+    }
 }
 
 pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
@@ -153,7 +126,7 @@ pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
         return ctx.error(errors::SYNTAX);
     }
     if args.len() == 2 {
-        return read_set(ctx, args.get(1), ReplyBuf::null, |s, r| {
+        return ctx.read_as::<Set>(args.get(1), ReplyBuf::null, |s, r| {
             let i = rand::thread_rng().gen_range(0..s.len());
             member_bulk(r, s.at(i));
         });
@@ -162,8 +135,7 @@ pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
         Ok(c) => c,
         Err(e) => return ctx.error(e),
     };
-    read_set(
-        ctx,
+    ctx.read_as::<Set>(
         args.get(1),
         |r| r.array(0),
         |s, r| {
@@ -191,22 +163,11 @@ pub fn smove(ctx: &mut ExecCtx, args: &Args) {
             matches!(ctx.lookup_write(src).map(|e| &e.value), Some(Value::Set(s)) if s.contains(m));
         return ctx.reply.int(i64::from(found));
     }
-    let removed = ctx.modify(src, |v, _, _| match v {
-        Value::Set(s) => s.remove(m),
-        _ => false,
-    });
-    if removed != Some(true) {
+    let removed = ctx.write_as(src, |s: &mut Set, _, _| s.remove(m));
+    if removed != Ok(Some(true)) {
         return ctx.reply.int(0);
     }
-    if dst_kind.is_none() {
-        let set = Set::for_member(m);
-        ctx.shard.set(ctx.db, dst, Value::Set(Box::new(set)), 0);
-    }
-    ctx.modify(dst, |v, _, limits| {
-        if let Value::Set(s) = v {
-            s.add(m, limits);
-        }
-    });
+    ctx.write_or_create(dst, |s: &mut Set, _, limits| s.add(m, limits));
     ctx.reply.int(1);
 }
 
@@ -360,8 +321,7 @@ pub fn sscan(ctx: &mut ExecCtx, args: &Args) {
         return ctx.error(errors::INVALID_CURSOR);
     };
     let opts = ScanArgs::parse(args, 3, false);
-    read_set(
-        ctx,
+    ctx.read_as::<Set>(
         args.get(1),
         |r| reply_scan::<&[u8]>(r, 0, &[]),
         |s, r| {

@@ -20,7 +20,7 @@ pub use list::{End, List};
 pub use set::Set;
 pub use shard::{Db, Shard, ShardStats, WatchStamp};
 pub use table::{Entry, Table, SCAN_SHARD_BITS};
-pub use value::{Kind, Value};
+pub use value::{Collection, Kind, Value};
 pub use zset::ZSet;
 
 /// Milliseconds since the Unix epoch.

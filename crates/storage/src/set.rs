@@ -34,15 +34,6 @@ impl Member<'_> {
 }
 
 impl Set {
-    /// An empty set in the encoding Redis would pick for a first member `m`.
-    pub fn for_member(m: &[u8]) -> Set {
-        if parse_canonical_i64(m).is_some() {
-            Set::Ints(Vec::new())
-        } else {
-            Set::Dict(Dict::default())
-        }
-    }
-
     pub fn len(&self) -> usize {
         match self {
             Set::Ints(v) => v.len(),

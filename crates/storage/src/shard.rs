@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 
 use crate::limits::EncodingLimits;
 use crate::table::{Entry, Table};
-use crate::value::Value;
+use crate::value::{Kind, Value};
 
 /// Keyspace counters of one shard, summed across shards by INFO.
 #[derive(Debug, Default, Clone, Copy)]
@@ -109,12 +109,16 @@ impl Shard {
 
     /// Looks a key up, deleting it first if its TTL has passed (lazy expiry).
     pub fn get(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
-        let expired = is_expired(self.dbs[db].table.get(key)?, now);
-        if expired {
-            self.remove_expired(db, key);
-            return None;
-        }
+        self.expire_if_needed(db, key, now);
         self.dbs[db].table.get(key)
+    }
+
+    /// [`Shard::get`] for a read command: also counts a keyspace hit or miss, as Redis does.
+    pub fn get_counted(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
+        self.expire_if_needed(db, key, now);
+        let e = self.dbs[db].table.get(key);
+        self.stats.count_lookup(e.is_some());
+        e
     }
 
     /// True when the key exists (after lazy expiry).
@@ -122,7 +126,12 @@ impl Shard {
         self.get(db, key, now).is_some()
     }
 
+    /// Removes `key` if its deadline has passed. Without volatile keys in the database (the
+    /// common case) this costs no lookup, so reads and writes probe the table once.
     fn expire_if_needed(&mut self, db: usize, key: &[u8], now: u64) {
+        if self.dbs[db].volatile == 0 {
+            return;
+        }
         let expired = matches!(self.dbs[db].table.get(key), Some(e) if is_expired(e, now));
         if expired {
             self.remove_expired(db, key);
@@ -149,6 +158,38 @@ impl Shard {
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
         self.track_ttl_change(db, key, had_ttl, now_ttl);
         Some(r)
+    }
+
+    /// [`Shard::update`] for a value of one kind, with a single table lookup (the hot write
+    /// path of every collection command). `Err(actual)` when the key holds another kind; then
+    /// nothing is touched, so WATCH does not see a failed write.
+    pub fn update_kind<R>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now: u64,
+        kind: Kind,
+        f: impl FnOnce(&mut Entry) -> R,
+    ) -> Result<Option<R>, Kind> {
+        let Some(e) = self.dbs[db].table.get_mut(key) else {
+            return Ok(None);
+        };
+        if is_expired(e, now) {
+            self.remove_expired(db, key);
+            return Ok(None);
+        }
+        let actual = e.value.kind();
+        if actual != kind {
+            return Err(actual);
+        }
+        let before = e.mem_size();
+        let had_ttl = e.expire_at;
+        let r = f(e);
+        let (after, now_ttl) = (e.mem_size(), e.expire_at);
+        Self::touch(&mut self.watched[db], key);
+        self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
+        self.track_ttl_change(db, key, had_ttl, now_ttl);
+        Ok(Some(r))
     }
 
     fn track_ttl_change(&mut self, db: usize, key: &[u8], old: u64, new: u64) {

@@ -143,3 +143,40 @@ pub fn parse_canonical_i64(b: &[u8]) -> Option<i64> {
 fn format_i64(v: i64) -> Vec<u8> {
     v.to_string().into_bytes()
 }
+
+/// A collection type stored boxed in one [`Value`] variant, so code generic over the type can
+/// check, borrow and build values without matching on every variant.
+pub trait Collection: Default + Sized {
+    const KIND: Kind;
+    fn of(v: &Value) -> Option<&Self>;
+    fn of_mut(v: &mut Value) -> Option<&mut Self>;
+    fn into_value(self) -> Value;
+}
+
+macro_rules! collection {
+    ($ty:ty, $variant:ident) => {
+        impl Collection for $ty {
+            const KIND: Kind = Kind::$variant;
+            fn of(v: &Value) -> Option<&Self> {
+                match v {
+                    Value::$variant(c) => Some(c),
+                    _ => None,
+                }
+            }
+            fn of_mut(v: &mut Value) -> Option<&mut Self> {
+                match v {
+                    Value::$variant(c) => Some(c),
+                    _ => None,
+                }
+            }
+            fn into_value(self) -> Value {
+                Value::$variant(Box::new(self))
+            }
+        }
+    };
+}
+
+collection!(Hash, Hash);
+collection!(List, List);
+collection!(Set, Set);
+collection!(ZSet, ZSet);
