@@ -6,6 +6,10 @@ use damselfly_storage::{Collection, EncodingLimits, Entry, Kind, Shard, Value};
 
 use crate::errors;
 
+/// A write found the key holding another type; WRONGTYPE has been replied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WrongType;
+
 pub struct ExecCtx<'a> {
     pub shard: &'a mut Shard,
     pub db: usize,
@@ -52,12 +56,12 @@ impl<'a> ExecCtx<'a> {
 
     /// Edits the collection of type `T` under `key` with one table lookup, keeping memory
     /// accounting and WATCH versions right, and deletes the key if it became empty.
-    /// `Ok(None)` when the key is missing; `Err(())` after writing WRONGTYPE.
+    /// `Ok(None)` when the key is missing.
     pub fn write_as<T: Collection, R>(
         &mut self,
         key: &[u8],
         f: impl FnOnce(&mut T, &mut ReplyBuf, &EncodingLimits) -> R,
-    ) -> Result<Option<R>, ()> {
+    ) -> Result<Option<R>, WrongType> {
         let limits = self.shard.limits;
         let reply = &mut *self.reply;
         let done = self
@@ -69,7 +73,7 @@ impl<'a> ExecCtx<'a> {
         match done {
             Err(_) => {
                 self.reply.error(errors::WRONGTYPE);
-                Err(())
+                Err(WrongType)
             }
             Ok(None) => Ok(None),
             Ok(Some((r, empty))) => {
@@ -93,7 +97,7 @@ impl<'a> ExecCtx<'a> {
         let mut run =
             |c: &mut T, r: &mut ReplyBuf, l: &EncodingLimits| f.take().map(|f| f(c, r, l));
         match self.write_as(key, &mut run) {
-            Err(()) => None,
+            Err(WrongType) => None,
             Ok(Some(r)) => r,
             Ok(None) => {
                 let mut c = T::default();

@@ -7,6 +7,7 @@ use damselfly_storage::{Hash, Value};
 use rand::seq::index::sample;
 use rand::Rng;
 
+use crate::ctx::WrongType;
 use crate::long_double::{incr_by_float, IncrFloatError};
 use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
@@ -155,14 +156,18 @@ fn store_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8], text: &[u8]) {
     ctx.write_or_create(key, |h: &mut Hash, _, limits| h.set(field, text, limits));
 }
 
-/// The field's current value: Err(()) after WRONGTYPE.
-fn current_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, ()> {
+/// The field's current value: Err(WrongType) after WRONGTYPE.
+fn current_field(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    field: &[u8],
+) -> Result<Option<Vec<u8>>, WrongType> {
     match ctx.lookup_write(key).map(|e| &e.value) {
         None => Ok(None),
         Some(Value::Hash(h)) => Ok(h.get(field).map(<[u8]>::to_vec)),
         Some(_) => {
             ctx.wrongtype();
-            Err(())
+            Err(WrongType)
         }
     }
 }

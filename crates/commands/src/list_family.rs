@@ -5,15 +5,16 @@ use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::{EncodingLimits, End, Kind, List, Value};
 
+use crate::ctx::WrongType;
 use crate::{errors, Args, ExecCtx};
 
 /// Runs `f` on the list under `key` for writing; `Ok(None)` when the key is missing,
-/// `Err(())` after WRONGTYPE.
+/// `Err(WrongType)` after WRONGTYPE.
 fn write_list<R>(
     ctx: &mut ExecCtx,
     key: &[u8],
     f: impl FnOnce(&mut List, &mut ReplyBuf, i64) -> R,
-) -> Result<Option<R>, ()> {
+) -> Result<Option<R>, WrongType> {
     ctx.write_as(key, |l: &mut List, r, limits| {
         f(l, r, limits.list_max_listpack_size)
     })
@@ -28,7 +29,7 @@ fn push(ctx: &mut ExecCtx, args: &Args, end: End, only_existing: bool) {
     };
     let len = if only_existing {
         match ctx.write_as(args.get(1), push_all) {
-            Err(()) => return,
+            Err(WrongType) => return,
             Ok(n) => Some(n.unwrap_or(0)),
         }
     } else {
@@ -420,7 +421,7 @@ pub fn lmpop(ctx: &mut ExecCtx, args: &Args) {
             }
         });
         match done {
-            Err(()) | Ok(Some(())) => return,
+            Err(WrongType) | Ok(Some(())) => return,
             Ok(None) => {}
         }
     }
