@@ -17,6 +17,7 @@ pub mod set_family;
 pub mod stats;
 pub mod string_family;
 pub mod table;
+pub mod zset_family;
 
 pub use args::Args;
 pub use ctx::ExecCtx;

@@ -276,8 +276,8 @@ pub fn sdiffstore(ctx: &mut ExecCtx, args: &Args) {
     set_op(ctx, args, SetOp::Diff, true);
 }
 
-/// Parses `numkeys key... [LIMIT n]` (SINTERCARD, ZINTERCARD): the keys and the limit.
-pub fn parse_card_args<'a>(args: &Args<'a>) -> Result<(Vec<&'a [u8]>, u64), &'static str> {
+/// Parses `numkeys key... [LIMIT n]` (SINTERCARD): the keys and the limit.
+fn parse_card_args<'a>(args: &Args<'a>) -> Result<(Vec<&'a [u8]>, u64), &'static str> {
     let n = match parse_i64(args.get(1)) {
         Some(n) if n <= 0 => return Err("ERR numkeys should be greater than 0"),
         None => return Err("ERR numkeys should be greater than 0"),

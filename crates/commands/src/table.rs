@@ -4,7 +4,7 @@
 
 use crate::{
     args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys, list_family as lists,
-    server_family as server, set_family as sets, string_family as strings,
+    server_family as server, set_family as sets, string_family as strings, zset_family as zsets,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -371,6 +371,38 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("lmove", 5, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(lists::lmove)),
     cmd!("rpoplpush", 3, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::rpoplpush)),
     cmd!(numkeys 1; "lmpop", -4, WRITE, NO_KEYS, "@write @list @slow", "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::lmpop)),
+    cmd!("zadd", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", Key, S(zsets::zadd)),
+    cmd!("zincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Increments the score of a member in a sorted set.", Key, S(zsets::zincrby)),
+    cmd!("zrem", -3, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", Key, S(zsets::zrem)),
+    cmd!("zcard", 2, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "1.2.0", "Returns the number of members in a sorted set.", Key, S(zsets::zcard)),
+    cmd!("zcount", 4, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.0.0", "Returns the count of members in a sorted set that have scores within a range.", Key, S(zsets::zcount)),
+    cmd!("zlexcount", 4, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.8.9", "Returns the number of members in a sorted set within a lexicographical range.", Key, S(zsets::zlexcount)),
+    cmd!("zscore", 3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "1.2.0", "Returns the score of a member in a sorted set.", Key, S(zsets::zscore)),
+    cmd!("zmscore", -3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "6.2.0", "Returns the score of one or more members in a sorted set.", Key, S(zsets::zmscore)),
+    cmd!("zrank", 3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.0.0", "Returns the index of a member in a sorted set ordered by ascending scores.", Key, S(zsets::zrank)),
+    cmd!("zrevrank", 3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.0.0", "Returns the index of a member in a sorted set ordered by descending scores.", Key, S(zsets::zrevrank)),
+    cmd!("zrange", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "1.2.0", "Returns members in a sorted set within a range of indexes, scores or lexicographical order.", Key, S(zsets::zrange)),
+    cmd!("zrangestore", -5, WRITE | DENYOOM, (1, 2, 1), "@write @sortedset @slow", "sorted-set", "6.2.0", "Stores a range of members from sorted set in a key.", Keys(Merge::Gather), S(zsets::zrangestore)),
+    cmd!("zrevrange", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "1.2.0", "Returns members in a sorted set within a range of indexes in reverse order.", Key, S(zsets::zrevrange)),
+    cmd!("zrangebyscore", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "1.0.5", "Returns members in a sorted set within a range of scores.", Key, S(zsets::zrangebyscore)),
+    cmd!("zrevrangebyscore", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.2.0", "Returns members in a sorted set within a range of scores in reverse order.", Key, S(zsets::zrevrangebyscore)),
+    cmd!("zrangebylex", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.8.9", "Returns members in a sorted set within a lexicographical range.", Key, S(zsets::zrangebylex)),
+    cmd!("zrevrangebylex", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.8.9", "Returns members in a sorted set within a lexicographical range in reverse order.", Key, S(zsets::zrevrangebylex)),
+    cmd!("zremrangebyrank", 4, WRITE, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.0.0", "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.", Key, S(zsets::zremrangebyrank)),
+    cmd!("zremrangebyscore", 4, WRITE, ONE_KEY, "@write @sortedset @slow", "sorted-set", "1.2.0", "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.", Key, S(zsets::zremrangebyscore)),
+    cmd!("zremrangebylex", 4, WRITE, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.8.9", "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.", Key, S(zsets::zremrangebylex)),
+    cmd!("zpopmin", -2, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "5.0.0", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", Key, S(zsets::zpopmin)),
+    cmd!("zpopmax", -2, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "5.0.0", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", Key, S(zsets::zpopmax)),
+    cmd!(numkeys 1; "zmpop", -4, WRITE, NO_KEYS, "@write @sortedset @slow", "sorted-set", "7.0.0", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", Keys(Merge::Gather), S(zsets::zmpop)),
+    cmd!("zrandmember", -2, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns one or more random members from a sorted set.", Key, S(zsets::zrandmember)),
+    cmd!(numkeys 1; "zunion", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the union of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zunion)),
+    cmd!(numkeys 1; "zinter", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the intersect of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zinter)),
+    cmd!(numkeys 1; "zdiff", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the difference between multiple sorted sets.", Keys(Merge::Gather), S(zsets::zdiff)),
+    cmd!(numkeys 2; "zunionstore", -4, WRITE | DENYOOM, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.0.0", "Stores the union of multiple sorted sets in a key.", Keys(Merge::Gather), S(zsets::zunionstore)),
+    cmd!(numkeys 2; "zinterstore", -4, WRITE | DENYOOM, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.0.0", "Stores the intersect of multiple sorted sets in a key.", Keys(Merge::Gather), S(zsets::zinterstore)),
+    cmd!(numkeys 2; "zdiffstore", -4, WRITE | DENYOOM, ONE_KEY, "@write @sortedset @slow", "sorted-set", "6.2.0", "Stores the difference of multiple sorted sets in a key.", Keys(Merge::Gather), S(zsets::zdiffstore)),
+    cmd!(numkeys 1; "zintercard", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "7.0.0", "Returns the number of members of the intersect of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zintercard)),
+    cmd!("zscan", -3, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.8.0", "Iterates over members and scores of a sorted set.", Key, S(zsets::zscan)),
 ];
 
 /// Finds a command by name, case-insensitively. Returns its index in [`COMMANDS`].

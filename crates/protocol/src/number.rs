@@ -55,7 +55,8 @@ pub fn parse_u64(s: &[u8]) -> Option<u64> {
 }
 
 /// Parses a double the way Redis's `string2d` does (strtod, whole string consumed, no leading
-/// space, NaN rejected). Accepts `inf`, `+inf`, `-inf`.
+/// space, NaN rejected, and strtod's ERANGE: overflow to infinity or underflow to zero is an
+/// error). Accepts `inf`, `+inf`, `-inf`.
 pub fn parse_f64(s: &[u8]) -> Option<f64> {
     if s.is_empty() || s[0].is_ascii_whitespace() || s.len() > 5000 {
         return None;
@@ -74,7 +75,12 @@ pub fn parse_f64(s: &[u8]) -> Option<f64> {
             if lower.contains("nan") || lower.ends_with(char::is_whitespace) {
                 return None;
             }
-            text.parse::<f64>().ok()?
+            let v = text.parse::<f64>().ok()?;
+            let underflow = v == 0.0 && mantissa_digits(text).any(|d| d != b'0');
+            if v.is_infinite() || underflow {
+                return None;
+            }
+            v
         }
     };
     if v.is_nan() {
@@ -82,6 +88,13 @@ pub fn parse_f64(s: &[u8]) -> Option<f64> {
     } else {
         Some(v)
     }
+}
+
+/// The digits of a decimal number's mantissa (before any exponent).
+fn mantissa_digits(text: &str) -> impl Iterator<Item = u8> + '_ {
+    text.bytes()
+        .take_while(|b| !matches!(b, b'e' | b'E'))
+        .filter(u8::is_ascii_digit)
 }
 
 /// Formats with C's `%.17g`, which is what Redis 7.0 uses for double replies.

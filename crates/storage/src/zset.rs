@@ -184,6 +184,7 @@ impl Tree {
         let node = &mut self.nodes[i as usize];
         self.heap -= node.member.len() + 8;
         node.member = Box::default();
+        node.size = 0; // marks the slot free for `scan`
         self.free.push(i);
         Some(score)
     }
@@ -225,6 +226,26 @@ impl Tree {
                 out,
             );
         }
+    }
+
+    /// One step of ZSCAN over arena slots, walking down from `cursor` (0 = start) over up to
+    /// `count` slots. A member keeps its slot for as long as it is in the set (a score change
+    /// frees and at once reuses the same slot), so a member present for the whole scan is
+    /// returned; members added meanwhile may or may not be. Returns the next cursor (0 = done).
+    fn scan(&self, cursor: u64, count: usize, out: &mut Vec<(Vec<u8>, f64)>) -> u64 {
+        let top = match cursor {
+            0 => self.nodes.len(),
+            c => (c as usize).min(self.nodes.len()),
+        };
+        let bottom = top.saturating_sub(count.max(1));
+        out.extend(
+            self.nodes[bottom..top]
+                .iter()
+                .rev()
+                .filter(|n| n.size > 0)
+                .map(|n| (n.member.to_vec(), n.score)),
+        );
+        bottom as u64
     }
 
     fn mem_size(&self) -> usize {
@@ -317,7 +338,8 @@ impl ZSet {
                     }
                     pos = after;
                 }
-                p.insert(pos, &score.to_le_bytes());
+                // Redis keeps listpack scores as text, which turns -0 into 0.
+                p.insert(pos, &(score + 0.0).to_le_bytes());
                 p.insert(pos, member);
                 return !existed;
             }
@@ -408,6 +430,24 @@ impl ZSet {
         gone
     }
 
+    /// One step of ZSCAN: the members it returns and the next cursor (0 = done). A listpack
+    /// is returned whole in one step, as Redis does.
+    pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, f64)>) {
+        match self {
+            ZSet::Pack(_) => (0, self.all()),
+            ZSet::Tree(t) => {
+                let mut out = Vec::new();
+                let next = t.scan(cursor, count, &mut out);
+                (next, out)
+            }
+        }
+    }
+
+    /// The member at ascending rank `i` (< len).
+    pub fn at(&self, i: usize) -> Option<(Vec<u8>, f64)> {
+        self.range(i, i + 1).pop()
+    }
+
     /// Every member, ascending.
     pub fn all(&self) -> Vec<(Vec<u8>, f64)> {
         self.range(0, self.len())
@@ -458,6 +498,46 @@ mod tests {
                 prop_assert_eq!(z.score(m), Some(*s));
                 prop_assert_eq!(z.rank(m), Some(i));
                 prop_assert_eq!(z.count_before(&|sc, _| sc < *s), ordered.iter().filter(|(_, x)| x < s).count());
+            }
+        }
+    }
+
+    proptest! {
+        /// ZSCAN's guarantee: a member present from the first to the last step is returned,
+        /// whatever is added, removed or re-scored between steps.
+        #[test]
+        fn scan_returns_members_present_throughout(
+            initial in 130u16..400,
+            churn in proptest::collection::vec((0u8..3, 0u16..600), 0..300),
+            count in 1usize..40,
+        ) {
+            let limits = EncodingLimits::default();
+            let mut z = ZSet::default();
+            for i in 0..initial {
+                z.insert(format!("m{i}").as_bytes(), f64::from(i), &limits);
+            }
+            let mut touched = std::collections::HashSet::new();
+            let (mut cursor, mut seen) = (0u64, std::collections::HashSet::new());
+            let mut churn = churn.into_iter();
+            loop {
+                let (next, items) = z.scan(cursor, count);
+                seen.extend(items.into_iter().map(|(m, _)| m));
+                for (op, m) in churn.by_ref().take(5) {
+                    let member = format!("m{m}").into_bytes();
+                    match op {
+                        0 => { z.remove(&member); touched.insert(member); }
+                        1 => { z.insert(&member, f64::from(m) * 3.0, &limits); }
+                        _ => { z.insert(&member, -1.0, &limits); }
+                    }
+                }
+                cursor = next;
+                if cursor == 0 { break; }
+            }
+            for i in 0..initial {
+                let member = format!("m{i}").into_bytes();
+                if z.score(&member).is_some() && !touched.contains(&member) {
+                    prop_assert!(seen.contains(&member), "missed {:?}", String::from_utf8_lossy(&member));
+                }
             }
         }
     }
