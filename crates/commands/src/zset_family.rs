@@ -155,6 +155,11 @@ fn range_ranks(z: &ZSet, range: &Range, rev: bool) -> (usize, usize) {
 /// The members a range selects, in reply order, after LIMIT (`limit` < 0: no limit).
 fn select(z: &ZSet, range: &Range, rev: bool, offset: i64, limit: i64) -> Pairs {
     let (start, end) = range_ranks(z, range, rev);
+    // Rank ranges take no LIMIT (only a no-op `LIMIT x -1` gets this far).
+    let (offset, limit) = match range {
+        Range::Rank(..) => (0, -1),
+        _ => (offset, limit),
+    };
     if end <= start || offset < 0 {
         return Vec::new();
     }
@@ -178,7 +183,11 @@ fn select(z: &ZSet, range: &Range, rev: bool, offset: i64, limit: i64) -> Pairs 
 /// a two-item array (RESP3's form), otherwise they alternate in one flat array.
 fn reply_pairs(r: &mut ReplyBuf, items: &[(Vec<u8>, f64)], with_scores: bool, nested: bool) {
     let flat_scores = with_scores && !nested;
-    r.array(if flat_scores { items.len() * 2 } else { items.len() });
+    r.array(if flat_scores {
+        items.len() * 2
+    } else {
+        items.len()
+    });
     for (m, s) in items {
         if with_scores && nested {
             r.array(2);
@@ -190,19 +199,15 @@ fn reply_pairs(r: &mut ReplyBuf, items: &[(Vec<u8>, f64)], with_scores: bool, ne
     }
 }
 
-/// A sorted set holding `items`, in the encoding Redis gives a freshly stored result.
-fn build(items: &[(Vec<u8>, f64)], limits: &EncodingLimits) -> ZSet {
-    let longest = items.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
-    let mut z = ZSet::sized_for(items.len(), longest, limits);
+/// Stores `items` under `dst` (deleting it when empty) and replies with their count. The
+/// items go one by one into `start`, so encoding conversions happen where Redis's do (which
+/// shows: listpack scores are text, so a -0 inserted before a conversion reads back as 0).
+fn store_pairs(ctx: &mut ExecCtx, dst: &[u8], items: &[(Vec<u8>, f64)], mut start: ZSet) {
+    let limits = ctx.limits();
     for (m, s) in items {
-        z.insert(m, *s, limits);
+        start.insert(m, *s, &limits);
     }
-    z
-}
-
-fn store_pairs(ctx: &mut ExecCtx, dst: &[u8], items: &[(Vec<u8>, f64)]) {
-    let z = build(items, &ctx.limits());
-    ctx.store(dst, Value::ZSet(Box::new(z)));
+    ctx.store(dst, Value::ZSet(Box::new(start)));
     ctx.reply.int(items.len() as i64);
 }
 
@@ -282,7 +287,7 @@ fn add_generic(ctx: &mut ExecCtx, args: &Args, mut f: AddFlags, first_pair: usiz
     if f.nx && f.xx {
         return ctx.error("ERR XX and NX options at the same time are not compatible");
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if [f.gt, f.lt, f.nx].iter().filter(|&&b| b).count() > 1 {
         return ctx.error("ERR GT, LT, and/or NX options at the same time are not compatible");
     }
     if f.incr && rest > 2 {
@@ -480,7 +485,6 @@ fn range_generic(
         offset: 0,
         limit: -1,
     };
-    let mut has_limit = false;
     let mut i = src + 3;
     while i < args.len() {
         let left = args.len() - i - 1;
@@ -491,7 +495,6 @@ fn range_generic(
                 (Some(o), Some(l)) => (req.offset, req.limit) = (o, l),
                 _ => return ctx.error(errors::NOT_INT),
             }
-            has_limit = true;
             i += 2;
         } else if req.rev.is_none() && args.is(i, "rev") {
             req.rev = Some(true);
@@ -506,14 +509,14 @@ fn range_generic(
     }
     let by = req.by.unwrap_or(By::Rank);
     let rev = req.rev.unwrap_or(false);
-    if has_limit && by == By::Rank {
+    // As in Redis, a LIMIT whose count is -1 (no limit) is not an error with ranks.
+    if req.limit != -1 && by == By::Rank {
         return ctx.error(
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         );
     }
     if req.with_scores && by == By::Lex {
-        return ctx
-            .error("ERR syntax error, WITHSCORES not supported in combination with BYLEX");
+        return ctx.error("ERR syntax error, WITHSCORES not supported in combination with BYLEX");
     }
     let (mut lo, mut hi) = (args.get(src + 1), args.get(src + 2));
     if rev && by != By::Rank {
@@ -539,7 +542,13 @@ fn range_generic(
             Some(Value::ZSet(z)) => select(z, &range, rev, req.offset, req.limit),
             Some(_) => return ctx.wrongtype(),
         };
-        return store_pairs(ctx, dst, &items);
+        // Redis sizes the destination by the result length when it knows it (rank ranges)
+        // and otherwise starts with a listpack.
+        let start = match range {
+            Range::Rank(..) => ZSet::sized_for(items.len(), 0, &ctx.limits()),
+            _ => ZSet::default(),
+        };
+        return store_pairs(ctx, dst, &items, start);
     }
     let nested = ctx.reply.resp3;
     ctx.read_as::<ZSet>(
@@ -700,7 +709,10 @@ pub fn zpopmax(ctx: &mut ExecCtx, args: &Args) {
 }
 
 /// Parses `numkeys key... MIN|MAX [COUNT n]` from argument `at` (ZMPOP at 1, BZMPOP at 2).
-pub fn parse_mpop<'a>(args: &Args<'a>, at: usize) -> Result<(Vec<&'a [u8]>, bool, usize), &'static str> {
+pub fn parse_mpop<'a>(
+    args: &Args<'a>,
+    at: usize,
+) -> Result<(Vec<&'a [u8]>, bool, usize), &'static str> {
     let numkeys = match parse_i64(args.get(at)) {
         Some(n) if n > 0 => n as usize,
         _ => return Err("ERR numkeys should be greater than 0"),
@@ -956,7 +968,9 @@ fn set_op(ctx: &mut ExecCtx, args: &Args, op: SetOp, output: Output) {
         return ctx.error(errors::SYNTAX);
     }
     let n = n as usize;
-    let keys: Vec<&[u8]> = (numkeys_at + 1..=numkeys_at + n).map(|i| args.get(i)).collect();
+    let keys: Vec<&[u8]> = (numkeys_at + 1..=numkeys_at + n)
+        .map(|i| args.get(i))
+        .collect();
     let Some(mut srcs) = load_sources(ctx, &keys) else {
         return;
     };
@@ -997,10 +1011,16 @@ fn set_op(ctx: &mut ExecCtx, args: &Args, op: SetOp, output: Output) {
     }
     let items = combine(srcs, op, agg);
     match output {
-        Output::Store => store_pairs(ctx, args.get(1), &items),
+        Output::Store => {
+            // Redis builds the result as a skiplist and converts it when small enough.
+            let longest = items.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
+            let start = ZSet::sized_for(items.len(), longest, &ctx.limits());
+            store_pairs(ctx, args.get(1), &items, start)
+        }
         Output::Card => {
             let n = items.len() as u64;
-            ctx.reply.int(if limit > 0 { n.min(limit) } else { n } as i64);
+            ctx.reply
+                .int(if limit > 0 { n.min(limit) } else { n } as i64);
         }
         Output::Reply => {
             let nested = ctx.reply.resp3;

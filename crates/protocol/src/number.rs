@@ -168,6 +168,11 @@ mod tests {
         assert_eq!(parse_f64(b"nan"), None);
         assert_eq!(parse_f64(b" 1"), None);
         assert_eq!(parse_f64(b"1 "), None);
+        // strtod's ERANGE: overflow and underflow to zero are errors, subnormals are not.
+        assert_eq!(parse_f64(b"1e400"), None);
+        assert_eq!(parse_f64(b"1e-400"), None);
+        assert_eq!(parse_f64(b"0e-400"), Some(0.0));
+        assert!(parse_f64(b"5e-324").is_some());
         assert_eq!(parse_f64(b"abc"), None);
     }
 

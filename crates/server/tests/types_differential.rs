@@ -407,6 +407,297 @@ impl Family for Lists {
     }
 }
 
+struct SortedSets(Pick);
+
+impl Pick {
+    /// Mostly small integers and halves (exact sums), sometimes the float pickers' odd forms.
+    fn score(&mut self) -> String {
+        match self.rng.gen_range(0..12) {
+            0 => self.float(),
+            1 => format!("{}.5", self.rng.gen_range(-5..5)),
+            _ => self.rng.gen_range(-10..20).to_string(),
+        }
+    }
+
+    fn score_bound(&mut self) -> String {
+        match self.rng.gen_range(0..10) {
+            0 => self
+                .one(&["-inf", "+inf", "inf", "(", "", "abc", "( 3", " 2", "2 "])
+                .into(),
+            1..=3 => format!("({}", self.rng.gen_range(-10..20)),
+            4 => format!("{}.5", self.rng.gen_range(-5..10)),
+            _ => self.rng.gen_range(-10..20).to_string(),
+        }
+    }
+
+    fn lex_member(&mut self) -> String {
+        format!(
+            "{}{}",
+            self.one(&["a", "b", "c", "m"]),
+            self.rng.gen_range(0..12)
+        )
+    }
+
+    fn lex_bound(&mut self) -> String {
+        match self.rng.gen_range(0..10) {
+            0 => self.one(&["-", "+", "", "[", "(", "x", "++"]).into(),
+            1..=2 => self.one(&["-", "+"]).into(),
+            3..=6 => format!("[{}", self.lex_member()),
+            _ => format!("({}", self.lex_member()),
+        }
+    }
+
+    /// A `numkeys key...` list, sometimes with a bad count.
+    fn numkeys(&mut self, prefix: &str, max: usize) -> Vec<String> {
+        let keys = self.keys(prefix, max);
+        let n = match self.rng.gen_range(0..10) {
+            0 => self.int(),
+            1 => (keys.len() + 1).to_string(),
+            _ => keys.len().to_string(),
+        };
+        with(vec![n], keys)
+    }
+}
+
+impl Family for SortedSets {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let k = p.key("z");
+        // Lex ranges are defined only when all scores are equal: lex keys get score 0 only,
+        // and never share the keys other commands may fill with random scores.
+        let lk = match p.key("lx") {
+            k if k == "nosuch" => "lxmissing".to_string(),
+            k if k == "str" => "lx3".to_string(), // seeded as a hash: WRONGTYPE
+            k => k,
+        };
+        let m = p.member();
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        match p.rng.gen_range(0..100) {
+            0..=15 => {
+                let mut c = cmd(&["ZADD", &k]);
+                for _ in 0..p.rng.gen_range(0..3) {
+                    c.push(p.one(&["NX", "XX", "GT", "LT", "CH", "INCR", "ch"]).into());
+                }
+                for _ in 0..p.rng.gen_range(1..4) {
+                    c.push(p.score());
+                    c.push(p.member());
+                }
+                if p.chance(20) {
+                    c.pop();
+                }
+                exact(c)
+            }
+            16..=19 => {
+                let mut c = cmd(&["ZADD", &lk]);
+                for _ in 0..p.rng.gen_range(1..4) {
+                    c.push("0".into());
+                    c.push(p.lex_member());
+                }
+                exact(c)
+            }
+            20..=22 => exact(cmd(&["ZINCRBY", &k, &p.score(), &m])),
+            23..=26 => exact(with(cmd(&["ZREM", &k]), p.members(3))),
+            27..=28 => exact(cmd(&["ZCARD", &k])),
+            29..=31 => exact(cmd(&["ZSCORE", &k, &m])),
+            32 => exact(with(cmd(&["ZMSCORE", &k]), p.members(3))),
+            33..=34 => exact(cmd(&[p.one(&["ZRANK", "ZREVRANK"]), &k, &m])),
+            35..=36 => exact(cmd(&["ZCOUNT", &k, &p.score_bound(), &p.score_bound()])),
+            37 => exact(cmd(&["ZLEXCOUNT", &lk, &p.lex_bound(), &p.lex_bound()])),
+            38..=45 => {
+                let by = p.rng.gen_range(0..3);
+                let (src, bounds) = match by {
+                    0 => (k, [p.int(), p.rng.gen_range(-5..8).to_string()]),
+                    1 => (k, [p.score_bound(), p.score_bound()]),
+                    _ => (lk, [p.lex_bound(), p.lex_bound()]),
+                };
+                let store = p.chance(5);
+                let mut c = if store {
+                    cmd(&["ZRANGESTORE", &p.key("z"), &src])
+                } else {
+                    cmd(&["ZRANGE", &src])
+                };
+                c.extend(bounds);
+                let mut opts: Vec<String> = Vec::new();
+                if by == 1 || p.chance(15) {
+                    opts.push("BYSCORE".into());
+                }
+                if by == 2 || p.chance(15) {
+                    opts.push("BYLEX".into());
+                }
+                if p.chance(3) {
+                    opts.push("REV".into());
+                }
+                if p.chance(3) {
+                    opts.extend([
+                        "LIMIT".into(),
+                        p.rng.gen_range(-1..4).to_string(),
+                        p.rng.gen_range(-1..4).to_string(),
+                    ]);
+                }
+                if p.chance(2) {
+                    opts.push("WITHSCORES".into());
+                }
+                opts.shuffle(&mut p.rng);
+                exact(with(c, opts))
+            }
+            46..=51 => {
+                let name = p.one(&[
+                    "ZREVRANGE",
+                    "ZRANGEBYSCORE",
+                    "ZREVRANGEBYSCORE",
+                    "ZRANGEBYLEX",
+                    "ZREVRANGEBYLEX",
+                ]);
+                let mut c = match name {
+                    "ZREVRANGE" => cmd(&[name, &k, &p.int(), &p.rng.gen_range(-3..6).to_string()]),
+                    "ZRANGEBYSCORE" | "ZREVRANGEBYSCORE" => {
+                        cmd(&[name, &k, &p.score_bound(), &p.score_bound()])
+                    }
+                    _ => cmd(&[name, &lk, &p.lex_bound(), &p.lex_bound()]),
+                };
+                if p.chance(2) {
+                    c.push("WITHSCORES".into());
+                }
+                if p.chance(3) {
+                    c.extend([
+                        "LIMIT".into(),
+                        p.rng.gen_range(-1..3).to_string(),
+                        p.rng.gen_range(-1..4).to_string(),
+                    ]);
+                }
+                exact(c)
+            }
+            52..=55 => exact(match p.rng.gen_range(0..3) {
+                0 => cmd(&[
+                    "ZREMRANGEBYRANK",
+                    &k,
+                    &p.int(),
+                    &p.rng.gen_range(-3..3).to_string(),
+                ]),
+                1 => cmd(&["ZREMRANGEBYSCORE", &k, &p.score_bound(), &p.score_bound()]),
+                _ => cmd(&["ZREMRANGEBYLEX", &lk, &p.lex_bound(), &p.lex_bound()]),
+            }),
+            56..=61 => {
+                let key = if p.chance(3) { lk } else { k };
+                let mut c = cmd(&[p.one(&["ZPOPMIN", "ZPOPMAX"]), &key]);
+                match p.rng.gen_range(0..5) {
+                    0 => c.push(p.int()),
+                    1 => c.push(p.rng.gen_range(0..4).to_string()),
+                    2 if p.chance(4) => c.extend(["1".into(), "2".into()]),
+                    _ => {}
+                }
+                exact(c)
+            }
+            62..=65 => {
+                let mut c = with(cmd(&["ZMPOP"]), p.numkeys("z", 3));
+                c.push(p.one(&["MIN", "MAX", "max", "UP"]).into());
+                match p.rng.gen_range(0..5) {
+                    0 => c.extend(["COUNT".into(), p.int()]),
+                    1 => c.extend(["COUNT".into(), p.rng.gen_range(1..4).to_string()]),
+                    2 if p.chance(3) => c.push("COUNT".into()),
+                    _ => {}
+                }
+                exact(c)
+            }
+            66..=68 => {
+                let mut c = cmd(&["ZRANDMEMBER", &k]);
+                match p.rng.gen_range(0..4) {
+                    0 => {}
+                    1 => c.push(p.int()),
+                    2 => c.extend([p.rng.gen_range(-5..8).to_string(), "WITHSCORES".into()]),
+                    _ => c.push(p.rng.gen_range(-6..30).to_string()),
+                }
+                (c, Check::Shape)
+            }
+            69..=77 => {
+                let (name, store) = *[
+                    ("ZUNION", false),
+                    ("ZINTER", false),
+                    ("ZDIFF", false),
+                    ("ZUNIONSTORE", true),
+                    ("ZINTERSTORE", true),
+                    ("ZDIFFSTORE", true),
+                ]
+                .choose(&mut p.rng)
+                .unwrap_or(&("ZUNION", false));
+                let mut c = cmd(&[name]);
+                if store {
+                    c.push(p.key("z"));
+                }
+                let nk = p.numkeys("z", 3);
+                let n = nk.len() - 1;
+                c.extend(nk);
+                if p.chance(3) {
+                    c.push("WEIGHTS".into());
+                    for _ in 0..n {
+                        c.push(if p.chance(8) {
+                            p.float()
+                        } else {
+                            p.rng.gen_range(-2..4).to_string()
+                        });
+                    }
+                }
+                if p.chance(3) {
+                    c.extend([
+                        "AGGREGATE".into(),
+                        p.one(&["SUM", "MIN", "max", "AVG"]).into(),
+                    ]);
+                }
+                if p.chance(2) {
+                    c.push("WITHSCORES".into());
+                }
+                exact(c)
+            }
+            78..=79 => {
+                let mut c = with(cmd(&["ZINTERCARD"]), p.numkeys("z", 3));
+                match p.rng.gen_range(0..6) {
+                    0 => c.extend(["LIMIT".into(), p.int()]),
+                    1 => c.push("LIMIT".into()),
+                    2 => c.push("WITHSCORES".into()),
+                    _ => {}
+                }
+                exact(c)
+            }
+            80..=81 => {
+                let mut c = cmd(&["ZSCAN", &k, "0"]);
+                if p.chance(2) {
+                    c.extend(["MATCH".into(), p.one(&["m1*", "*", "1?"]).into()]);
+                }
+                if p.chance(2) {
+                    c.extend(["COUNT".into(), p.rng.gen_range(1..20).to_string()]);
+                }
+                (c, Check::Scan { pairs: true })
+            }
+            82 => exact(cmd(&[
+                p.one(&[
+                    "ZADD",
+                    "ZREM",
+                    "ZRANGE",
+                    "ZUNIONSTORE",
+                    "ZINTERCARD",
+                    "ZSCORE",
+                    "ZMPOP",
+                ]),
+                &k,
+            ])),
+            83..=84 => exact(cmd(&["TYPE", &k])),
+            85..=87 => exact(cmd(&["OBJECT", "ENCODING", &k])),
+            88 => exact(cmd(&["DEL", &k])),
+            89 => {
+                // Grow past the listpack limit.
+                let mut c = cmd(&["ZADD", &k]);
+                for i in 0..p.rng.gen_range(120..140) {
+                    c.push(p.rng.gen_range(-50..50).to_string());
+                    c.push(format!("n{i}"));
+                }
+                exact(c)
+            }
+            90 => exact(cmd(&["ZADD", &k, "1", &"y".repeat(70)])),
+            _ => exact(cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"])),
+        }
+    }
+}
+
 /// Runs one family on a fresh pair of servers, RESP2 then RESP3.
 fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
     let redis_server = Server::redis();
@@ -462,4 +753,17 @@ fn lists_match_redis(b: Backend) {
     differential(b, &mut Lists(pick(0x1157)), &[&["SADD", "l0", "a"]]);
 }
 
-backend_tests!(hashes_match_redis, sets_match_redis, lists_match_redis);
+fn sorted_sets_match_redis(b: Backend) {
+    differential(
+        b,
+        &mut SortedSets(pick(0x25e7)),
+        &[&["SADD", "z5", "a", "m1", "3"], &["HSET", "lx3", "a", "1"]],
+    );
+}
+
+backend_tests!(
+    hashes_match_redis,
+    sets_match_redis,
+    lists_match_redis,
+    sorted_sets_match_redis
+);

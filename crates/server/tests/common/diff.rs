@@ -175,6 +175,10 @@ pub fn run(family: &mut dyn Family, redis: &mut Raw, ours: &mut Raw, count: usiz
                 let (theirs, mine) = (redis.reply(), ours.reply());
                 if !agree(check, &mine, &theirs) {
                     report(&history, &c);
+                    if let Ok(path) = std::env::var("DIFF_DUMP") {
+                        let text: Vec<String> = history.iter().map(|c| c.join("\u{1}")).collect();
+                        let _ = std::fs::write(path, text.join("\n"));
+                    }
                 }
                 assert!(
                     agree(check, &mine, &theirs),
