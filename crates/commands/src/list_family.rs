@@ -339,7 +339,7 @@ pub fn lpos(ctx: &mut ExecCtx, args: &Args) {
     );
 }
 
-fn parse_end(args: &Args, i: usize) -> Option<End> {
+pub fn parse_end(args: &Args, i: usize) -> Option<End> {
     if args.is(i, "left") {
         Some(End::Head)
     } else if args.is(i, "right") {
@@ -350,7 +350,7 @@ fn parse_end(args: &Args, i: usize) -> Option<End> {
 }
 
 /// Pops from `src` and pushes onto `dst`; replies with the element or null.
-fn move_element(ctx: &mut ExecCtx, src: &[u8], dst: &[u8], from: End, to: End) {
+pub fn move_element(ctx: &mut ExecCtx, src: &[u8], dst: &[u8], from: End, to: End) {
     let src_ok = ctx.check_write(src, Kind::List);
     let Some(src_exists) = src_ok else { return };
     if !src_exists {
@@ -380,35 +380,50 @@ pub fn rpoplpush(ctx: &mut ExecCtx, args: &Args) {
     move_element(ctx, args.get(1), args.get(2), End::Tail, End::Head);
 }
 
-pub fn lmpop(ctx: &mut ExecCtx, args: &Args) {
-    let numkeys = match parse_i64(args.get(1)) {
+/// Parses `numkeys key... SIDE [COUNT n]` from argument `at` (LMPOP, ZMPOP at 1; BLMPOP,
+/// BZMPOP at 2), where SIDE is one of `sides`: the keys, whether the second side was named,
+/// and the count (1 by default).
+pub fn parse_mpop<'a>(
+    args: &Args<'a>,
+    at: usize,
+    sides: [&str; 2],
+) -> Result<(Vec<&'a [u8]>, bool, usize), &'static str> {
+    let numkeys = match parse_i64(args.get(at)) {
         Some(n) if n > 0 => n as usize,
-        _ => return ctx.error("ERR numkeys should be greater than 0"),
+        _ => return Err("ERR numkeys should be greater than 0"),
     };
-    if numkeys >= args.len() - 2 {
-        return ctx.error(errors::SYNTAX);
+    let side_at = at + 1 + numkeys;
+    if numkeys >= args.len() || side_at >= args.len() {
+        return Err(errors::SYNTAX);
     }
-    let where_at = 2 + numkeys;
-    let Some(end) = parse_end(args, where_at) else {
-        return ctx.error(errors::SYNTAX);
+    let second = if args.is(side_at, sides[0]) {
+        false
+    } else if args.is(side_at, sides[1]) {
+        true
+    } else {
+        return Err(errors::SYNTAX);
     };
-    let mut count = 1usize;
-    let mut i = where_at + 1;
-    let mut seen_count = false;
+    let mut count = None;
+    let mut i = side_at + 1;
     while i < args.len() {
-        if !seen_count && args.is(i, "count") && i + 1 < args.len() {
+        if count.is_none() && args.is(i, "count") && i + 1 < args.len() {
             match parse_i64(args.get(i + 1)) {
-                Some(c) if c > 0 => count = c as usize,
-                _ => return ctx.error("ERR count should be greater than 0"),
+                Some(c) if c > 0 => count = Some(c as usize),
+                _ => return Err("ERR count should be greater than 0"),
             }
-            seen_count = true;
             i += 2;
         } else {
-            return ctx.error(errors::SYNTAX);
+            return Err(errors::SYNTAX);
         }
     }
-    for k in 2..where_at {
-        let key = args.get(k);
+    let keys = (at + 1..side_at).map(|i| args.get(i)).collect();
+    Ok((keys, second, count.unwrap_or(1)))
+}
+
+/// Pops up to `count` elements from the first of `keys` holding a list, replying
+/// `[key, [elements]]`; false, with no reply written, when none holds one.
+pub fn pop_lists(ctx: &mut ExecCtx, keys: &[&[u8]], end: End, count: usize) -> bool {
+    for &key in keys {
         let done = write_list(ctx, key, |l, r, _| {
             let n = count.min(l.len());
             r.array(2);
@@ -421,9 +436,20 @@ pub fn lmpop(ctx: &mut ExecCtx, args: &Args) {
             }
         });
         match done {
-            Err(WrongType) | Ok(Some(())) => return,
+            Err(WrongType) | Ok(Some(())) => return true,
             Ok(None) => {}
         }
     }
-    ctx.reply.null_array();
+    false
+}
+
+pub fn lmpop(ctx: &mut ExecCtx, args: &Args) {
+    let (keys, right, count) = match parse_mpop(args, 1, ["left", "right"]) {
+        Ok(p) => p,
+        Err(e) => return ctx.error(e),
+    };
+    let end = if right { End::Tail } else { End::Head };
+    if !pop_lists(ctx, &keys, end, count) {
+        ctx.reply.null_array();
+    }
 }

@@ -3,8 +3,9 @@
 //! one table, so they cannot disagree.
 
 use crate::{
-    args::Args, ctx::ExecCtx, hash_family as hash, keys_family as keys, list_family as lists,
-    server_family as server, set_family as sets, string_family as strings, zset_family as zsets,
+    args::Args, blocking, ctx::ExecCtx, hash_family as hash, keys_family as keys,
+    list_family as lists, server_family as server, set_family as sets, string_family as strings,
+    zset_family as zsets,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -371,6 +372,11 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("lmove", 5, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(lists::lmove)),
     cmd!("rpoplpush", 3, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::rpoplpush)),
     cmd!(numkeys 1; "lmpop", -4, WRITE, NO_KEYS, "@write @list @slow", "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::lmpop)),
+    cmd!("blpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), "@write @list @slow @blocking", "list", "2.0.0", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::blpop)),
+    cmd!("brpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), "@write @list @slow @blocking", "list", "2.0.0", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::brpop)),
+    cmd!("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "2.2.0", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::brpoplpush)),
+    cmd!("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "6.2.0", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(blocking::blmove)),
+    cmd!(numkeys 2; "blmpop", -5, WRITE | BLOCKING, NO_KEYS, "@write @list @slow @blocking", "list", "7.0.0", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::blmpop)),
     cmd!("zadd", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", Key, S(zsets::zadd)),
     cmd!("zincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Increments the score of a member in a sorted set.", Key, S(zsets::zincrby)),
     cmd!("zrem", -3, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", Key, S(zsets::zrem)),
@@ -394,6 +400,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("zpopmin", -2, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "5.0.0", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", Key, S(zsets::zpopmin)),
     cmd!("zpopmax", -2, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "5.0.0", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", Key, S(zsets::zpopmax)),
     cmd!(numkeys 1; "zmpop", -4, WRITE, NO_KEYS, "@write @sortedset @slow", "sorted-set", "7.0.0", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", Keys(Merge::Gather), S(zsets::zmpop)),
+    cmd!("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), "@write @sortedset @fast @blocking", "sorted-set", "5.0.0", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", Keys(Merge::Gather), S(blocking::bzpopmin)),
+    cmd!("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), "@write @sortedset @fast @blocking", "sorted-set", "5.0.0", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped.", Keys(Merge::Gather), S(blocking::bzpopmax)),
+    cmd!(numkeys 2; "bzmpop", -5, WRITE | BLOCKING, NO_KEYS, "@write @sortedset @slow @blocking", "sorted-set", "7.0.0", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", Keys(Merge::Gather), S(blocking::bzmpop)),
     cmd!("zrandmember", -2, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns one or more random members from a sorted set.", Key, S(zsets::zrandmember)),
     cmd!(numkeys 1; "zunion", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the union of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zunion)),
     cmd!(numkeys 1; "zinter", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the intersect of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zinter)),

@@ -12,6 +12,7 @@ use damselfly_storage::{EncodingLimits, Kind, Value, ZSet};
 
 use crate::ctx::WrongType;
 use crate::hash_family::{parse_rand_count, random_picks};
+use crate::list_family::parse_mpop;
 use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
 
@@ -642,16 +643,24 @@ fn pop_end(z: &mut ZSet, max: bool, count: usize) -> Pairs {
 
 /// How a pop replies (Redis's genericZpopCommand).
 #[derive(Clone, Copy)]
-enum PopReply {
+pub enum PopReply {
     /// ZPOPMIN/ZPOPMAX: `count` absent means one flat member-score pair.
     Plain { count_given: bool },
     /// ZMPOP, BZMPOP: `[key, [[member, score]...]]`.
     WithKey,
+    /// BZPOPMIN/BZPOPMAX: `[key, member, score]`.
+    KeyMemberScore,
 }
 
 /// Pops from the first of `keys` that exists (WRONGTYPE if that one is not a sorted set).
 /// Returns false when no key held anything, having written no reply.
-fn pop_first(ctx: &mut ExecCtx, keys: &[&[u8]], max: bool, count: usize, how: PopReply) -> bool {
+pub fn pop_first(
+    ctx: &mut ExecCtx,
+    keys: &[&[u8]],
+    max: bool,
+    count: usize,
+    how: PopReply,
+) -> bool {
     let nested = ctx.reply.resp3;
     for &key in keys {
         let done = ctx.write_as(key, |z: &mut ZSet, r, _| {
@@ -664,6 +673,14 @@ fn pop_first(ctx: &mut ExecCtx, keys: &[&[u8]], max: bool, count: usize, how: Po
                     r.array(2);
                     r.bulk(key);
                     reply_pairs(r, &items, true, true);
+                }
+                PopReply::KeyMemberScore => {
+                    r.array(3);
+                    r.bulk(key);
+                    if let Some((m, s)) = items.first() {
+                        r.bulk(m);
+                        r.double(*s);
+                    }
                 }
             }
         });
@@ -708,45 +725,8 @@ pub fn zpopmax(ctx: &mut ExecCtx, args: &Args) {
     zpop(ctx, args, true);
 }
 
-/// Parses `numkeys key... MIN|MAX [COUNT n]` from argument `at` (ZMPOP at 1, BZMPOP at 2).
-pub fn parse_mpop<'a>(
-    args: &Args<'a>,
-    at: usize,
-) -> Result<(Vec<&'a [u8]>, bool, usize), &'static str> {
-    let numkeys = match parse_i64(args.get(at)) {
-        Some(n) if n > 0 => n as usize,
-        _ => return Err("ERR numkeys should be greater than 0"),
-    };
-    let where_at = at + 1 + numkeys;
-    if numkeys >= args.len() || where_at >= args.len() {
-        return Err(errors::SYNTAX);
-    }
-    let max = if args.is(where_at, "max") {
-        true
-    } else if args.is(where_at, "min") {
-        false
-    } else {
-        return Err(errors::SYNTAX);
-    };
-    let mut count = None;
-    let mut i = where_at + 1;
-    while i < args.len() {
-        if count.is_none() && args.is(i, "count") && i + 1 < args.len() {
-            match parse_i64(args.get(i + 1)) {
-                Some(c) if c > 0 => count = Some(c as usize),
-                _ => return Err("ERR count should be greater than 0"),
-            }
-            i += 2;
-        } else {
-            return Err(errors::SYNTAX);
-        }
-    }
-    let keys = (at + 1..where_at).map(|i| args.get(i)).collect();
-    Ok((keys, max, count.unwrap_or(1)))
-}
-
 pub fn zmpop(ctx: &mut ExecCtx, args: &Args) {
-    let (keys, max, count) = match parse_mpop(args, 1) {
+    let (keys, max, count) = match parse_mpop(args, 1, ["min", "max"]) {
         Ok(p) => p,
         Err(e) => return ctx.error(e),
     };

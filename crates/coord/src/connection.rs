@@ -20,6 +20,7 @@ use damselfly_protocol::{parse_command, Limits, ParsedCommand, ProtocolError, Re
 use damselfly_storage::shard_for_key;
 use futures_channel::oneshot;
 
+use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
 use crate::tx::{add_lock, plan, Lock, ShardWork, Tx};
 use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker};
@@ -43,6 +44,9 @@ pub enum Step {
     Read,
     /// More complete commands are buffered: call `step` again.
     Again,
+    /// A blocking command waits for data: write the output, then wait for `poll_wake`
+    /// (and `resume`), the deadline (`check_block_timeout`) or the client going away.
+    Blocked,
     /// Write the output, then close the connection.
     Close,
 }
@@ -60,6 +64,8 @@ struct ParsedCmd {
     first: usize,
     nargs: usize,
     inline: bool,
+    /// Offset in the read buffer just past the command.
+    end: usize,
 }
 
 /// A remote reply to be spliced into the output at `at`.
@@ -91,6 +97,8 @@ pub struct Connection {
     pub(crate) multi: Option<MultiState>,
     /// Keys this connection WATCHes.
     pub(crate) watching: Vec<WatchedKey>,
+    /// A blocking command waiting for data; the commands after it wait in the read buffer.
+    pub(crate) blocked: Option<BlockedCmd>,
 }
 
 /// A MULTI block being queued.
@@ -137,6 +145,7 @@ impl Connection {
             tx: None,
             multi: None,
             watching: Vec::new(),
+            blocked: None,
         }
     }
 
@@ -213,6 +222,21 @@ impl Connection {
         true
     }
 
+    /// Buffers bytes read while a blocking command waits (they run once it is done). False
+    /// when the query buffer limit is exceeded.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        while !bytes.is_empty() {
+            let space = self.read_space();
+            let n = space.len().min(bytes.len());
+            space[..n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if !self.advance(n) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The encoded replies waiting to be written.
     pub fn output(&self) -> &[u8] {
         &self.out.buf
@@ -258,11 +282,16 @@ impl Connection {
         let rbuf = std::mem::take(&mut self.rbuf);
         let aux = std::mem::take(&mut self.aux);
         let spans = std::mem::take(&mut self.spans);
+        let mut blocked_end = None;
         for c in &cmds {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
             self.dispatch(&args).await;
             if self.closing {
+                break;
+            }
+            if self.blocked.is_some() {
+                blocked_end = Some(c.end);
                 break;
             }
         }
@@ -271,7 +300,11 @@ impl Connection {
         self.rbuf = rbuf;
         self.aux = aux;
         self.spans = spans;
-        self.rstart = parsed_to;
+        // Commands after a blocked one stay in the buffer, to be parsed again once it is done.
+        self.rstart = blocked_end.unwrap_or(parsed_to);
+        if blocked_end.is_some() {
+            self.need = 0;
+        }
         self.info.query_buf.set(self.rend - self.rstart);
         if let Some(e) = protocol_error {
             self.refuse(&format!("ERR {e}"));
@@ -280,6 +313,8 @@ impl Connection {
         }
         if self.closing {
             Step::Close
+        } else if self.blocked.is_some() {
+            Step::Blocked
         } else if more {
             Step::Again
         } else {
@@ -314,6 +349,7 @@ impl Connection {
                         first,
                         nargs,
                         inline,
+                        end: consumed,
                     });
                     pos = consumed;
                 }
@@ -407,6 +443,9 @@ impl Connection {
                 return;
             }
         }
+        if spec.flags & flags::BLOCKING != 0 && self.tx.is_none() {
+            return self.run_blocking(idx, args).await;
+        }
         self.route(idx, args).await;
     }
 
@@ -489,6 +528,7 @@ impl Connection {
         {
             self.out.resp3 = self.resp3();
             self.worker.exec(spec, db, args, &mut self.out, true);
+            self.worker.serve_blocked();
             return;
         }
         let cmd = RemoteCmd {
@@ -690,6 +730,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        self.abandon_block();
         self.unwatch_all();
         self.worker.clients.borrow_mut().remove(self.info.id);
         self.worker.cluster.release_client();

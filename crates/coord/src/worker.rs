@@ -19,6 +19,7 @@ use damselfly_protocol::{ReplyBuf, Span};
 use damselfly_storage::{now_ms, Shard, ShardStats};
 use futures_channel::oneshot;
 
+use crate::blocking::{BlockedKeys, Wake};
 use crate::client::{KillFilter, Registry};
 use crate::cluster::Cluster;
 use crate::tx::{plan, Lock, TxId, TxQueue};
@@ -108,6 +109,8 @@ pub enum Payload {
     },
     /// A `TxScheduleHop` this shard refused: the hop comes back unrun.
     Refused(HopFn),
+    /// A blocked client's wake-up.
+    Wake(Wake),
 }
 
 /// Which transaction a hop belongs to.
@@ -130,6 +133,8 @@ pub(crate) enum Hop {
     /// A batch of plain commands stopped at a command that conflicted with a transaction;
     /// it holds that command's intents and resumes there.
     Batch(DeferredBatch),
+    /// Serving the clients blocked on a key that received data while a transaction held it.
+    Serve { db: usize, key: Box<[u8]> },
 }
 
 pub(crate) struct DeferredBatch {
@@ -228,6 +233,8 @@ pub struct Worker {
     pub(crate) replies: RefCell<ReplySlots>,
     /// Transactions holding intents on this shard.
     pub(crate) txq: RefCell<TxQueue<Hop>>,
+    /// Clients blocked on this shard's keys.
+    pub(crate) blocked: RefCell<BlockedKeys>,
     /// Milliseconds since the epoch for the current round of commands (see `refresh_clock`).
     now_ms: Cell<u64>,
     /// Monotonic time of the same reading.
@@ -257,6 +264,7 @@ impl Worker {
             clients: RefCell::new(Registry::default()),
             replies: RefCell::new(ReplySlots::default()),
             txq: RefCell::new(TxQueue::default()),
+            blocked: RefCell::new(BlockedKeys::default()),
             now_ms: Cell::new(now_ms()),
             now: Cell::new(Instant::now()),
             anchor: Cell::new((Instant::now(), now_ms())),
@@ -319,6 +327,17 @@ impl Worker {
         }
     }
 
+    /// Opens a reply slot that a later message (a blocked client's wake-up) will fill.
+    pub(crate) fn open_wait(self: &Rc<Self>) -> (u32, ReplyWait) {
+        let slot = self.replies.borrow_mut().open();
+        let wait = ReplyWait {
+            worker: self.clone(),
+            slot,
+            done: false,
+        };
+        (slot, wait)
+    }
+
     /// Milliseconds since the epoch for the current round.
     pub fn now_ms(&self) -> u64 {
         self.now_ms.get()
@@ -353,24 +372,9 @@ impl Worker {
         self.executed.set(executed);
         let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
         let errors_before = reply.error_offsets.len();
-        self.sync_limits();
-        {
-            let mut shard = self.shard.borrow_mut();
-            let mut ctx = ExecCtx {
-                shard: &mut shard,
-                db,
-                now: self.now_ms.get(),
-                reply,
-                shard_id: self.id,
-                num_shards: self.num_shards(),
-                max_bulk_len: self
-                    .cluster
-                    .config
-                    .proto_max_bulk_len
-                    .load(Ordering::Relaxed),
-            };
+        self.with_ctx(db, reply, |ctx| {
             // A bug in one command must not take the shard's thread down with it.
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctx, args)));
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ctx, args)));
             if ran.is_err() {
                 tracing::error!(
                     command = COMMANDS[spec].name,
@@ -378,7 +382,7 @@ impl Worker {
                 );
                 ctx.reply.error("ERR internal error executing the command");
             }
-        }
+        });
         if record {
             let mut stats = self.stats.borrow_mut();
             let failed = stats.count_errors(reply, errors_before) > 0;
@@ -387,8 +391,39 @@ impl Worker {
         }
     }
 
-    /// Handles one message from another thread.
+    /// Runs `f` with a command context on this shard's database `db`.
+    pub(crate) fn with_ctx<R>(
+        &self,
+        db: usize,
+        reply: &mut ReplyBuf,
+        f: impl FnOnce(&mut ExecCtx) -> R,
+    ) -> R {
+        self.sync_limits();
+        let mut shard = self.shard.borrow_mut();
+        let mut ctx = ExecCtx {
+            shard: &mut shard,
+            db,
+            now: self.now_ms.get(),
+            reply,
+            shard_id: self.id,
+            num_shards: self.num_shards(),
+            max_bulk_len: self
+                .cluster
+                .config
+                .proto_max_bulk_len
+                .load(Ordering::Relaxed),
+        };
+        f(&mut ctx)
+    }
+
+    /// Handles one message from another thread, then serves clients blocked on keys it
+    /// wrote.
     pub fn handle(&self, msg: ShardMsg) {
+        self.handle_message(msg);
+        self.serve_blocked();
+    }
+
+    fn handle_message(&self, msg: ShardMsg) {
         match msg {
             ShardMsg::Exec {
                 batch,
@@ -481,7 +516,7 @@ impl Worker {
         }
     }
 
-    fn reply_to(&self, origin: usize, slot: u32, reply: Payload) {
+    pub(crate) fn reply_to(&self, origin: usize, slot: u32, reply: Payload) {
         if origin == self.id {
             self.replies.borrow_mut().fill(slot, reply);
         } else {
@@ -499,7 +534,7 @@ impl Worker {
     /// Schedules a transaction that touches only this shard under a fresh id. Every id
     /// already here was drawn earlier, so a fresh one is larger and is never refused; the loop
     /// only guards that reasoning.
-    fn schedule_here(&self, locks: Vec<Lock>) -> TxId {
+    pub(crate) fn schedule_here(&self, locks: Vec<Lock>) -> TxId {
         loop {
             let id = self.cluster.next_txid();
             if self.txq.borrow_mut().schedule(id, locks.clone()) {
@@ -531,7 +566,7 @@ impl Worker {
     }
 
     /// Runs a hop whose turn has come.
-    fn run_hop(&self, id: TxId, hop: Hop) {
+    pub(crate) fn run_hop(&self, id: TxId, hop: Hop) {
         self.refresh_clock();
         match hop {
             Hop::Run {
@@ -552,6 +587,10 @@ impl Worker {
                 d.next += 1;
                 self.release(id);
                 self.continue_batch(d);
+            }
+            Hop::Serve { db, key } => {
+                self.serve_key(db, &key);
+                self.release(id);
             }
         }
     }
@@ -771,6 +810,11 @@ impl ReplySlots {
         }
     }
 
+    fn close(&mut self, slot: u32) {
+        self.slots[slot as usize] = SlotState::Free;
+        self.free.push(slot);
+    }
+
     fn abandon(&mut self, slot: u32) {
         let state = &mut self.slots[slot as usize];
         match state {
@@ -804,6 +848,16 @@ impl Future for ReplyWait {
                 Poll::Ready(Some(r))
             }
             Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl ReplyWait {
+    /// Frees the slot of a wait no reply can come to any more (its waiter was taken back).
+    pub(crate) fn close(mut self) {
+        if !self.done {
+            self.done = true;
+            self.worker.replies.borrow_mut().close(self.slot);
         }
     }
 }

@@ -49,6 +49,65 @@ async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> 
     .await
 }
 
+enum Either3<A, B, C> {
+    First(A),
+    Second(B),
+    Third(C),
+}
+
+/// `race` over three futures.
+async fn race3<A: Future, B: Future, C: Future>(
+    a: A,
+    b: B,
+    c: C,
+) -> Either3<A::Output, B::Output, C::Output> {
+    match race(a, race(b, c)).await {
+        Either::Left(v) => Either3::First(v),
+        Either::Right(Either::Left(v)) => Either3::Second(v),
+        Either::Right(Either::Right(v)) => Either3::Third(v),
+    }
+}
+
+/// Longest a blocked client waits between checks for CLIENT KILL and shutdown.
+const BLOCK_TICK: Duration = Duration::from_millis(100);
+
+/// Waits while the connection's blocking command waits: for its wake-up, its deadline, or
+/// the client going away. Input arriving meanwhile is buffered, as Redis buffers a blocked
+/// client's input. False when the connection must close.
+async fn wait_blocked<R: ConnRead, S: Future<Output = ()>>(
+    rd: &mut R,
+    conn: &mut Connection,
+    sleep: &impl Fn(Duration) -> S,
+) -> bool {
+    let cluster = conn.cluster();
+    let mut buf = vec![0u8; 16 * 1024];
+    while conn.is_blocked() {
+        if conn.killed() || cluster.shutdown.is_triggered() {
+            return false;
+        }
+        let tick = conn.block_deadline().map_or(BLOCK_TICK, |d| {
+            d.saturating_duration_since(Instant::now()).min(BLOCK_TICK)
+        });
+        match race3(
+            poll_fn(|cx| conn.poll_wake(cx)),
+            rd.read(&mut buf),
+            sleep(tick),
+        )
+        .await
+        {
+            Either3::First(()) => conn.resume().await,
+            Either3::Second(Ok(0) | Err(_)) => return false,
+            Either3::Second(Ok(n)) => {
+                if !conn.feed(&buf[..n]) {
+                    return false;
+                }
+            }
+            Either3::Third(()) => conn.check_block_timeout(Instant::now()),
+        }
+    }
+    true
+}
+
 /// Yields once to the executor so one busy client cannot starve the thread's other tasks.
 async fn yield_now() {
     let mut yielded = false;
@@ -74,9 +133,14 @@ async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
 }
 
 /// Serves one client; a panic while serving it (a bug) drops only this connection.
-pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(rd: R, wr: W, conn: Connection) {
+pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
+    rd: R,
+    wr: W,
+    conn: Connection,
+    sleep: impl Fn(Duration) -> S,
+) {
     let id = conn.id();
-    let mut session = pin!(serve_client(rd, wr, conn));
+    let mut session = pin!(serve_client(rd, wr, conn, sleep));
     let outcome = poll_fn(|cx| {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.as_mut().poll(cx))) {
             Ok(Poll::Ready(())) => Poll::Ready(true),
@@ -92,7 +156,12 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite>(rd: R, wr: W, conn: Connect
 
 /// Serves one client until it quits, disconnects, is killed, exceeds its output limit, or the
 /// server shuts down.
-async fn serve_client<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut conn: Connection) {
+async fn serve_client<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
+    mut rd: R,
+    mut wr: W,
+    mut conn: Connection,
+    sleep: impl Fn(Duration) -> S,
+) {
     let cluster = conn.cluster();
     let mut pending: Vec<u8> = Vec::new();
     let mut sent = 0;
@@ -119,6 +188,17 @@ async fn serve_client<R: ConnRead, W: ConnWrite>(mut rd: R, mut wr: W, mut conn:
                 rounds += 1;
                 if rounds.is_multiple_of(16) {
                     yield_now().await;
+                }
+                continue;
+            }
+            Step::Blocked => {
+                if write_all(&mut wr, &pending[sent..]).await.is_err() {
+                    return;
+                }
+                pending.clear();
+                sent = 0;
+                if !wait_blocked(&mut rd, &mut conn, &sleep).await {
+                    return;
                 }
                 continue;
             }

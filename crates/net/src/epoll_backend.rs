@@ -116,7 +116,7 @@ async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener) {
                 if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
                     tune_tcp(&worker, stream.as_fd());
                     let (rd, wr) = stream.into_split();
-                    spawn_local(serve(Reader(rd), Writer(wr), conn));
+                    spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
                 }
             }
             Err(e) => accept_failed(e).await,
@@ -130,7 +130,7 @@ async fn accept_unix(worker: Rc<Worker>, listener: tokio::net::UnixListener, pat
             Ok((stream, _)) => {
                 if let Some(conn) = admit(&worker, stream.as_raw_fd(), describe_unix(&path)) {
                     let (rd, wr) = stream.into_split();
-                    spawn_local(serve(Reader(rd), Writer(wr), conn));
+                    spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
                 }
             }
             Err(e) => accept_failed(e).await,

@@ -36,7 +36,7 @@ impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
 /// Serves a glommio stream, split into halves so reads and writes can overlap.
 fn spawn_serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(stream: S, conn: Connection) {
     let (rd, wr) = futures_lite::io::split(stream);
-    spawn_local(serve(Reader(rd), Writer(wr), conn)).detach();
+    spawn_local(serve(Reader(rd), Writer(wr), conn, glommio::timer::sleep)).detach();
 }
 
 pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io::Result<()> {

@@ -85,7 +85,13 @@ pub struct Shard {
     pub active_expire: bool,
     /// Encoding thresholds, copied from the configuration.
     pub limits: EncodingLimits,
+    /// Keys blocked clients wait on, per database (BLPOP and friends).
+    awaited: Vec<KeySet>,
+    /// Awaited keys written since the coordinator last took them (Redis's ready keys).
+    ready: Vec<(usize, Box<[u8]>)>,
 }
+
+type KeySet = std::collections::HashSet<Box<[u8]>, ahash::RandomState>;
 
 fn is_expired(e: &Entry, now: u64) -> bool {
     e.expire_at != 0 && e.expire_at <= now
@@ -100,6 +106,35 @@ impl Shard {
             stats: ShardStats::default(),
             active_expire: true,
             limits: EncodingLimits::default(),
+            awaited: (0..databases).map(|_| KeySet::default()).collect(),
+            ready: Vec::new(),
+        }
+    }
+
+    /// Marks a key as waited on: writes to it are reported by `take_ready_keys`.
+    pub fn await_key(&mut self, db: usize, key: &[u8]) {
+        self.awaited[db].insert(key.into());
+    }
+
+    /// No client waits on the key any more.
+    pub fn forget_awaited(&mut self, db: usize, key: &[u8]) {
+        self.awaited[db].remove(key);
+    }
+
+    /// Awaited keys written since the last call (possibly repeated), as (db, key).
+    pub fn take_ready_keys(&mut self) -> Vec<(usize, Box<[u8]>)> {
+        std::mem::take(&mut self.ready)
+    }
+
+    /// True when awaited keys were written since `take_ready_keys` last ran.
+    pub fn has_ready_keys(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Records a write for blocked clients: one emptiness check when nobody waits.
+    fn note_write(&mut self, db: usize, key: &[u8]) {
+        if !self.awaited[db].is_empty() && self.awaited[db].contains(key) {
+            self.ready.push((db, key.into()));
         }
     }
 
@@ -157,6 +192,7 @@ impl Shard {
         let now_ttl = e.expire_at;
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
         self.track_ttl_change(db, key, had_ttl, now_ttl);
+        self.note_write(db, key);
         Some(r)
     }
 
@@ -189,6 +225,7 @@ impl Shard {
         Self::touch(&mut self.watched[db], key);
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
         self.track_ttl_change(db, key, had_ttl, now_ttl);
+        self.note_write(db, key);
         Ok(Some(r))
     }
 
@@ -220,6 +257,7 @@ impl Shard {
             self.used_memory -= o.mem_size().min(self.used_memory);
         }
         self.track_ttl_change(db, key, old_ttl, expire_at);
+        self.note_write(db, key);
         old
     }
 
@@ -266,6 +304,11 @@ impl Shard {
         self.touch_existing(a, b);
         self.touch_existing(b, a);
         self.dbs.swap(a, b);
+        // Clients blocked in either database may now find data under their keys.
+        for db in [a, b] {
+            let keys: Vec<Box<[u8]>> = self.awaited[db].iter().cloned().collect();
+            self.ready.extend(keys.into_iter().map(|k| (db, k)));
+        }
     }
 
     /// Bumps the version of a watched key (every change to a key calls this).

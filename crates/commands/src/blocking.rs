@@ -1,0 +1,302 @@
+//! The blocking commands (BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP)
+//! as one shard sees them: their non-blocking form (what runs first, and all that runs inside
+//! MULTI), what a client that found nothing waits for ([`BlockSpec`]), and serving a waiter
+//! from a key that received data. The waiting itself (per-key FIFO queues, wake-ups, timeouts,
+//! disconnects) belongs to the coordinator (crates/coord/src/blocking.rs).
+
+use damselfly_storage::{End, Kind};
+
+use crate::list_family::{move_element, parse_end, parse_mpop, pop_lists};
+use crate::zset_family::{pop_first, PopReply};
+use crate::{errors, Args, ExecCtx};
+
+/// What serving a blocked client does with the key that has data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlockOp {
+    /// BLPOP/BRPOP (`count` None: `[key, element]`) and BLMPOP (`[key, [elements]]`).
+    ListPop { end: End, count: Option<usize> },
+    /// BZPOPMIN/BZPOPMAX (`count` None: `[key, member, score]`) and BZMPOP.
+    ZPop { max: bool, count: Option<usize> },
+    /// BLMOVE/BRPOPLPUSH: moves one element onto `dst`, replies with it.
+    Move { from: End, to: End, dst: Vec<u8> },
+}
+
+impl BlockOp {
+    fn kind(&self) -> Kind {
+        match self {
+            BlockOp::ZPop { .. } => Kind::ZSet,
+            _ => Kind::List,
+        }
+    }
+
+    /// The reply when the wait times out.
+    pub fn timeout_reply(&self) -> TimeoutReply {
+        match self {
+            BlockOp::Move { .. } => TimeoutReply::Null,
+            _ => TimeoutReply::NullArray,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutReply {
+    Null,
+    NullArray,
+}
+
+/// What a client whose blocking command found nothing waits for.
+#[derive(Debug, Clone)]
+pub struct BlockSpec {
+    /// The keys it waits on, in the order it tries them.
+    pub keys: Vec<Vec<u8>>,
+    /// Milliseconds to wait; 0 waits forever.
+    pub timeout_ms: u64,
+    pub op: BlockOp,
+}
+
+const TIMEOUT_NOT_FLOAT: &str = "ERR timeout is not a float or out of range";
+const TIMEOUT_RANGE: &str = "ERR timeout is out of range";
+
+/// Parses a timeout in (fractional) seconds as Redis 7.0 does, to milliseconds rounded up;
+/// `now` is the current time in milliseconds (the deadline must not overflow).
+pub fn parse_timeout(raw: &[u8], now: u64) -> Result<u64, &'static str> {
+    let text = std::str::from_utf8(raw).map_err(|_| TIMEOUT_NOT_FLOAT)?;
+    if text.is_empty() || text.starts_with(|c: char| c.is_ascii_whitespace()) {
+        return Err(TIMEOUT_NOT_FLOAT);
+    }
+    let secs: f64 = text.parse().map_err(|_| TIMEOUT_NOT_FLOAT)?;
+    if secs.is_nan() {
+        return Err(TIMEOUT_NOT_FLOAT);
+    }
+    let ms = (secs * 1000.0).ceil();
+    if ms > i64::MAX as f64 {
+        return Err(TIMEOUT_RANGE);
+    }
+    if ms < 0.0 {
+        return Err("ERR timeout is negative");
+    }
+    let ms = ms as u64;
+    if ms > 0 && ms > i64::MAX as u64 - now {
+        return Err(TIMEOUT_RANGE);
+    }
+    Ok(ms)
+}
+
+/// The blocking form of a command whose non-blocking form just replied nil (so its arguments
+/// are known to be valid).
+pub fn spec(args: &Args, now: u64) -> Option<BlockSpec> {
+    let name = args.get(0).to_ascii_lowercase();
+    let last = args.len() - 1;
+    let keys = |range: std::ops::Range<usize>| range.map(|i| args.get(i).to_vec()).collect();
+    let (keys, timeout_at, op) = match name.as_slice() {
+        b"blpop" | b"brpop" => {
+            let end = if name == b"blpop" {
+                End::Head
+            } else {
+                End::Tail
+            };
+            (keys(1..last), last, BlockOp::ListPop { end, count: None })
+        }
+        b"bzpopmin" | b"bzpopmax" => {
+            let max = name == b"bzpopmax";
+            (keys(1..last), last, BlockOp::ZPop { max, count: None })
+        }
+        b"brpoplpush" => {
+            let op = BlockOp::Move {
+                from: End::Tail,
+                to: End::Head,
+                dst: args.get(2).to_vec(),
+            };
+            (keys(1..2), 3, op)
+        }
+        b"blmove" => {
+            let op = BlockOp::Move {
+                from: parse_end(args, 3)?,
+                to: parse_end(args, 4)?,
+                dst: args.get(2).to_vec(),
+            };
+            (keys(1..2), 5, op)
+        }
+        b"blmpop" | b"bzmpop" => {
+            let sides = if name == b"blmpop" {
+                ["left", "right"]
+            } else {
+                ["min", "max"]
+            };
+            let (ks, second, count) = parse_mpop(args, 2, sides).ok()?;
+            let keys = ks.into_iter().map(<[u8]>::to_vec).collect();
+            let op = if name == b"blmpop" {
+                let end = if second { End::Tail } else { End::Head };
+                BlockOp::ListPop {
+                    end,
+                    count: Some(count),
+                }
+            } else {
+                BlockOp::ZPop {
+                    max: second,
+                    count: Some(count),
+                }
+            };
+            (keys, 1, op)
+        }
+        _ => return None,
+    };
+    let timeout_ms = parse_timeout(args.get(timeout_at), now).ok()?;
+    Some(BlockSpec {
+        keys,
+        timeout_ms,
+        op,
+    })
+}
+
+/// True when serving `op` from `key` would succeed now: the key holds a collection of the
+/// right type (collections are never empty) and, for a move, the destination can take a list.
+pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
+    let kind_of = |ctx: &mut ExecCtx, k: &[u8]| ctx.lookup_write(k).map(|e| e.value.kind());
+    if kind_of(ctx, key) != Some(op.kind()) {
+        return false;
+    }
+    match op {
+        BlockOp::Move { dst, .. } => matches!(kind_of(ctx, dst), None | Some(Kind::List)),
+        _ => true,
+    }
+}
+
+/// Serves a blocked client from `key` (which `ready` accepted), writing its reply.
+pub fn serve(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) {
+    match op {
+        BlockOp::ListPop { end, count: None } => {
+            pop_one_list(ctx, &[key], *end);
+        }
+        BlockOp::ListPop {
+            end,
+            count: Some(n),
+        } => {
+            pop_lists(ctx, &[key], *end, *n);
+        }
+        BlockOp::ZPop { max, count: None } => {
+            pop_first(ctx, &[key], *max, 1, PopReply::KeyMemberScore);
+        }
+        BlockOp::ZPop {
+            max,
+            count: Some(n),
+        } => {
+            pop_first(ctx, &[key], *max, *n, PopReply::WithKey);
+        }
+        BlockOp::Move { from, to, dst } => move_element(ctx, key, dst, *from, *to),
+    }
+}
+
+/// BLPOP/BRPOP's pop: `[key, element]` from the first key holding a list.
+fn pop_one_list(ctx: &mut ExecCtx, keys: &[&[u8]], end: End) -> bool {
+    for &key in keys {
+        let done = ctx.write_as(key, |l: &mut damselfly_storage::List, r, _| {
+            r.array(2);
+            r.bulk(key);
+            match l.pop(end) {
+                Some(v) => r.bulk(&v),
+                None => r.null(),
+            }
+        });
+        if !matches!(done, Ok(None)) {
+            return true;
+        }
+    }
+    false
+}
+
+fn check_timeout(ctx: &mut ExecCtx, args: &Args, at: usize) -> bool {
+    match parse_timeout(args.get(at), ctx.now) {
+        Ok(_) => true,
+        Err(e) => {
+            ctx.error(e);
+            false
+        }
+    }
+}
+
+fn bpop_list(ctx: &mut ExecCtx, args: &Args, end: End) {
+    let last = args.len() - 1;
+    if !check_timeout(ctx, args, last) {
+        return;
+    }
+    let keys: Vec<&[u8]> = (1..last).map(|i| args.get(i)).collect();
+    if !pop_one_list(ctx, &keys, end) {
+        ctx.reply.null_array();
+    }
+}
+
+pub fn blpop(ctx: &mut ExecCtx, args: &Args) {
+    bpop_list(ctx, args, End::Head);
+}
+
+pub fn brpop(ctx: &mut ExecCtx, args: &Args) {
+    bpop_list(ctx, args, End::Tail);
+}
+
+pub fn brpoplpush(ctx: &mut ExecCtx, args: &Args) {
+    if check_timeout(ctx, args, 3) {
+        move_element(ctx, args.get(1), args.get(2), End::Tail, End::Head);
+    }
+}
+
+pub fn blmove(ctx: &mut ExecCtx, args: &Args) {
+    let (Some(from), Some(to)) = (parse_end(args, 3), parse_end(args, 4)) else {
+        return ctx.error(errors::SYNTAX);
+    };
+    if check_timeout(ctx, args, 5) {
+        move_element(ctx, args.get(1), args.get(2), from, to);
+    }
+}
+
+pub fn blmpop(ctx: &mut ExecCtx, args: &Args) {
+    if !check_timeout(ctx, args, 1) {
+        return;
+    }
+    let (keys, right, count) = match parse_mpop(args, 2, ["left", "right"]) {
+        Ok(p) => p,
+        Err(e) => return ctx.error(e),
+    };
+    let end = if right { End::Tail } else { End::Head };
+    if !pop_lists(ctx, &keys, end, count) {
+        ctx.reply.null_array();
+    }
+}
+
+fn bzpop(ctx: &mut ExecCtx, args: &Args, max: bool) {
+    let last = args.len() - 1;
+    if !check_timeout(ctx, args, last) {
+        return;
+    }
+    let keys: Vec<&[u8]> = (1..last).map(|i| args.get(i)).collect();
+    if !pop_first(ctx, &keys, max, 1, PopReply::KeyMemberScore) {
+        ctx.reply.null_array();
+    }
+}
+
+pub fn bzpopmin(ctx: &mut ExecCtx, args: &Args) {
+    bzpop(ctx, args, false);
+}
+
+pub fn bzpopmax(ctx: &mut ExecCtx, args: &Args) {
+    bzpop(ctx, args, true);
+}
+
+pub fn bzmpop(ctx: &mut ExecCtx, args: &Args) {
+    if !check_timeout(ctx, args, 1) {
+        return;
+    }
+    let (keys, max, count) = match parse_mpop(args, 2, ["min", "max"]) {
+        Ok(p) => p,
+        Err(e) => return ctx.error(e),
+    };
+    if !pop_first(ctx, &keys, max, count, PopReply::WithKey) {
+        ctx.reply.null_array();
+    }
+}
+
+/// Whether a reply is the nil a blocking command's non-blocking form gives when it found
+/// nothing (the coordinator then blocks the client instead of sending it).
+pub fn is_nil_reply(reply: &[u8]) -> bool {
+    matches!(reply, b"*-1\r\n" | b"$-1\r\n" | b"_\r\n")
+}
