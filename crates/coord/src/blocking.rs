@@ -89,10 +89,13 @@ pub enum Wake {
     Retry,
 }
 
-/// One shard's waiters, per (database, key), oldest first.
+/// A waiter queue, oldest first.
+type Queue = VecDeque<Arc<Waiter>>;
+
+/// One shard's waiters, per (database, key).
 #[derive(Default)]
 pub(crate) struct BlockedKeys {
-    queues: HashMap<(usize, Box<[u8]>), VecDeque<Arc<Waiter>>, ahash::RandomState>,
+    queues: HashMap<(usize, Box<[u8]>), Queue, ahash::RandomState>,
 }
 
 impl BlockedKeys {
