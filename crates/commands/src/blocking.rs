@@ -28,20 +28,6 @@ impl BlockOp {
             _ => Kind::List,
         }
     }
-
-    /// The reply when the wait times out.
-    pub fn timeout_reply(&self) -> TimeoutReply {
-        match self {
-            BlockOp::Move { .. } => TimeoutReply::Null,
-            _ => TimeoutReply::NullArray,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimeoutReply {
-    Null,
-    NullArray,
 }
 
 /// What a client whose blocking command found nothing waits for.
@@ -69,10 +55,9 @@ pub fn parse_timeout(raw: &[u8], now: u64) -> Result<u64, &'static str> {
         return Err(TIMEOUT_NOT_FLOAT);
     }
     let ms = (secs * 1000.0).ceil();
-    if ms > i64::MAX as f64 {
-        return Err(TIMEOUT_RANGE);
-    }
-    if ms < 0.0 {
+    // Redis converts to a 64-bit integer unchecked: on x86 anything past its range
+    // (infinity included) becomes the most negative value, hence "negative".
+    if ms < 0.0 || ms >= i64::MAX as f64 {
         return Err("ERR timeout is negative");
     }
     let ms = ms as u64;
@@ -250,13 +235,13 @@ pub fn blmove(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn blmpop(ctx: &mut ExecCtx, args: &Args) {
-    if !check_timeout(ctx, args, 1) {
-        return;
-    }
     let (keys, right, count) = match parse_mpop(args, 2, ["left", "right"]) {
         Ok(p) => p,
         Err(e) => return ctx.error(e),
     };
+    if !check_timeout(ctx, args, 1) {
+        return;
+    }
     let end = if right { End::Tail } else { End::Head };
     if !pop_lists(ctx, &keys, end, count) {
         ctx.reply.null_array();
@@ -283,13 +268,13 @@ pub fn bzpopmax(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn bzmpop(ctx: &mut ExecCtx, args: &Args) {
-    if !check_timeout(ctx, args, 1) {
-        return;
-    }
     let (keys, max, count) = match parse_mpop(args, 2, ["min", "max"]) {
         Ok(p) => p,
         Err(e) => return ctx.error(e),
     };
+    if !check_timeout(ctx, args, 1) {
+        return;
+    }
     if !pop_first(ctx, &keys, max, count, PopReply::WithKey) {
         ctx.reply.null_array();
     }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use damselfly_commands::blocking::{self, BlockOp, BlockSpec, TimeoutReply};
+use damselfly_commands::blocking::{self, BlockOp, BlockSpec};
 use damselfly_commands::Args;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::shard_for_key;
@@ -413,13 +413,12 @@ impl Connection {
             return;
         };
         let (idx, cmd) = (b.idx, std::mem::take(&mut b.cmd));
-        let op_reply = b.waiter.op.timeout_reply();
         self.release_waiter(b, false);
         match woken {
             Some(Payload::Wake(Wake::Served(reply))) => self.out.raw(&reply),
             Some(Payload::Wake(Wake::Retry)) => self.attempt_then_block(idx, cmd).await,
             // The shard went away (shutdown): answer as a timeout would.
-            _ => self.write_timeout_reply(op_reply),
+            _ => self.write_timeout_reply(),
         }
     }
 
@@ -437,18 +436,15 @@ impl Connection {
             return;
         }
         if let Some(b) = self.end_block() {
-            let reply = b.waiter.op.timeout_reply();
             self.release_waiter(b, true);
-            self.write_timeout_reply(reply);
+            self.write_timeout_reply();
         }
     }
 
-    fn write_timeout_reply(&mut self, reply: TimeoutReply) {
+    /// Redis answers every timed-out blocking command with a null array (BLMOVE too).
+    fn write_timeout_reply(&mut self) {
         self.out.resp3 = self.info.resp.get() == 3;
-        match reply {
-            TimeoutReply::Null => self.out.null(),
-            TimeoutReply::NullArray => self.out.null_array(),
-        }
+        self.out.null_array();
     }
 
     /// Gives up a blocked command (the client disconnected or is being closed).

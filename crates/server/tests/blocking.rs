@@ -184,7 +184,7 @@ fn cross_shard_blmove_loses_nothing(b: Backend) {
                 let mut c = Raw::tcp(port);
                 loop {
                     let r = c.cmd(&["BLMOVE", &src, &dst, "LEFT", "RIGHT", "0.2"]);
-                    if r == b"$-1\r\n" {
+                    if r == b"*-1\r\n" {
                         if !producing.load(Ordering::SeqCst) {
                             return;
                         }

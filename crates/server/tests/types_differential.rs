@@ -402,6 +402,29 @@ impl Family for Lists {
                 c.extend((0..p.rng.gen_range(100..300)).map(|i| format!("bulk-element-{i}")));
                 c
             }
+            90..=94 => {
+                let t = p.timeout();
+                match p.rng.gen_range(0..4) {
+                    0 => {
+                        let mut c = with(cmd(&[p.one(&["BLPOP", "BRPOP"])]), p.keys("l", 3));
+                        c.push(t);
+                        c
+                    }
+                    1 => cmd(&["BRPOPLPUSH", &k, &p.key("l"), &t]),
+                    2 => {
+                        let (from, to) = (end(p), end(p));
+                        cmd(&["BLMOVE", &k, &p.key("l"), &from, &to, &t])
+                    }
+                    _ => {
+                        let mut c = with(cmd(&["BLMPOP", &t]), p.numkeys("l", 3));
+                        c.push(end(p));
+                        if p.chance(2) {
+                            c.extend(["COUNT".into(), p.rng.gen_range(0..4).to_string()]);
+                        }
+                        c
+                    }
+                }
+            }
             _ => cmd(&["LRANGE", &k, "0", "-1"]),
         })
     }
@@ -445,6 +468,15 @@ impl Pick {
             3..=6 => format!("[{}", self.lex_member()),
             _ => format!("({}", self.lex_member()),
         }
+    }
+
+    /// A blocking command's timeout: short (a key that stays empty costs 10 ms on both
+    /// servers), sometimes invalid; never 0, which would wait forever.
+    fn timeout(&mut self) -> String {
+        self.one(&[
+            "0.01", "0.01", "0.01", "0.005", "-1", "abc", "inf", " 1", "-0.5",
+        ])
+        .into()
     }
 
     /// A `numkeys key...` list, sometimes with a bad count.
@@ -693,6 +725,21 @@ impl Family for SortedSets {
                 exact(c)
             }
             90 => exact(cmd(&["ZADD", &k, "1", &"y".repeat(70)])),
+            91..=94 => {
+                let t = p.timeout();
+                exact(if p.chance(2) {
+                    let mut c = with(cmd(&[p.one(&["BZPOPMIN", "BZPOPMAX"])]), p.keys("z", 3));
+                    c.push(t);
+                    c
+                } else {
+                    let mut c = with(cmd(&["BZMPOP", &t]), p.numkeys("z", 3));
+                    c.push(p.one(&["MIN", "MAX", "UP"]).into());
+                    if p.chance(2) {
+                        c.extend(["COUNT".into(), p.rng.gen_range(0..4).to_string()]);
+                    }
+                    c
+                })
+            }
             _ => exact(cmd(&["ZRANGE", &k, "0", "-1", "WITHSCORES"])),
         }
     }
