@@ -76,7 +76,7 @@ fn timeouts_reply_nil(b: Backend) {
         (vec!["BLPOP", "e1", "e2", "0.2"], &b"*-1\r\n"[..]),
         (
             vec!["BLMOVE", "e1", "e2", "LEFT", "RIGHT", "0.2"],
-            b"$-1\r\n",
+            b"*-1\r\n", // a timed-out BLMOVE too replies a null array, as in Redis
         ),
         (vec!["BZPOPMAX", "e3", "0.2"], b"*-1\r\n"),
         (vec!["BZMPOP", "0.2", "2", "e3", "e4", "MIN"], b"*-1\r\n"),
