@@ -4,6 +4,7 @@
 //! per-shard replies of commands that span shards.
 
 pub mod args;
+pub mod bitmap_family;
 pub mod blocking;
 pub mod config;
 pub mod ctx;

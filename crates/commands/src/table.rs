@@ -3,9 +3,9 @@
 //! one table, so they cannot disagree.
 
 use crate::{
-    args::Args, blocking, ctx::ExecCtx, hash_family as hash, keys_family as keys,
-    list_family as lists, server_family as server, set_family as sets, string_family as strings,
-    zset_family as zsets,
+    args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, hash_family as hash,
+    keys_family as keys, list_family as lists, server_family as server, set_family as sets,
+    string_family as strings, zset_family as zsets,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -320,6 +320,13 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decrby)),
     cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrbyfloat)),
     // hashes
+    cmd!("setbit", 4, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", Key, S(bits::setbit)),
+    cmd!("getbit", 3, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "2.2.0", "Returns a bit value by offset.", Key, S(bits::getbit)),
+    cmd!("bitcount", -2, READONLY, ONE_KEY, "@read @bitmap @slow", "bitmap", "2.6.0", "Counts the number of set bits (population counting) in a string.", Key, S(bits::bitcount)),
+    cmd!("bitpos", -3, READONLY, ONE_KEY, "@read @bitmap @slow", "bitmap", "2.8.7", "Finds the first set (1) or clear (0) bit in a string.", Key, S(bits::bitpos)),
+    cmd!("bitop", -4, WRITE | DENYOOM, (2, -1, 1), "@write @bitmap @slow", "bitmap", "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", Keys(Merge::Gather), S(bits::bitop)),
+    cmd!("bitfield", -2, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", Key, S(bits::bitfield)),
+    cmd!("bitfield_ro", -2, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", Key, S(bits::bitfield_ro)),
     cmd!("hset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", Key, S(hash::hset)),
     cmd!("hmset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the values of multiple fields.", Key, S(hash::hset)),
     cmd!("hsetnx", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", Key, S(hash::hsetnx)),

@@ -745,6 +745,119 @@ impl Family for SortedSets {
     }
 }
 
+struct Bitmaps(Pick);
+
+impl Pick {
+    fn bit_offset(&mut self) -> String {
+        match self.rng.gen_range(0..12) {
+            0 => self.int(),
+            1 => "4294967296".into(),
+            2 => format!("#{}", self.rng.gen_range(0..6)),
+            _ => self.rng.gen_range(0..120).to_string(),
+        }
+    }
+
+    fn field_type(&mut self) -> String {
+        match self.rng.gen_range(0..12) {
+            0 => self
+                .one(&["u64", "i65", "x8", "i0", "u", "I8", "U3"])
+                .into(),
+            1 => "i64".into(),
+            2 => "u63".into(),
+            _ => format!("{}{}", self.one(&["i", "u"]), self.rng.gen_range(1..17)),
+        }
+    }
+
+    fn range_bound(&mut self) -> String {
+        match self.rng.gen_range(0..8) {
+            0 => self.int(),
+            _ => self.rng.gen_range(-20..40).to_string(),
+        }
+    }
+}
+
+impl Family for Bitmaps {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let k = p.key("b");
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        exact(match p.rng.gen_range(0..100) {
+            0..=19 => {
+                let bit = p.one(&["0", "1", "1", "1", "2", "abc", "-1"]).to_string();
+                cmd(&["SETBIT", &k, &p.bit_offset(), &bit])
+            }
+            20..=29 => cmd(&["GETBIT", &k, &p.bit_offset()]),
+            30..=39 => {
+                let mut c = cmd(&["BITCOUNT", &k]);
+                match p.rng.gen_range(0..5) {
+                    0 => {}
+                    1 => c.push(p.range_bound()),
+                    _ => {
+                        c.extend([p.range_bound(), p.range_bound()]);
+                        if p.chance(2) {
+                            c.push(p.one(&["BYTE", "BIT", "bit", "WORD"]).into());
+                        }
+                    }
+                }
+                c
+            }
+            40..=51 => {
+                let bit = p.one(&["0", "1", "1", "0", "2", "x"]).to_string();
+                let mut c = cmd(&["BITPOS", &k, &bit]);
+                for _ in 0..p.rng.gen_range(0..3) {
+                    c.push(p.range_bound());
+                }
+                if c.len() == 5 && p.chance(2) {
+                    c.push(p.one(&["BYTE", "BIT", "bit", "WORD"]).into());
+                }
+                if p.chance(30) {
+                    c.extend(["1".into(), "2".into(), "BIT".into()]);
+                }
+                c
+            }
+            52..=59 => {
+                let op = p.one(&["AND", "OR", "XOR", "NOT", "not", "NAND"]);
+                with(cmd(&["BITOP", op, &p.key("b")]), p.keys("b", 3))
+            }
+            60..=74 => {
+                let ro = p.chance(5);
+                let mut c = cmd(&[if ro { "BITFIELD_RO" } else { "BITFIELD" }, &k]);
+                for _ in 0..p.rng.gen_range(0..4) {
+                    match p.rng.gen_range(0..8) {
+                        0..=2 => c.extend(["GET".into(), p.field_type(), p.bit_offset()]),
+                        3..=4 => c.extend(["SET".into(), p.field_type(), p.bit_offset(), p.int()]),
+                        5..=6 => {
+                            c.extend(["INCRBY".into(), p.field_type(), p.bit_offset(), p.int()])
+                        }
+                        _ => c.extend([
+                            "OVERFLOW".into(),
+                            p.one(&["WRAP", "SAT", "FAIL", "fail", "MAYBE"]).into(),
+                        ]),
+                    }
+                }
+                if p.chance(20) {
+                    c.push("GET".into());
+                }
+                c
+            }
+            75..=79 => cmd(&[
+                "SET",
+                &k,
+                p.one(&["foobar", "12345", "-7", "\u{ff}\u{1}", ""]),
+            ]),
+            80..=82 => cmd(&["APPEND", &k, p.one(&["a", "\u{0}", "xyz"])]),
+            83..=86 => cmd(&["GET", &k]),
+            87 => cmd(&["STRLEN", &k]),
+            88 => cmd(&["DEL", &k]),
+            89 => cmd(&[
+                p.one(&["SETBIT", "GETBIT", "BITOP", "BITFIELD_RO", "BITPOS"]),
+                &k,
+            ]),
+            _ => cmd(&["TYPE", &k]),
+        })
+    }
+}
+
 /// Runs one family on a fresh pair of servers, RESP2 then RESP3.
 fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
     let redis_server = Server::redis();
@@ -808,7 +921,12 @@ fn sorted_sets_match_redis(b: Backend) {
     );
 }
 
+fn bitmaps_match_redis(b: Backend) {
+    differential(b, &mut Bitmaps(pick(0xb175)), &[&["HSET", "b5", "a", "1"]]);
+}
+
 backend_tests!(
+    bitmaps_match_redis,
     hashes_match_redis,
     sets_match_redis,
     lists_match_redis,
