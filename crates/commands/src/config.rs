@@ -167,6 +167,7 @@ pub static PARAMS: &[Param] = &[
     p("hash-max-ziplist-entries", "128", NONNEG, true, Y),
     p("hash-max-ziplist-value", "64", NONNEG, true, Y),
     p("set-max-intset-entries", "512", NONNEG, true, Y),
+    p("hll-sparse-max-bytes", "3000", NONNEG, true, Y),
     p("zset-max-listpack-entries", "128", NONNEG, true, Y),
     p("zset-max-listpack-value", "64", NONNEG, true, Y),
     p("zset-max-ziplist-entries", "128", NONNEG, true, Y),
@@ -404,6 +405,7 @@ impl Config {
             zset_max_entries: size("zset-max-listpack-entries"),
             zset_max_value: size("zset-max-listpack-value"),
             list_max_listpack_size: self.get("list-max-listpack-size").parse().unwrap_or(-2),
+            hll_sparse_max_bytes: size("hll-sparse-max-bytes"),
         }
     }
 

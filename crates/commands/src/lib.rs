@@ -10,6 +10,7 @@ pub mod config;
 pub mod ctx;
 pub mod errors;
 pub mod hash_family;
+pub mod hll_family;
 pub mod keys_family;
 pub mod list_family;
 mod long_double;

@@ -4,8 +4,8 @@
 
 use crate::{
     args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, hash_family as hash,
-    keys_family as keys, list_family as lists, server_family as server, set_family as sets,
-    string_family as strings, zset_family as zsets,
+    hll_family as hll, keys_family as keys, list_family as lists, server_family as server,
+    set_family as sets, string_family as strings, zset_family as zsets,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -327,6 +327,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("bitop", -4, WRITE | DENYOOM, (2, -1, 1), "@write @bitmap @slow", "bitmap", "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", Keys(Merge::Gather), S(bits::bitop)),
     cmd!("bitfield", -2, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", Key, S(bits::bitfield)),
     cmd!("bitfield_ro", -2, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", Key, S(bits::bitfield_ro)),
+    cmd!("pfadd", -2, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hyperloglog @fast", "hyperloglog", "2.8.9", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", Key, S(hll::pfadd)),
+    cmd!("pfcount", -2, READONLY | MAY_REPLICATE, ALL_KEYS, "@read @hyperloglog @slow", "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", Keys(Merge::Gather), S(hll::pfcount)),
+    cmd!("pfmerge", -2, WRITE | DENYOOM, ALL_KEYS, "@write @hyperloglog @slow", "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", Keys(Merge::Gather), S(hll::pfmerge)),
     cmd!("hset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", Key, S(hash::hset)),
     cmd!("hmset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the values of multiple fields.", Key, S(hash::hset)),
     cmd!("hsetnx", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", Key, S(hash::hsetnx)),

@@ -858,6 +858,42 @@ impl Family for Bitmaps {
     }
 }
 
+struct HyperLogLogs(Pick);
+
+impl Family for HyperLogLogs {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let k = p.key("p");
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        let element = |p: &mut Pick| format!("e{}", p.rng.gen_range(0..5000));
+        exact(match p.rng.gen_range(0..100) {
+            0..=34 => {
+                let mut c = cmd(&["PFADD", &k]);
+                for _ in 0..p.rng.gen_range(0..5) {
+                    c.push(element(p));
+                }
+                c
+            }
+            35..=39 => {
+                // Enough new registers to cross hll-sparse-max-bytes now and then.
+                let mut c = cmd(&["PFADD", &k]);
+                c.extend((0..p.rng.gen_range(100..400)).map(|_| element(p)));
+                c
+            }
+            40..=54 => cmd(&["PFCOUNT", &k]),
+            55..=64 => with(cmd(&["PFCOUNT"]), p.keys("p", 3)),
+            65..=74 => with(cmd(&["PFMERGE", &p.key("p")]), p.keys("p", 3)),
+            75..=82 => cmd(&["GET", &k]),
+            83..=84 => cmd(&["STRLEN", &k]),
+            85 => cmd(&["SET", &k, "not a hyperloglog"]),
+            86 => cmd(&["APPEND", &k, "x"]),
+            87..=88 => cmd(&["DEL", &k]),
+            89 => cmd(&["PFMERGE"]),
+            _ => cmd(&["TYPE", &k]),
+        })
+    }
+}
+
 /// Runs one family on a fresh pair of servers, RESP2 then RESP3.
 fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
     let redis_server = Server::redis();
@@ -925,8 +961,13 @@ fn bitmaps_match_redis(b: Backend) {
     differential(b, &mut Bitmaps(pick(0xb175)), &[&["HSET", "b5", "a", "1"]]);
 }
 
+fn hyperloglogs_match_redis(b: Backend) {
+    differential(b, &mut HyperLogLogs(pick(0x4111)), &[&["HSET", "p5", "a", "1"]]);
+}
+
 backend_tests!(
     bitmaps_match_redis,
+    hyperloglogs_match_redis,
     hashes_match_redis,
     sets_match_redis,
     lists_match_redis,

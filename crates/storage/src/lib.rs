@@ -5,6 +5,7 @@
 pub mod dict;
 pub mod glob;
 pub mod hash;
+pub mod hll;
 pub mod limits;
 pub mod list;
 pub mod pack;

@@ -1,4 +1,4 @@
-//! Thresholds that decide when a collection leaves its compact encoding, with Redis's config
+//! Thresholds that decide when a value leaves its compact encoding, with Redis's config
 //! names and defaults. The server copies them from the configuration into each shard.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +16,8 @@ pub struct EncodingLimits {
     /// `list-max-listpack-size`: entries per list node when positive, else a size class
     /// (-1 = 4 KB ... -5 = 64 KB).
     pub list_max_listpack_size: i64,
+    /// `hll-sparse-max-bytes`: a sparse HyperLogLog growing past this turns dense.
+    pub hll_sparse_max_bytes: usize,
 }
 
 impl Default for EncodingLimits {
@@ -27,6 +29,7 @@ impl Default for EncodingLimits {
             zset_max_entries: 128,
             zset_max_value: 64,
             list_max_listpack_size: -2,
+            hll_sparse_max_bytes: 3000,
         }
     }
 }
