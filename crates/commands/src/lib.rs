@@ -17,6 +17,7 @@ mod long_double;
 pub mod scan_args;
 pub mod server_family;
 pub mod set_family;
+pub mod sort_family;
 pub mod stats;
 pub mod string_family;
 pub mod table;

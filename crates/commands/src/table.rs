@@ -5,7 +5,7 @@
 use crate::{
     args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, hash_family as hash,
     hll_family as hll, keys_family as keys, list_family as lists, server_family as server,
-    set_family as sets, string_family as strings, zset_family as zsets,
+    set_family as sets, sort_family as sort, string_family as strings, zset_family as zsets,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -155,6 +155,10 @@ impl CommandSpec {
     /// parse or overshoots, only the fixed keys are returned (the handler reports the error).
     pub fn key_positions(&self, args: &Args) -> Vec<usize> {
         let mut out: Vec<usize> = self.fixed_key_positions(args.len()).collect();
+        // SORT's STORE destination sits among its options (Redis's sortGetKeys).
+        if self.name == "sort" {
+            out.extend(crate::sort_family::store_position(args));
+        }
         if self.numkeys_at > 0 {
             let at = self.numkeys_at as usize;
             let n = (at < args.len())
@@ -320,6 +324,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decrby)),
     cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrbyfloat)),
     // hashes
+    cmd!("sort", -2, WRITE | DENYOOM, ONE_KEY, "@write @set @sortedset @list @slow @dangerous", "generic", "1.0.0", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", Keys(Merge::Gather), S(sort::sort)),
+    cmd!("sort_ro", -2, READONLY, ONE_KEY, "@read @set @sortedset @list @slow @dangerous", "generic", "7.0.0", "Returns the sorted elements of a list, a set, or a sorted set.", Keys(Merge::Gather), S(sort::sort_ro)),
     cmd!("setbit", 4, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", Key, S(bits::setbit)),
     cmd!("getbit", 3, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "2.2.0", "Returns a bit value by offset.", Key, S(bits::getbit)),
     cmd!("bitcount", -2, READONLY, ONE_KEY, "@read @bitmap @slow", "bitmap", "2.6.0", "Counts the number of set bits (population counting) in a string.", Key, S(bits::bitcount)),

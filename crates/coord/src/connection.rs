@@ -478,10 +478,10 @@ impl Connection {
                 let first = positions
                     .first()
                     .map_or(self.worker.id, |&p| shard_for_key(args.get(p), n));
-                if positions
+                let one_shard = positions
                     .iter()
-                    .all(|&p| shard_for_key(args.get(p), n) == first)
-                {
+                    .all(|&p| shard_for_key(args.get(p), n) == first);
+                if one_shard && (n == 1 || !plan::reads_unknown_keys(spec.name, args)) {
                     self.run_on(first, idx, db, args);
                 } else {
                     self.fan_out_keys(idx, merge, args).await;

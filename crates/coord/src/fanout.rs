@@ -8,17 +8,41 @@ use std::time::Instant;
 
 use damselfly_commands::keys_family::{take_value, Transfer};
 use damselfly_commands::table::{lookup, Handler, Merge, COMMANDS};
-use damselfly_commands::{errors, Args, ExecCtx};
+use damselfly_commands::{errors, sort_family, Args, ExecCtx};
 use damselfly_protocol::number::parse_i64;
+use damselfly_protocol::ReplyBuf;
 use damselfly_storage::{shard_for_key, Shard, Value};
 use rand::seq::SliceRandom;
 
 use crate::connection::Connection;
-use crate::tx::ShardWork;
+use crate::tx::{plan, ShardWork};
 use crate::worker::Worker;
 
 /// Keys with their values and deadlines as one shard holds them (None: missing).
 type Gathered = Vec<(Vec<u8>, Option<(Value, u64)>)>;
+
+/// What a command context over the gather path's scratch shard shares.
+#[derive(Clone, Copy)]
+struct ScratchBase {
+    now: u64,
+    shard_id: usize,
+    num_shards: usize,
+    max_bulk_len: u64,
+}
+
+impl ScratchBase {
+    fn ctx<'a>(self, shard: &'a mut Shard, reply: &'a mut ReplyBuf) -> ExecCtx<'a> {
+        ExecCtx {
+            shard,
+            db: 0,
+            now: self.now,
+            reply,
+            shard_id: self.shard_id,
+            num_shards: self.num_shards,
+            max_bulk_len: self.max_bulk_len,
+        }
+    }
+}
 
 /// Splits an encoded array reply of bulk/null items into the items' encodings.
 pub(crate) fn array_items(reply: &[u8]) -> Option<Vec<&[u8]>> {
@@ -205,70 +229,59 @@ impl Connection {
         self.flush_remote().await;
         let db = self.info.db.get();
         let n = self.worker.num_shards();
-        let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        let mut keys: Vec<Vec<u8>> = Vec::new();
         for &p in positions {
             let key = args.get(p).to_vec();
-            let shard = shard_for_key(&key, n);
-            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
-                Some((_, keys)) if !keys.contains(&key) => keys.push(key),
-                Some(_) => {}
-                None => by_shard.push((shard, vec![key])),
+            if !keys.contains(&key) {
+                keys.push(key);
             }
         }
-        let Some(tx) = self.tx.as_mut() else {
+        let writes = spec.is_write();
+        let more_keys = plan::reads_unknown_keys(spec.name, args);
+        let Some(gathered) = self
+            .fetch_keys(db, keys, own && !writes && !more_keys)
+            .await
+        else {
             return self.reply_error("ERR shard unavailable");
         };
-        let reads: Vec<(usize, ShardWork<Gathered>)> = by_shard
-            .iter()
-            .map(|(shard, keys)| {
-                let keys = keys.clone();
-                let work: ShardWork<Gathered> = Box::new(move |w: &Worker| {
-                    let now = w.now_ms();
-                    let mut shard = w.shard.borrow_mut();
-                    keys.into_iter()
-                        .map(|k| {
-                            let found = shard
-                                .get(db, &k, now)
-                                .map(|e| (e.value.clone(), e.expire_at));
-                            (k, found)
-                        })
-                        .collect()
-                });
-                (*shard, work)
-            })
-            .collect();
-        let writes = spec.is_write();
-        let gathered = tx.hops(reads, own && !writes).await;
         let mut scratch = Shard::new(1);
         self.worker.sync_limits();
         scratch.limits = self.worker.shard.borrow().limits;
         let mut stamps = Vec::new();
-        for part in gathered {
-            let Some(part) = part else {
+        for (key, found) in gathered {
+            stamps.push((scratch.watch(0, &key, 0), key.clone()));
+            if let Some((value, expire_at)) = found {
+                scratch.set(0, &key, value, expire_at);
+            }
+        }
+        let now = self.worker.now_ms();
+        let max_bulk_len = self
+            .worker
+            .cluster
+            .config
+            .proto_max_bulk_len
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let base = ScratchBase {
+            now,
+            shard_id: self.worker.id,
+            num_shards: n,
+            max_bulk_len,
+        };
+        if more_keys {
+            // SORT's patterns: copy the keys they reach too (read only, never written back).
+            let mut ignored = ReplyBuf::new(false);
+            let wanted =
+                sort_family::referenced_keys(&mut base.ctx(&mut scratch, &mut ignored), args);
+            let Some(fetched) = self.fetch_keys(db, wanted, own && !writes).await else {
                 return self.reply_error("ERR shard unavailable");
             };
-            for (key, found) in part {
-                stamps.push((scratch.watch(0, &key, 0), key.clone()));
-                if let Some((value, expire_at)) = found {
+            for (key, found) in fetched {
+                if let (Some((value, expire_at)), None) = (found, scratch.get(0, &key, 0)) {
                     scratch.set(0, &key, value, expire_at);
                 }
             }
         }
-        let now = self.worker.now_ms();
-        let mut ctx = ExecCtx {
-            shard: &mut scratch,
-            db: 0,
-            now,
-            reply: &mut self.out,
-            shard_id: self.worker.id,
-            num_shards: n,
-            max_bulk_len: self
-                .worker
-                .cluster
-                .config
-                .proto_max_bulk_len
-                .load(std::sync::atomic::Ordering::Relaxed),
-        };
+        let mut ctx = base.ctx(&mut scratch, &mut self.out);
         handler(&mut ctx, args);
         if !writes {
             return;
@@ -310,6 +323,52 @@ impl Connection {
         if !stores.is_empty() {
             tx.hops(stores, own).await;
         }
+    }
+
+    /// Clones keys' values (with their deadlines) from their shards, as hops of the current
+    /// transaction; `conclude` releases it with them. None when a shard is unreachable.
+    async fn fetch_keys(
+        &mut self,
+        db: usize,
+        keys: Vec<Vec<u8>>,
+        conclude: bool,
+    ) -> Option<Gathered> {
+        let n = self.worker.num_shards();
+        let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        for key in keys {
+            let shard = shard_for_key(&key, n);
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, keys)) => keys.push(key),
+                None => by_shard.push((shard, vec![key])),
+            }
+        }
+        if by_shard.is_empty() && !conclude {
+            return Some(Vec::new());
+        }
+        let reads: Vec<(usize, ShardWork<Gathered>)> = by_shard
+            .into_iter()
+            .map(|(shard, keys)| {
+                let work: ShardWork<Gathered> = Box::new(move |w: &Worker| {
+                    let now = w.now_ms();
+                    let mut shard = w.shard.borrow_mut();
+                    keys.into_iter()
+                        .map(|k| {
+                            let found = shard
+                                .get(db, &k, now)
+                                .map(|e| (e.value.clone(), e.expire_at));
+                            (k, found)
+                        })
+                        .collect()
+                });
+                (shard, work)
+            })
+            .collect();
+        let tx = self.tx.as_mut()?;
+        let mut out = Vec::new();
+        for part in tx.hops(reads, conclude).await {
+            out.extend(part?);
+        }
+        Some(out)
     }
 
     /// A command that runs on every shard (DBSIZE, FLUSHDB, KEYS, RANDOMKEY, ...).

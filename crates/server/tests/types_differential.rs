@@ -894,6 +894,119 @@ impl Family for HyperLogLogs {
     }
 }
 
+struct Sorts(Pick);
+
+impl Pick {
+    fn sort_element(&mut self) -> String {
+        match self.rng.gen_range(0..10) {
+            0 => self
+                .one(&["abc", "x", "", " 7", "1e3", "-2.5", "inf"])
+                .into(),
+            1..=2 => format!("{}.5", self.rng.gen_range(-5..5)),
+            _ => self.rng.gen_range(-10..30).to_string(),
+        }
+    }
+}
+
+impl Family for Sorts {
+    fn command(&mut self) -> (Vec<String>, Check) {
+        let p = &mut self.0;
+        let exact = |c: Vec<String>| (c, Check::Exact);
+        match p.rng.gen_range(0..100) {
+            0..=9 => {
+                let mut c = cmd(&["RPUSH", &p.key("sl")]);
+                c.extend((0..p.rng.gen_range(1..6)).map(|_| p.sort_element()));
+                exact(c)
+            }
+            10..=14 => {
+                let mut c = cmd(&["SADD", &p.key("ss")]);
+                c.extend((0..p.rng.gen_range(1..6)).map(|_| p.sort_element()));
+                exact(c)
+            }
+            15..=19 => {
+                let mut c = cmd(&["ZADD", &p.key("sz")]);
+                for _ in 0..p.rng.gen_range(1..4) {
+                    c.push(p.rng.gen_range(-5..5).to_string());
+                    c.push(p.sort_element());
+                }
+                exact(c)
+            }
+            20..=27 => {
+                let e = p.sort_element();
+                let v = p.sort_element();
+                exact(cmd(&["SET", &format!("w_{e}"), &v]))
+            }
+            28..=32 => {
+                let e = p.sort_element();
+                let v = p.sort_element();
+                exact(cmd(&["HSET", &format!("h_{e}"), "f", &v]))
+            }
+            33..=89 => {
+                let ro = p.chance(4);
+                let source = match p.rng.gen_range(0..4) {
+                    0 => p.key("ss"),
+                    1 => p.key("sz"),
+                    _ => p.key("sl"),
+                };
+                // "str" and "nosuch" may have become sets too.
+                let is_set = source.contains("ss") || source == "str" || source == "nosuch";
+                let mut c = cmd(&[if ro { "SORT_RO" } else { "SORT" }, &source]);
+                let by = match p.rng.gen_range(0..5) {
+                    0 => Some("w_*"),
+                    1 => Some("h_*->f"),
+                    2 => Some("nosort"),
+                    _ => None,
+                };
+                let alpha = p.chance(3);
+                let mut opts: Vec<Vec<String>> = Vec::new();
+                if let Some(b) = by {
+                    opts.push(vec!["BY".into(), b.into()]);
+                }
+                if alpha {
+                    opts.push(vec!["ALPHA".into()]);
+                }
+                if p.chance(3) {
+                    opts.push(vec![p.one(&["ASC", "DESC", "desc"]).into()]);
+                }
+                // Ties (equal BY values under ALPHA, or a set's own order) make the
+                // order, hence LIMIT's slice and a stored list, depend on internals.
+                let ordered = !(is_set && by.is_some()) && !(alpha && by.is_some());
+                if ordered && p.chance(3) {
+                    opts.push(vec![
+                        "LIMIT".into(),
+                        p.rng.gen_range(-1..4).to_string(),
+                        p.rng.gen_range(-1..4).to_string(),
+                    ]);
+                }
+                for _ in 0..p.rng.gen_range(0..3) {
+                    let g = p.one(&["#", "w_*", "h_*->f", "nokey", "h_*->"]);
+                    opts.push(vec!["GET".into(), g.into()]);
+                }
+                if ordered && !ro && p.chance(4) {
+                    opts.push(vec!["STORE".into(), p.key("sd")]);
+                }
+                if p.chance(30) {
+                    opts.push(vec![p.one(&["LIMIT", "BOGUS", "STORE"]).into()]);
+                }
+                opts.shuffle(&mut p.rng);
+                c.extend(opts.into_iter().flatten());
+                let check = if ordered {
+                    Check::Exact
+                } else {
+                    Check::Unordered
+                };
+                (c, check)
+            }
+            90..=94 => exact(cmd(&["LRANGE", &p.key("sd"), "0", "-1"])),
+            95 => {
+                let prefix = p.one(&["sl", "ss", "sz", "sd"]);
+                exact(cmd(&["DEL", &p.key(prefix)]))
+            }
+            _ => exact(cmd(&["TYPE", &p.key("sd")])),
+        }
+    }
+}
+
 /// Runs one family on a fresh pair of servers, RESP2 then RESP3.
 fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
     let redis_server = Server::redis();
@@ -962,11 +1075,20 @@ fn bitmaps_match_redis(b: Backend) {
 }
 
 fn hyperloglogs_match_redis(b: Backend) {
-    differential(b, &mut HyperLogLogs(pick(0x4111)), &[&["HSET", "p5", "a", "1"]]);
+    differential(
+        b,
+        &mut HyperLogLogs(pick(0x4111)),
+        &[&["HSET", "p5", "a", "1"]],
+    );
+}
+
+fn sorts_match_redis(b: Backend) {
+    differential(b, &mut Sorts(pick(0x5027)), &[]);
 }
 
 backend_tests!(
     bitmaps_match_redis,
+    sorts_match_redis,
     hyperloglogs_match_redis,
     hashes_match_redis,
     sets_match_redis,
