@@ -68,12 +68,24 @@ fn parse<'a>(args: &Args<'a>, read_only: bool) -> Result<SortArgs<'a>, &'static 
     Ok(s)
 }
 
-/// Where SORT's STORE destination is, for key positions and routing.
+/// Where SORT's STORE destination is, for key positions and routing (skipping the values of
+/// LIMIT, BY and GET as Redis's sortGetKeys does).
 pub fn store_position(args: &Args) -> Option<usize> {
-    (2..args.len().saturating_sub(1))
-        .filter(|&i| args.is(i, "store"))
-        .last()
-        .map(|i| i + 1)
+    let (mut i, mut found) = (2, None);
+    while i < args.len() {
+        let left = args.len() - i - 1;
+        if args.is(i, "limit") && left >= 2 {
+            i += 3;
+        } else if (args.is(i, "by") || args.is(i, "get")) && left >= 1 {
+            i += 2;
+        } else if args.is(i, "store") && left >= 1 {
+            found = Some(i + 1);
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    found
 }
 
 /// True when a BY or GET pattern names other keys (which may live on any shard).
