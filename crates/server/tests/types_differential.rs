@@ -970,7 +970,7 @@ impl Family for Sorts {
                 }
                 // Ties (equal BY values under ALPHA, or a set's own order) make the
                 // order, hence LIMIT's slice and a stored list, depend on internals.
-                let ordered = !(is_set && by.is_some()) && !(alpha && by.is_some());
+                let ordered = by.is_none() || !(is_set || alpha);
                 if ordered && p.chance(3) {
                     opts.push(vec![
                         "LIMIT".into(),
