@@ -3,7 +3,7 @@
 # 2 rounds, 50 clients, 100k requests, -P 1 and -P 16. Run from the repo root after
 # `cargo build --release`; ports 7781/7782. Medians are in docs/benchmarks.md.
 set -e
-T=lpush,rpush,lpop,rpop,sadd,hset,spop,lrange_100,lrange_600
+T=lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,lrange_100,lrange_600
 redis-server --port 7781 --save '' --appendonly no >/dev/null 2>&1 &
 RP=$!
 ./target/release/damselfly --port 7782 --threads 2 --loglevel warning >/dev/null 2>&1 &

@@ -47,7 +47,7 @@ impl KeyOf for Field {
 #[derive(Debug, Clone)]
 pub enum Hash {
     Pack(Pack),
-    Dict(Dict<Field>),
+    Dict(Box<Dict<Field>>),
 }
 
 impl Default for Hash {
@@ -91,7 +91,7 @@ impl Hash {
     pub fn mem_size(&self) -> usize {
         match self {
             Hash::Pack(p) => p.mem_size(),
-            Hash::Dict(d) => d.mem_size(),
+            Hash::Dict(d) => std::mem::size_of::<Dict<Field>>() + d.mem_size(),
         }
     }
 
@@ -140,7 +140,7 @@ impl Hash {
             while let (Some(f), Some(v)) = (it.next(), it.next()) {
                 d.insert(make_item(f, v));
             }
-            *self = Hash::Dict(d);
+            *self = Hash::Dict(Box::new(d));
         }
     }
 

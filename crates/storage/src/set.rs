@@ -9,7 +9,7 @@ use crate::value::parse_canonical_i64;
 #[derive(Debug, Clone)]
 pub enum Set {
     Ints(Vec<i64>),
-    Dict(Dict<Whole>),
+    Dict(Box<Dict<Whole>>),
 }
 
 impl Default for Set {
@@ -55,7 +55,7 @@ impl Set {
     pub fn mem_size(&self) -> usize {
         match self {
             Set::Ints(v) => v.capacity() * 8,
-            Set::Dict(d) => d.mem_size(),
+            Set::Dict(d) => std::mem::size_of::<Dict<Whole>>() + d.mem_size(),
         }
     }
 
@@ -93,7 +93,7 @@ impl Set {
             for i in v.iter() {
                 d.insert(i.to_string().into_bytes().into());
             }
-            *self = Set::Dict(d);
+            *self = Set::Dict(Box::new(d));
         }
     }
 

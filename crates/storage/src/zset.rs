@@ -259,7 +259,7 @@ impl Tree {
 #[derive(Debug, Clone)]
 pub enum ZSet {
     Pack(Pack),
-    Tree(Tree),
+    Tree(Box<Tree>),
 }
 
 impl Default for ZSet {
@@ -286,7 +286,7 @@ impl ZSet {
         if len <= limits.zset_max_entries && max_member <= limits.zset_max_value {
             ZSet::Pack(Pack::new())
         } else {
-            ZSet::Tree(Tree::default())
+            ZSet::Tree(Box::default())
         }
     }
 
@@ -311,7 +311,7 @@ impl ZSet {
     pub fn mem_size(&self) -> usize {
         match self {
             ZSet::Pack(p) => p.mem_size(),
-            ZSet::Tree(t) => t.mem_size(),
+            ZSet::Tree(t) => std::mem::size_of::<Tree>() + t.mem_size(),
         }
     }
 
@@ -356,7 +356,7 @@ impl ZSet {
             for (m, s) in pairs(p) {
                 t.insert_new(m, s);
             }
-            *self = ZSet::Tree(t);
+            *self = ZSet::Tree(Box::new(t));
         }
     }
 

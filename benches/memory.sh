@@ -1,0 +1,61 @@
+#!/bin/bash
+# Memory of large and many small collections, Redis against Damselfly (--threads 2): a
+# 1,000,000-field hash, a 1,000,000-member sorted set, 1,000,000 hashes of 10 fields. Each
+# data set is loaded with `redis-cli --pipe` into a fresh server; the script prints the
+# process's resident memory growth (VmRSS after loading minus before, in bytes) and the
+# server's own `used_memory`. Run from the repo root after `cargo build --release`; ports
+# 7783/7784. Results are in docs/benchmarks.md.
+set -e
+gen() {
+  python3 - "$1" <<'PY'
+import sys
+kind = sys.argv[1]
+out = sys.stdout.buffer
+def cmd(*args):
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    out.write(b"".join(parts))
+if kind == "bighash":
+    for b in range(10000):
+        args = ["HSET", "bighash"]
+        for i in range(b * 100, b * 100 + 100):
+            args += ["field:%d" % i, "value:%d" % i]
+        cmd(*args)
+elif kind == "bigzset":
+    for b in range(10000):
+        args = ["ZADD", "bigzset"]
+        for i in range(b * 100, b * 100 + 100):
+            args += [str(i * 7 % 1000003), "member:%d" % i]
+        cmd(*args)
+else:
+    for i in range(1000000):
+        args = ["HSET", "hash:%d" % i]
+        for f in range(10):
+            args += ["field%d" % f, "value%d" % f]
+        cmd(*args)
+PY
+}
+rss() { awk '/VmRSS/ {print $2 * 1024}' "/proc/$1/status"; }
+used() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
+measure() { # name port pid data
+  local before after
+  before=$(rss "$3")
+  gen "$4" | redis-cli -p "$2" --pipe >/dev/null
+  sleep 1
+  after=$(rss "$3")
+  echo "$4 $1 rss_growth=$((after - before)) used_memory=$(used "$2")"
+}
+for data in bighash bigzset smallhashes; do
+  redis-server --port 7783 --save '' --appendonly no >/dev/null 2>&1 &
+  RP=$!
+  ./target/release/damselfly --port 7784 --threads 2 --loglevel warning >/dev/null 2>&1 &
+  DP=$!
+  trap 'kill $RP $DP 2>/dev/null' EXIT
+  sleep 1
+  measure redis 7783 $RP $data
+  measure damselfly 7784 $DP $data
+  kill $RP $DP
+  wait $RP $DP 2>/dev/null || true
+done
