@@ -303,11 +303,13 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
     let now = ctx.now;
     let mut keys = Vec::with_capacity(found.len());
     for (key, expire_at, ty) in found {
-        if expire_at != 0 && expire_at <= now {
-            ctx.shard.delete(ctx.db, &key, now);
+        // Redis filters by MATCH first: only keys that pass it are checked (and lazily
+        // deleted) for expiry.
+        if !opts.matches(&key) {
             continue;
         }
-        if !opts.matches(&key) {
+        if expire_at != 0 && expire_at <= now {
+            ctx.shard.delete(ctx.db, &key, now);
             continue;
         }
         if opts

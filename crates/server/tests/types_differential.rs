@@ -43,35 +43,14 @@ impl Pick {
 
     fn int(&mut self) -> String {
         match self.rng.gen_range(0..14) {
-            0 => "abc".into(),
-            1 => "9223372036854775807".into(),
-            2 => "-9223372036854775808".into(),
-            3 => "1.5".into(),
-            4 => "".into(),
+            i @ 0..=4 => common::EDGE_INTS[i].into(),
             5 => self.rng.gen_range(-200i64..200).to_string(),
             _ => self.rng.gen_range(-8i64..12).to_string(),
         }
     }
 
     fn float(&mut self) -> String {
-        self.one(&[
-            "0.1",
-            "-1.5",
-            "1e3",
-            "3.0e-2",
-            "abc",
-            "inf",
-            "-inf",
-            "-0",
-            "10",
-            "5.0e3",
-            " 1",
-            "1.7976931348623157e308",
-            "nan",
-            "7",
-            "-3",
-        ])
-        .to_string()
+        self.one(&common::FLOATS).to_string()
     }
 
     /// Short members mostly (compact encodings), integers (intsets), sometimes long ones.

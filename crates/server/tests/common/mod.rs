@@ -375,3 +375,32 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .expect("rss field");
     pages * 4096
 }
+
+/// Integer arguments every generator mixes in: not numbers, the i64 extremes, a float, empty.
+pub const EDGE_INTS: [&str; 5] = [
+    "abc",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "1.5",
+    "",
+];
+
+/// Float arguments the generators pick from: exponents, infinities, NaN, signed zero, a
+/// leading space, the largest double, plain integers.
+pub const FLOATS: [&str; 15] = [
+    "0.1",
+    "-1.5",
+    "1e3",
+    "3.0e-2",
+    "abc",
+    "inf",
+    "-0",
+    "10",
+    "5.0e3",
+    " 1",
+    "1.7976931348623157e308",
+    "-inf",
+    "nan",
+    "7",
+    "-3",
+];
