@@ -152,24 +152,33 @@ impl CommandSpec {
     }
 
     /// Positions of the key arguments of a request. With a `numkeys` argument that does not
-    /// parse or overshoots, only the fixed keys are returned (the handler reports the error).
+    /// parse (or is out of range) only the fixed positions are returned; the handler then
+    /// replies with Redis's error.
     pub fn key_positions(&self, args: &Args) -> Vec<usize> {
-        let mut out: Vec<usize> = self.fixed_key_positions(args.len()).collect();
+        self.key_positions_iter(args).collect()
+    }
+
+    /// `key_positions` without allocating (routing runs it for every multi-key command).
+    pub fn key_positions_iter<'a>(&'a self, args: &'a Args) -> impl Iterator<Item = usize> + 'a {
+        let counted = (self.numkeys_at > 0)
+            .then(|| {
+                let at = self.numkeys_at as usize;
+                (at < args.len())
+                    .then(|| damselfly_protocol::number::parse_i64(args.get(at)))
+                    .flatten()
+                    .filter(|&n| n > 0 && (n as u64) < (args.len() - at) as u64)
+                    .map(|n| at + 1..=at + n as usize)
+            })
+            .flatten()
+            .into_iter()
+            .flatten();
         // SORT's STORE destination sits among its options (Redis's sortGetKeys).
-        if self.name == "sort" {
-            out.extend(crate::sort_family::store_position(args));
-        }
-        if self.numkeys_at > 0 {
-            let at = self.numkeys_at as usize;
-            let n = (at < args.len())
-                .then(|| damselfly_protocol::number::parse_i64(args.get(at)))
-                .flatten()
-                .filter(|&n| n > 0 && (n as u64) < (args.len() - at) as u64);
-            if let Some(n) = n {
-                out.extend(at + 1..=at + n as usize);
-            }
-        }
-        out
+        let store = (self.name == "sort")
+            .then(|| crate::sort_family::store_position(args))
+            .flatten();
+        self.fixed_key_positions(args.len())
+            .chain(counted)
+            .chain(store)
     }
 
     /// Key positions given by first/last/step alone.

@@ -474,13 +474,11 @@ impl Connection {
             }
             Route::Keys(merge) => {
                 let n = self.worker.num_shards();
-                let positions = spec.key_positions(args);
-                let first = positions
-                    .first()
-                    .map_or(self.worker.id, |&p| shard_for_key(args.get(p), n));
-                let one_shard = positions
-                    .iter()
-                    .all(|&p| shard_for_key(args.get(p), n) == first);
+                let mut shards = spec
+                    .key_positions_iter(args)
+                    .map(|p| shard_for_key(args.get(p), n));
+                let first = shards.next().unwrap_or(self.worker.id);
+                let one_shard = shards.all(|s| s == first);
                 if one_shard && (n == 1 || !plan::reads_unknown_keys(spec.name, args)) {
                     self.run_on(first, idx, db, args);
                 } else {
