@@ -228,6 +228,17 @@ pub fn parse_rand_count(raw: &[u8], with_values: bool) -> Result<i64, &'static s
     }
 }
 
+/// HRANDFIELD's and ZRANDMEMBER's `key count [WITHVALUES|WITHSCORES]`, in Redis's order: the
+/// count is read (with its range error) before the option is checked.
+pub fn parse_rand_args(args: &Args, option: &str) -> Result<(i64, bool), &'static str> {
+    let with = args.len() == 4 && args.is(3, option);
+    let count = parse_rand_count(args.get(2), with)?;
+    if args.len() > 4 || (args.len() == 4 && !with) {
+        return Err(errors::SYNTAX);
+    }
+    Ok((count, with))
+}
+
 pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
     if args.len() == 2 {
         return ctx.read_as::<Hash>(args.get(1), ReplyBuf::null, |h, r| {
@@ -235,14 +246,10 @@ pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
             r.bulk(h.at(i).0);
         });
     }
-    let with_values = args.len() == 4 && args.is(3, "withvalues");
-    let count = match parse_rand_count(args.get(2), with_values) {
-        Ok(c) => c,
+    let (count, with_values) = match parse_rand_args(args, "withvalues") {
+        Ok(parsed) => parsed,
         Err(e) => return ctx.error(e),
     };
-    if args.len() > 4 || (args.len() == 4 && !with_values) {
-        return ctx.error(errors::SYNTAX);
-    }
     let resp3 = ctx.reply.resp3;
     ctx.read_as::<Hash>(
         args.get(1),

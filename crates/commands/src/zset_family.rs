@@ -11,7 +11,7 @@ use damselfly_protocol::ReplyBuf;
 use damselfly_storage::{EncodingLimits, Kind, Value, ZSet};
 
 use crate::ctx::WrongType;
-use crate::hash_family::{parse_rand_count, random_picks};
+use crate::hash_family::{parse_rand_args, random_picks};
 use crate::list_family::parse_mpop;
 use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
@@ -748,14 +748,10 @@ pub fn zrandmember(ctx: &mut ExecCtx, args: &Args) {
             }
         });
     }
-    let with_scores = args.len() == 4 && args.is(3, "withscores");
-    let count = match parse_rand_count(args.get(2), with_scores) {
-        Ok(c) => c,
+    let (count, with_scores) = match parse_rand_args(args, "withscores") {
+        Ok(parsed) => parsed,
         Err(e) => return ctx.error(e),
     };
-    if args.len() > 4 || (args.len() == 4 && !with_scores) {
-        return ctx.error(errors::SYNTAX);
-    }
     let nested = ctx.reply.resp3;
     ctx.read_as::<ZSet>(
         args.get(1),

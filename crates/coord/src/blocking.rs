@@ -241,15 +241,7 @@ impl Connection {
     pub(crate) async fn run_blocking(&mut self, idx: usize, args: &Args<'_>) {
         self.flush_remote().await;
         let mut cmd = ExecBatch::default();
-        let remote = RemoteCmd {
-            spec: idx as u16,
-            db: 0,
-            resp3: false,
-            record: true,
-            first: 0,
-            nargs: 0,
-        };
-        cmd.push(remote, args.iter());
+        cmd.push(RemoteCmd::kept(idx), args.iter());
         self.attempt_then_block(idx, cmd).await;
     }
 

@@ -429,15 +429,7 @@ impl Connection {
                     self.refuse_command("ERR Command not allowed inside a transaction");
                     return;
                 }
-                let cmd = RemoteCmd {
-                    spec: idx as u16,
-                    db: 0,
-                    resp3: false,
-                    record: true,
-                    first: 0,
-                    nargs: 0,
-                };
-                multi.cmds.push(cmd, args.iter());
+                multi.cmds.push(RemoteCmd::kept(idx), args.iter());
                 self.info.multi.set(multi.cmds.cmds.len() as i64);
                 self.out.simple("QUEUED");
                 return;

@@ -45,6 +45,21 @@ pub struct RemoteCmd {
     pub nargs: u32,
 }
 
+impl RemoteCmd {
+    /// A whole command kept for later (a MULTI queue, a blocked command): database and
+    /// protocol are filled in when it runs.
+    pub fn kept(spec: usize) -> Self {
+        RemoteCmd {
+            spec: spec as u16,
+            db: 0,
+            resp3: false,
+            record: true,
+            first: 0,
+            nargs: 0,
+        }
+    }
+}
+
 /// Commands for one shard, squashed into one message; replies come back together.
 #[derive(Debug, Default)]
 pub struct ExecBatch {
