@@ -87,6 +87,8 @@ pub enum Wake {
     Served(Vec<u8>),
     /// The key has data but this shard cannot serve the command alone: run it again.
     Retry,
+    /// CLIENT UNBLOCK: reply as a timeout would, or with the UNBLOCKED error.
+    Unblocked { error: bool },
 }
 
 /// A waiter queue, oldest first.
@@ -261,6 +263,7 @@ impl Connection {
             if let Some(mut b) = self.register(&spec).await {
                 b.idx = idx;
                 b.cmd = cmd;
+                *self.info.blocked.borrow_mut() = Some(b.waiter.clone());
                 self.blocked = Some(b);
                 self.worker
                     .cluster
@@ -361,6 +364,7 @@ impl Connection {
 
     fn end_block(&mut self) -> Option<BlockedCmd> {
         let b = self.blocked.take()?;
+        self.info.blocked.borrow_mut().take();
         self.worker
             .cluster
             .blocked_clients
@@ -409,6 +413,9 @@ impl Connection {
         match woken {
             Some(Payload::Wake(Wake::Served(reply))) => self.out.raw(&reply),
             Some(Payload::Wake(Wake::Retry)) => self.attempt_then_block(idx, cmd).await,
+            Some(Payload::Wake(Wake::Unblocked { error: true })) => self
+                .out
+                .error("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
             // The shard went away (shutdown): answer as a timeout would.
             _ => self.write_timeout_reply(),
         }

@@ -4,7 +4,10 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
+
+use crate::blocking::Waiter;
 
 /// One connected client, shared between its connection and the thread's registry.
 pub struct ClientInfo {
@@ -26,6 +29,8 @@ pub struct ClientInfo {
     pub killed: Cell<bool>,
     /// Commands queued since MULTI, or -1 outside MULTI (CLIENT LIST `multi=`, flag `x`).
     pub multi: Cell<i64>,
+    /// The waiter of a blocking command in progress (CLIENT UNBLOCK, CLIENT LIST flag `b`).
+    pub(crate) blocked: RefCell<Option<Arc<Waiter>>>,
 }
 
 impl ClientInfo {
@@ -48,6 +53,7 @@ impl ClientInfo {
             query_buf: Cell::new(0),
             killed: Cell::new(false),
             multi: Cell::new(-1),
+            blocked: RefCell::new(None),
         }
     }
 
@@ -64,7 +70,13 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.name.borrow()),
             age,
             idle,
-            if self.multi.get() >= 0 { "x" } else { "N" },
+            if self.multi.get() >= 0 {
+                "x"
+            } else if self.blocked.borrow().is_some() {
+                "b"
+            } else {
+                "N"
+            },
             self.db.get(),
             self.multi.get(),
             self.query_buf.get(),
@@ -151,6 +163,11 @@ impl Registry {
             .filter(|c| ids.as_ref().is_none_or(|ids| ids.contains(&c.id)))
             .map(|c| (c.id, c.describe(now)))
             .collect()
+    }
+
+    /// The waiter of client `id` if it is blocked here.
+    pub(crate) fn blocked_waiter(&self, id: u64) -> Option<Arc<Waiter>> {
+        self.clients.get(&id)?.blocked.borrow().clone()
     }
 
     /// Kills matching clients; returns (how many, whether the caller was among them). The

@@ -173,6 +173,7 @@ impl Connection {
             b"setname" | b"no-evict" | b"no-touch" | b"reply" => n == 3,
             b"setinfo" => n == 4,
             b"list" | b"kill" => n >= 2,
+            b"unblock" => n == 3 || n == 4,
             b"help" => n == 2,
             _ => true,
         };
@@ -227,6 +228,7 @@ impl Connection {
             }
             b"list" => self.client_list(args).await,
             b"kill" => self.client_kill(args).await,
+            b"unblock" => self.client_unblock(args).await,
             b"no-evict" | b"no-touch" => {
                 if args.is(2, "on") || args.is(2, "off") {
                     self.out.ok();
@@ -256,6 +258,8 @@ impl Connection {
                     "    Return information about the current client connection.",
                     "LIST [TYPE NORMAL] [ID <id> [<id> ...]]",
                     "    Return information about client connections.",
+                    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+                    "    Unblock the specified blocked client.",
                     "KILL <ip:port>",
                     "    Kill connection made from <ip:port>.",
                     "KILL <option> <value> [<option> <value> [...]]",
@@ -319,6 +323,25 @@ impl Connection {
             text.push('\n');
         }
         self.out.verbatim("txt", text.as_bytes());
+    }
+
+    /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: ends another client's blocking command.
+    async fn client_unblock(&mut self, args: &Args<'_>) {
+        let Some(id) = parse_i64(args.get(2)) else {
+            return self.reply_error(errors::NOT_INT);
+        };
+        let error = match args.len() {
+            3 => false,
+            _ if args.is(3, "timeout") => false,
+            _ if args.is(3, "error") => true,
+            _ => {
+                return self.reply_error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
+            }
+        };
+        let results = self
+            .ask_all(|tx| ShardMsg::ClientUnblock(id as u64, error, tx))
+            .await;
+        self.out.int(i64::from(results.into_iter().any(|b| b)));
     }
 
     async fn client_kill(&mut self, args: &Args<'_>) {

@@ -228,6 +228,8 @@ pub enum ShardMsg {
     Report(oneshot::Sender<ThreadReport>),
     ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
     ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
+    /// CLIENT UNBLOCK: (client id, reply with an error) -> whether it was blocked here.
+    ClientUnblock(u64, bool, oneshot::Sender<bool>),
     Populate {
         db: usize,
         count: u64,
@@ -508,6 +510,19 @@ impl Worker {
             }
             ShardMsg::ClientList(ids, done) => {
                 let _ = done.send(self.clients.borrow().list(&ids));
+            }
+            ShardMsg::ClientUnblock(id, error, done) => {
+                let waiter = self.clients.borrow().blocked_waiter(id);
+                let unblocked = waiter.is_some_and(|w| {
+                    // Claimed here, the waiter is ours to answer: wake its connection.
+                    let won = w.claim();
+                    if won {
+                        let wake = Payload::Wake(Wake::Unblocked { error });
+                        self.replies.borrow_mut().fill(w.slot, wake);
+                    }
+                    won
+                });
+                let _ = done.send(unblocked);
             }
             ShardMsg::ClientKill(filter, done) => {
                 let _ = done.send(self.clients.borrow().kill(&filter));

@@ -126,6 +126,45 @@ fn disconnect_while_blocked(b: Backend) {
     );
 }
 
+fn client_unblock(b: Backend) {
+    let server = Server::start_with(b, 2, &[]);
+    let mut admin = server.raw();
+    for (how, want) in [
+        ("TIMEOUT", b"*-1\r\n".to_vec()),
+        (
+            "ERROR",
+            b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n".to_vec(),
+        ),
+    ] {
+        let mut blocked = server.raw();
+        let id = String::from_utf8_lossy(&blocked.cmd(&["CLIENT", "ID"]))
+            .trim_matches(|c: char| !c.is_ascii_digit())
+            .to_string();
+        blocked.send(&common::encode(&["BLPOP", "uq", "ub", "0"]));
+        wait_blocked(&mut admin, 1);
+        let list = admin.cmd(&["CLIENT", "LIST", "ID", &id]);
+        assert!(
+            String::from_utf8_lossy(&list).contains("flags=b"),
+            "{list:?}"
+        );
+        assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id, how]), b":1\r\n");
+        assert_eq!(blocked.reply(), want, "{how}");
+        wait_blocked(&mut admin, 0);
+        assert_eq!(
+            admin.cmd(&["CLIENT", "UNBLOCK", &id]),
+            b":0\r\n",
+            "not blocked now"
+        );
+        // Unblocked, the client is no longer waiting: data for its keys stays.
+        admin.cmd(&["RPUSH", "ub", "x"]);
+        assert_eq!(admin.cmd(&["LPOP", "ub"]), bulk("x"));
+    }
+    assert_eq!(
+        admin.cmd(&["CLIENT", "UNBLOCK", "1", "MAYBE"]),
+        b"-ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR\r\n"
+    );
+}
+
 fn multi_runs_the_non_blocking_form(b: Backend) {
     let server = Server::start_with(b, 2, &[]);
     let mut c = server.raw();
@@ -234,6 +273,7 @@ fn cross_shard_blmove_loses_nothing(b: Backend) {
 }
 
 backend_tests!(
+    client_unblock,
     fifo_wake_order,
     timeouts_reply_nil,
     disconnect_while_blocked,
