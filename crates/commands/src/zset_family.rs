@@ -165,6 +165,9 @@ fn select(z: &ZSet, range: &Range, rev: bool, offset: i64, limit: i64) -> Pairs 
         return Vec::new();
     }
     let avail = (end - start).saturating_sub(offset as usize);
+    if avail == 0 {
+        return Vec::new();
+    }
     let take = if limit < 0 {
         avail
     } else {
