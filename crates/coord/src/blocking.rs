@@ -326,8 +326,11 @@ impl Connection {
                 refused = true;
             }
         }
-        let deadline =
-            (spec.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(spec.timeout_ms));
+        // Redis accepts timeouts of millions of years; a deadline past what `Instant` can
+        // hold on this platform is no deadline (rather than a panic).
+        let deadline = (spec.timeout_ms > 0)
+            .then(|| Instant::now().checked_add(Duration::from_millis(spec.timeout_ms)))
+            .flatten();
         let blocked = BlockedCmd {
             waiter,
             wait,

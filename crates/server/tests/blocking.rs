@@ -104,6 +104,15 @@ fn timeouts_reply_nil(b: Backend) {
         c.cmd(&["BLPOP", "e1", "-1"]),
         b"-ERR timeout is negative\r\n"
     );
+    // A timeout near the largest Redis accepts waits like any other.
+    c.send(&common::encode(&["BLPOP", "far", "9000000000000000"]));
+    let mut admin = server.raw();
+    wait_blocked(&mut admin, 1);
+    admin.cmd(&["RPUSH", "far", "x"]);
+    assert_eq!(
+        c.reply(),
+        [b"*2\r\n".to_vec(), bulk("far"), bulk("x")].concat()
+    );
     assert_eq!(
         c.cmd(&["BLPOP", "e1", "x"]),
         b"-ERR timeout is not a float or out of range\r\n"
