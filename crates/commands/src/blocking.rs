@@ -200,23 +200,25 @@ fn check_timeout(ctx: &mut ExecCtx, args: &Args, at: usize) -> bool {
     }
 }
 
-fn bpop_list(ctx: &mut ExecCtx, args: &Args, end: End) {
+/// BLPOP, BRPOP, BZPOPMIN, BZPOPMAX: `key... timeout`; `pop(keys)` pops from the first key
+/// holding data or returns false.
+fn bpop(ctx: &mut ExecCtx, args: &Args, pop: impl FnOnce(&mut ExecCtx, &[&[u8]]) -> bool) {
     let last = args.len() - 1;
     if !check_timeout(ctx, args, last) {
         return;
     }
     let keys: Vec<&[u8]> = (1..last).map(|i| args.get(i)).collect();
-    if !pop_one_list(ctx, &keys, end) {
+    if !pop(ctx, &keys) {
         ctx.reply.null_array();
     }
 }
 
 pub fn blpop(ctx: &mut ExecCtx, args: &Args) {
-    bpop_list(ctx, args, End::Head);
+    bpop(ctx, args, |ctx, keys| pop_one_list(ctx, keys, End::Head));
 }
 
 pub fn brpop(ctx: &mut ExecCtx, args: &Args) {
-    bpop_list(ctx, args, End::Tail);
+    bpop(ctx, args, |ctx, keys| pop_one_list(ctx, keys, End::Tail));
 }
 
 pub fn brpoplpush(ctx: &mut ExecCtx, args: &Args) {
@@ -234,29 +236,34 @@ pub fn blmove(ctx: &mut ExecCtx, args: &Args) {
     }
 }
 
-pub fn blmpop(ctx: &mut ExecCtx, args: &Args) {
-    let (keys, right, count) = match parse_mpop(args, 2, ["left", "right"]) {
+/// BLMPOP and BZMPOP: `timeout numkeys key... SIDE [COUNT n]`, the timeout checked after the
+/// rest as Redis does; `pop(keys, second side, count)` pops or returns false.
+fn bmpop(
+    ctx: &mut ExecCtx,
+    args: &Args,
+    sides: [&str; 2],
+    pop: impl FnOnce(&mut ExecCtx, &[&[u8]], bool, usize) -> bool,
+) {
+    let (keys, second, count) = match parse_mpop(args, 2, sides) {
         Ok(p) => p,
         Err(e) => return ctx.error(e),
     };
-    if !check_timeout(ctx, args, 1) {
-        return;
-    }
-    let end = if right { End::Tail } else { End::Head };
-    if !pop_lists(ctx, &keys, end, count) {
+    if check_timeout(ctx, args, 1) && !pop(ctx, &keys, second, count) {
         ctx.reply.null_array();
     }
 }
 
+pub fn blmpop(ctx: &mut ExecCtx, args: &Args) {
+    bmpop(ctx, args, ["left", "right"], |ctx, keys, right, count| {
+        let end = if right { End::Tail } else { End::Head };
+        pop_lists(ctx, keys, end, count)
+    });
+}
+
 fn bzpop(ctx: &mut ExecCtx, args: &Args, max: bool) {
-    let last = args.len() - 1;
-    if !check_timeout(ctx, args, last) {
-        return;
-    }
-    let keys: Vec<&[u8]> = (1..last).map(|i| args.get(i)).collect();
-    if !pop_first(ctx, &keys, max, 1, PopReply::KeyMemberScore) {
-        ctx.reply.null_array();
-    }
+    bpop(ctx, args, |ctx, keys| {
+        pop_first(ctx, keys, max, 1, PopReply::KeyMemberScore)
+    });
 }
 
 pub fn bzpopmin(ctx: &mut ExecCtx, args: &Args) {
@@ -268,16 +275,9 @@ pub fn bzpopmax(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn bzmpop(ctx: &mut ExecCtx, args: &Args) {
-    let (keys, max, count) = match parse_mpop(args, 2, ["min", "max"]) {
-        Ok(p) => p,
-        Err(e) => return ctx.error(e),
-    };
-    if !check_timeout(ctx, args, 1) {
-        return;
-    }
-    if !pop_first(ctx, &keys, max, count, PopReply::WithKey) {
-        ctx.reply.null_array();
-    }
+    bmpop(ctx, args, ["min", "max"], |ctx, keys, max, count| {
+        pop_first(ctx, keys, max, count, PopReply::WithKey)
+    });
 }
 
 /// Whether a reply is the nil a blocking command's non-blocking form gives when it found

@@ -108,6 +108,22 @@ impl<'a> ExecCtx<'a> {
         }
     }
 
+    /// HDEL, SREM, ZREM: removes each of `items` from the collection under `key` and replies
+    /// with how many were there (0 for a missing key).
+    pub fn remove_each<'i, T: Collection>(
+        &mut self,
+        key: &[u8],
+        items: impl Iterator<Item = &'i [u8]>,
+        remove: impl Fn(&mut T, &[u8]) -> bool,
+    ) {
+        let removed = self.write_as(key, |c: &mut T, _, _| {
+            items.filter(|item| remove(c, item)).count() as i64
+        });
+        if let Ok(n) = removed {
+            self.reply.int(n.unwrap_or(0));
+        }
+    }
+
     /// The type of a key about to be written: Some(exists), or None after WRONGTYPE when it
     /// holds another kind than `kind` (multi-key commands check every key before changing any).
     pub fn check_write(&mut self, key: &[u8], kind: Kind) -> Option<bool> {

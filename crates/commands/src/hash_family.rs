@@ -9,7 +9,7 @@ use rand::Rng;
 
 use crate::ctx::WrongType;
 use crate::long_double::{incr_by_float, IncrFloatError};
-use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
+use crate::scan_args::{reply_scan, scan_collection};
 use crate::{errors, Args, ExecCtx};
 
 /// Sets field/value pairs from argument 2 on, creating the hash; returns how many were new.
@@ -77,12 +77,7 @@ pub fn hmget(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn hdel(ctx: &mut ExecCtx, args: &Args) {
-    let removed = ctx.write_as(args.get(1), |h: &mut Hash, _, _| {
-        args.iter().skip(2).filter(|f| h.remove(f)).count() as i64
-    });
-    if let Ok(n) = removed {
-        ctx.reply.int(n.unwrap_or(0));
-    }
+    ctx.remove_each(args.get(1), args.iter().skip(2), Hash::remove);
 }
 
 pub fn hexists(ctx: &mut ExecCtx, args: &Args) {
@@ -290,32 +285,20 @@ pub fn random_picks(len: usize, count: i64) -> Vec<usize> {
 }
 
 pub fn hscan(ctx: &mut ExecCtx, args: &Args) {
-    let Some(cursor) = parse_scan_cursor(args.get(2)) else {
-        return ctx.error(errors::INVALID_CURSOR);
-    };
-    let opts = ScanArgs::parse(args, 3, false);
-    ctx.read_as::<Hash>(
-        args.get(1),
-        |r| reply_scan::<&[u8]>(r, 0, &[]),
-        |h, r| {
-            let opts = match opts {
-                Ok(o) => o,
-                Err(e) => return r.error(e),
-            };
-            type Pairs<'a> = Vec<(&'a [u8], &'a [u8])>;
-            let (next, items): (u64, Pairs) = match h.dict() {
-                None => (0, h.iter().collect()),
-                Some(d) => {
-                    let (next, range) = d.scan(cursor, opts.count);
-                    (next, range.map(|i| h.at(i)).collect())
-                }
-            };
-            let flat: Vec<&[u8]> = items
-                .into_iter()
-                .filter(|(f, _)| opts.matches(f))
-                .flat_map(|(f, v)| [f, v])
-                .collect();
-            reply_scan(r, next, &flat);
-        },
-    );
+    scan_collection(ctx, args, |h: &Hash, cursor, opts, r| {
+        type Pairs<'a> = Vec<(&'a [u8], &'a [u8])>;
+        let (next, items): (u64, Pairs) = match h.dict() {
+            None => (0, h.iter().collect()),
+            Some(d) => {
+                let (next, range) = d.scan(cursor, opts.count);
+                (next, range.map(|i| h.at(i)).collect())
+            }
+        };
+        let flat: Vec<&[u8]> = items
+            .into_iter()
+            .filter(|(f, _)| opts.matches(f))
+            .flat_map(|(f, v)| [f, v])
+            .collect();
+        reply_scan(r, next, &flat);
+    });
 }

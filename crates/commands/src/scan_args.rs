@@ -4,8 +4,9 @@
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
+use damselfly_storage::Collection;
 
-use crate::{errors, Args};
+use crate::{errors, Args, ExecCtx};
 
 pub struct ScanArgs<'a> {
     pub count: usize,
@@ -87,4 +88,26 @@ pub fn reply_scan<I: AsRef<[u8]>>(reply: &mut ReplyBuf, cursor: u64, items: &[I]
     for i in items {
         reply.bulk(i.as_ref());
     }
+}
+
+/// HSCAN, SSCAN and ZSCAN: parses the cursor and options in Redis's order (a bad option is
+/// reported only when the key exists), scans a missing key as empty, and lets `step` write
+/// one step of the collection's scan.
+pub fn scan_collection<T: Collection>(
+    ctx: &mut ExecCtx,
+    args: &Args,
+    step: impl FnOnce(&T, u64, &ScanArgs, &mut ReplyBuf),
+) {
+    let Some(cursor) = parse_scan_cursor(args.get(2)) else {
+        return ctx.error(errors::INVALID_CURSOR);
+    };
+    let opts = ScanArgs::parse(args, 3, false);
+    ctx.read_as::<T>(
+        args.get(1),
+        |r| reply_scan::<&[u8]>(r, 0, &[]),
+        |c, r| match opts {
+            Ok(opts) => step(c, cursor, &opts, r),
+            Err(e) => r.error(e),
+        },
+    );
 }

@@ -9,7 +9,7 @@ use damselfly_storage::{Kind, Set, Value};
 use rand::Rng;
 
 use crate::hash_family::{parse_rand_count, random_picks};
-use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
+use crate::scan_args::{reply_scan, scan_collection};
 use crate::{errors, Args, ExecCtx};
 
 fn member_bulk(r: &mut ReplyBuf, m: Member) {
@@ -29,12 +29,7 @@ pub fn sadd(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn srem(ctx: &mut ExecCtx, args: &Args) {
-    let removed = ctx.write_as(args.get(1), |s: &mut Set, _, _| {
-        args.iter().skip(2).filter(|m| s.remove(m)).count() as i64
-    });
-    if let Ok(n) = removed {
-        ctx.reply.int(n.unwrap_or(0));
-    }
+    ctx.remove_each(args.get(1), args.iter().skip(2), Set::remove);
 }
 
 pub fn sismember(ctx: &mut ExecCtx, args: &Args) {
@@ -317,27 +312,15 @@ pub fn sintercard(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn sscan(ctx: &mut ExecCtx, args: &Args) {
-    let Some(cursor) = parse_scan_cursor(args.get(2)) else {
-        return ctx.error(errors::INVALID_CURSOR);
-    };
-    let opts = ScanArgs::parse(args, 3, false);
-    ctx.read_as::<Set>(
-        args.get(1),
-        |r| reply_scan::<&[u8]>(r, 0, &[]),
-        |s, r| {
-            let opts = match opts {
-                Ok(o) => o,
-                Err(e) => return r.error(e),
-            };
-            let (next, items): (u64, Vec<Vec<u8>>) = match s.dict() {
-                None => (0, s.iter().map(|m| m.to_vec()).collect()),
-                Some(d) => {
-                    let (next, range) = d.scan(cursor, opts.count);
-                    (next, range.map(|i| d.at(i).to_vec()).collect())
-                }
-            };
-            let items: Vec<Vec<u8>> = items.into_iter().filter(|m| opts.matches(m)).collect();
-            reply_scan(r, next, &items);
-        },
-    );
+    scan_collection(ctx, args, |s: &Set, cursor, opts, r| {
+        let (next, items): (u64, Vec<Vec<u8>>) = match s.dict() {
+            None => (0, s.iter().map(|m| m.to_vec()).collect()),
+            Some(d) => {
+                let (next, range) = d.scan(cursor, opts.count);
+                (next, range.map(|i| d.at(i).to_vec()).collect())
+            }
+        };
+        let items: Vec<Vec<u8>> = items.into_iter().filter(|m| opts.matches(m)).collect();
+        reply_scan(r, next, &items);
+    });
 }

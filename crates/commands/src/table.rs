@@ -126,15 +126,28 @@ pub struct CommandSpec {
     pub first_key: i32,
     pub last_key: i32,
     pub step: i32,
-    /// Position of a `numkeys` argument whose keys follow it (SINTERCARD, ZUNIONSTORE,
-    /// LMPOP...); 0 when the command has none.
-    pub numkeys_at: i32,
+    /// Keys named other than by first/last/step.
+    pub more_keys: MoreKeys,
     pub acl: &'static str,
     pub group: &'static str,
     pub summary: &'static str,
     pub since: &'static str,
     pub route: Route,
     pub handler: Handler,
+}
+
+/// Key arguments a command names beyond its first/last/step range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoreKeys {
+    None,
+    /// A `numkeys` argument at this position, its keys following it (SINTERCARD,
+    /// ZUNIONSTORE, LMPOP...).
+    Numkeys(usize),
+    /// SORT's options: a STORE destination (when `store`), and BY/GET patterns that name
+    /// keys known only while it runs.
+    Sort {
+        store: bool,
+    },
 }
 
 impl CommandSpec {
@@ -160,25 +173,28 @@ impl CommandSpec {
 
     /// `key_positions` without allocating (routing runs it for every multi-key command).
     pub fn key_positions_iter<'a>(&'a self, args: &'a Args) -> impl Iterator<Item = usize> + 'a {
-        let counted = (self.numkeys_at > 0)
-            .then(|| {
-                let at = self.numkeys_at as usize;
-                (at < args.len())
-                    .then(|| damselfly_protocol::number::parse_i64(args.get(at)))
-                    .flatten()
+        let counted = match self.more_keys {
+            MoreKeys::Numkeys(at) if at < args.len() => {
+                damselfly_protocol::number::parse_i64(args.get(at))
                     .filter(|&n| n > 0 && (n as u64) < (args.len() - at) as u64)
                     .map(|n| at + 1..=at + n as usize)
-            })
-            .flatten()
-            .into_iter()
-            .flatten();
+            }
+            _ => None,
+        };
         // SORT's STORE destination sits among its options (Redis's sortGetKeys).
-        let store = (self.name == "sort")
-            .then(|| crate::sort_family::store_position(args))
-            .flatten();
+        let store = match self.more_keys {
+            MoreKeys::Sort { store: true } => crate::sort_family::store_position(args),
+            _ => None,
+        };
         self.fixed_key_positions(args.len())
-            .chain(counted)
+            .chain(counted.into_iter().flatten())
             .chain(store)
+    }
+
+    /// True when the command reads keys its arguments do not name (SORT with BY/GET
+    /// patterns): it then runs under shared intents on whole databases, on gathered copies.
+    pub fn reads_unknown_keys(&self, args: &Args) -> bool {
+        matches!(self.more_keys, MoreKeys::Sort { .. }) && crate::sort_family::uses_patterns(args)
     }
 
     /// Key positions given by first/last/step alone.
@@ -203,7 +219,7 @@ struct Def {
     arity: i32,
     flags: u32,
     keys: (i32, i32, i32),
-    numkeys_at: i32,
+    more_keys: MoreKeys,
     acl: &'static str,
     group: &'static str,
     since: &'static str,
@@ -220,7 +236,7 @@ const fn spec(d: Def) -> CommandSpec {
         first_key: d.keys.0,
         last_key: d.keys.1,
         step: d.keys.2,
-        numkeys_at: d.numkeys_at,
+        more_keys: d.more_keys,
         acl: d.acl,
         group: d.group,
         summary: d.summary,
@@ -232,15 +248,18 @@ const fn spec(d: Def) -> CommandSpec {
 
 macro_rules! cmd {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
-        cmd!(numkeys 0; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+        cmd!(more MoreKeys::None; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
     };
     (numkeys $numkeys:literal; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
+        cmd!(more MoreKeys::Numkeys($numkeys); $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    };
+    (more $more:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
         spec(Def {
             name: $name,
             arity: $arity,
             flags: $flags,
             keys: $keys,
-            numkeys_at: $numkeys,
+            more_keys: $more,
             acl: $acl,
             group: $group,
             since: $since,
@@ -333,8 +352,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decrby)),
     cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrbyfloat)),
     // hashes
-    cmd!("sort", -2, WRITE | DENYOOM, ONE_KEY, "@write @set @sortedset @list @slow @dangerous", "generic", "1.0.0", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", Keys(Merge::Gather), S(sort::sort)),
-    cmd!("sort_ro", -2, READONLY, ONE_KEY, "@read @set @sortedset @list @slow @dangerous", "generic", "7.0.0", "Returns the sorted elements of a list, a set, or a sorted set.", Keys(Merge::Gather), S(sort::sort_ro)),
+    cmd!(more MoreKeys::Sort { store: true }; "sort", -2, WRITE | DENYOOM, ONE_KEY, "@write @set @sortedset @list @slow @dangerous", "generic", "1.0.0", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", Keys(Merge::Gather), S(sort::sort)),
+    cmd!(more MoreKeys::Sort { store: false }; "sort_ro", -2, READONLY, ONE_KEY, "@read @set @sortedset @list @slow @dangerous", "generic", "7.0.0", "Returns the sorted elements of a list, a set, or a sorted set.", Keys(Merge::Gather), S(sort::sort_ro)),
     cmd!("setbit", 4, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", Key, S(bits::setbit)),
     cmd!("getbit", 3, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "2.2.0", "Returns a bit value by offset.", Key, S(bits::getbit)),
     cmd!("bitcount", -2, READONLY, ONE_KEY, "@read @bitmap @slow", "bitmap", "2.6.0", "Counts the number of set bits (population counting) in a string.", Key, S(bits::bitcount)),

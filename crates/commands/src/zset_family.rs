@@ -13,7 +13,7 @@ use damselfly_storage::{EncodingLimits, Kind, Value, ZSet};
 use crate::ctx::WrongType;
 use crate::hash_family::{parse_rand_args, random_picks};
 use crate::list_family::parse_mpop;
-use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
+use crate::scan_args::{reply_scan, scan_collection};
 use crate::{errors, Args, ExecCtx};
 
 const NOT_FLOAT_RANGE: &str = "ERR min or max is not a float";
@@ -366,12 +366,7 @@ pub fn zincrby(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn zrem(ctx: &mut ExecCtx, args: &Args) {
-    let removed = ctx.write_as(args.get(1), |z: &mut ZSet, _, _| {
-        args.iter().skip(2).filter(|m| z.remove(m)).count() as i64
-    });
-    if let Ok(n) = removed {
-        ctx.reply.int(n.unwrap_or(0));
-    }
+    ctx.remove_each(args.get(1), args.iter().skip(2), ZSet::remove);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -775,29 +770,17 @@ pub fn zrandmember(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn zscan(ctx: &mut ExecCtx, args: &Args) {
-    let Some(cursor) = parse_scan_cursor(args.get(2)) else {
-        return ctx.error(errors::INVALID_CURSOR);
-    };
-    let opts = ScanArgs::parse(args, 3, false);
-    ctx.read_as::<ZSet>(
-        args.get(1),
-        |r| reply_scan::<&[u8]>(r, 0, &[]),
-        |z, r| {
-            let opts = match opts {
-                Ok(o) => o,
-                Err(e) => return r.error(e),
-            };
-            let (next, items) = z.scan(cursor, opts.count);
-            let mut flat = Vec::with_capacity(items.len() * 2);
-            for (m, s) in items.into_iter().filter(|(m, _)| opts.matches(m)) {
-                let mut score = Vec::new();
-                format_f64_17g(s, &mut score);
-                flat.push(m);
-                flat.push(score);
-            }
-            reply_scan(r, next, &flat);
-        },
-    );
+    scan_collection(ctx, args, |z: &ZSet, cursor, opts, r| {
+        let (next, items) = z.scan(cursor, opts.count);
+        let mut flat = Vec::with_capacity(items.len() * 2);
+        for (m, s) in items.into_iter().filter(|(m, _)| opts.matches(m)) {
+            let mut score = Vec::new();
+            format_f64_17g(s, &mut score);
+            flat.push(m);
+            flat.push(score);
+        }
+        reply_scan(r, next, &flat);
+    });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -471,7 +471,7 @@ impl Connection {
                     .map(|p| shard_for_key(args.get(p), n));
                 let first = shards.next().unwrap_or(self.worker.id);
                 let one_shard = shards.all(|s| s == first);
-                if one_shard && (n == 1 || !plan::reads_unknown_keys(spec.name, args)) {
+                if one_shard && (n == 1 || !spec.reads_unknown_keys(args)) {
                     self.run_on(first, idx, db, args);
                 } else {
                     self.fan_out_keys(idx, merge, args).await;

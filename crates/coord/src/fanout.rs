@@ -15,7 +15,7 @@ use damselfly_storage::{shard_for_key, Shard, Value};
 use rand::seq::SliceRandom;
 
 use crate::connection::Connection;
-use crate::tx::{plan, ShardWork};
+use crate::tx::ShardWork;
 use crate::worker::Worker;
 
 /// Keys with their values and deadlines as one shard holds them (None: missing).
@@ -237,7 +237,7 @@ impl Connection {
             }
         }
         let writes = spec.is_write();
-        let more_keys = plan::reads_unknown_keys(spec.name, args);
+        let more_keys = spec.reads_unknown_keys(args);
         let Some(gathered) = self
             .fetch_keys(db, keys, own && !writes && !more_keys)
             .await

@@ -3,7 +3,7 @@
 //! MOVE) or that cover whole databases (FLUSHDB, KEYS, SWAPDB, ...) are spelled out here.
 
 use damselfly_commands::table::{Route, COMMANDS};
-use damselfly_commands::{keys_family, sort_family, Args};
+use damselfly_commands::{keys_family, Args};
 use damselfly_protocol::number::parse_i64;
 use damselfly_storage::shard_for_key;
 
@@ -77,13 +77,13 @@ pub fn command_locks(
                     }
                 }
                 _ => {
-                    for at in spec.key_positions(args) {
+                    for at in spec.key_positions_iter(args) {
                         let (s, l) = key_lock(at, db16, mode);
                         add(s, l);
                     }
                     // SORT's BY/GET patterns reach keys known only once it runs: it reads
                     // under a shared intent on the whole database of every shard.
-                    if reads_unknown_keys(spec.name, args) {
+                    if spec.reads_unknown_keys(args) {
                         for shard in 0..shards {
                             add(
                                 shard,
@@ -98,9 +98,4 @@ pub fn command_locks(
             }
         }
     }
-}
-
-/// True for a command that reads keys its arguments do not name (SORT with BY/GET patterns).
-pub fn reads_unknown_keys(name: &str, args: &Args) -> bool {
-    matches!(name, "sort" | "sort_ro") && sort_family::uses_patterns(args)
 }
