@@ -11,20 +11,12 @@ use crate::{errors, Args, ExecCtx};
 const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
 const CORRUPT: &str = "INVALIDOBJ Corrupted HLL object detected";
 
-/// The HyperLogLog under `key`, copied: Ok(None) when missing, Err(reply) when the key holds
-/// something else.
-fn load(ctx: &mut ExecCtx, key: &[u8]) -> Result<Option<Vec<u8>>, &'static str> {
-    match ctx.lookup_read(key).map(|e| &e.value) {
-        None => Ok(None),
-        Some(v) if v.kind() != Kind::String => Err(errors::WRONGTYPE),
-        Some(v) => {
-            let bytes = v.to_bytes();
-            if hll::is_valid(&bytes) {
-                Ok(Some(bytes))
-            } else {
-                Err(NOT_HLL)
-            }
-        }
+/// The HyperLogLog bytes of a value, or the error Redis gives for anything else.
+fn hll_bytes(v: &Value) -> Result<&[u8], &'static str> {
+    match v {
+        Value::Str(s) if hll::is_valid(s) => Ok(s),
+        v if v.kind() != Kind::String => Err(errors::WRONGTYPE),
+        _ => Err(NOT_HLL),
     }
 }
 
@@ -33,43 +25,55 @@ fn corrupt(_: Corrupt) -> &'static str {
 }
 
 pub fn pfadd(ctx: &mut ExecCtx, args: &Args) {
-    let key = args.get(1);
-    let (mut h, created) = match load(ctx, key) {
-        Err(e) => return ctx.error(e),
-        Ok(Some(h)) => (h, false),
-        Ok(None) => (hll::new_hll(), true),
-    };
+    let (key, elements) = (args.get(1), || args.iter().skip(2));
     let max_bytes = ctx.limits().hll_sparse_max_bytes;
-    let mut updated = created;
-    for element in args.iter().skip(2) {
-        match hll::add(&mut h, element, max_bytes) {
-            Ok(changed) => updated |= changed,
-            Err(c) => {
-                // Redis edits in place: the elements added before the corruption stay.
-                if updated {
-                    store(ctx, key, h);
-                }
-                return ctx.error(corrupt(c));
+    match ctx.lookup_write(key).map(|e| &e.value) {
+        None => {
+            let mut h = hll::new_hll();
+            for element in elements() {
+                // A fresh HyperLogLog cannot be corrupt.
+                let _ = hll::add(&mut h, element, max_bytes);
             }
+            hll::changed(&mut h);
+            ctx.shard.set(ctx.db, key, Value::Str(h), 0);
+            return ctx.reply.int(1);
         }
+        Some(v) => match hll_bytes(v) {
+            Err(e) => return ctx.error(e),
+            // Unchanged registers: no write at all (WATCH sees nothing, as in Redis).
+            Ok(h) if !elements().any(|e| hll::would_raise(h, e)) => return ctx.reply.int(0),
+            Ok(_) => {}
+        },
     }
-    if updated {
-        hll::changed(&mut h);
-        store(ctx, key, h);
+    // Edited in place, as Redis does: elements added before a corruption is found stay.
+    let added = ctx.shard.update(ctx.db, key, ctx.now, |e| {
+        let h = e.value.make_raw();
+        let mut updated = false;
+        for element in elements() {
+            updated |= hll::add(h, element, max_bytes)?;
+        }
+        if updated {
+            hll::changed(h);
+        }
+        Ok(updated)
+    });
+    match added {
+        Some(Ok(updated)) => ctx.reply.int(i64::from(updated)),
+        Some(Err(c)) => ctx.error(corrupt(c)),
+        None => ctx.reply.int(0),
     }
-    ctx.reply.int(i64::from(updated));
 }
 
-/// Writes a HyperLogLog back, keeping the key's TTL (Redis edits the string in place).
-fn store(ctx: &mut ExecCtx, key: &[u8], h: Vec<u8>) {
-    let mut h = Some(h);
-    let found = ctx.shard.update(ctx.db, key, ctx.now, |e| {
-        if let Some(h) = h.take() {
-            e.value = Value::Str(h);
+/// Raises `max` to the registers of the HyperLogLog under `key` (missing: nothing); whether
+/// it is dense. Err(reply) for another type or a corrupt value.
+fn merge_key(ctx: &mut ExecCtx, key: &[u8], max: &mut [u8]) -> Result<bool, &'static str> {
+    match ctx.lookup_read(key).map(|e| &e.value) {
+        None => Ok(false),
+        Some(v) => {
+            let h = hll_bytes(v)?;
+            hll::merge_into(max, h).map_err(corrupt)?;
+            Ok(hll::is_dense(h))
         }
-    });
-    if let (None, Some(h)) = (found, h) {
-        ctx.shard.set(ctx.db, key, Value::Str(h), 0);
     }
 }
 
@@ -77,63 +81,62 @@ pub fn pfcount(ctx: &mut ExecCtx, args: &Args) {
     if args.len() > 2 {
         let mut max = vec![0u8; hll::REGISTERS];
         for key in args.iter().skip(1) {
-            match load(ctx, key) {
-                Err(e) => return ctx.error(e),
-                Ok(None) => {}
-                Ok(Some(h)) => {
-                    if let Err(c) = hll::merge_into(&mut max, &h) {
-                        return ctx.error(corrupt(c));
-                    }
-                }
+            if let Err(e) = merge_key(ctx, key, &mut max) {
+                return ctx.error(e);
             }
         }
         return ctx.reply.int(hll::count_registers(&max) as i64);
     }
     let key = args.get(1);
-    let mut h = match load(ctx, key) {
-        Err(e) => return ctx.error(e),
-        Ok(None) => return ctx.reply.int(0),
-        Ok(Some(h)) => h,
-    };
-    let card = match hll::cached(&h) {
-        Some(c) => c,
-        None => match hll::count(&h) {
-            Ok(c) => {
-                // As in Redis, counting refreshes the cache stored in the value.
-                hll::set_cached(&mut h, c);
-                store(ctx, key, h);
-                c
-            }
-            Err(c) => return ctx.error(corrupt(c)),
+    let counted = match ctx.lookup_read(key).map(|e| &e.value) {
+        None => return ctx.reply.int(0),
+        Some(v) => match hll_bytes(v) {
+            Err(e) => return ctx.error(e),
+            Ok(h) => match hll::cached(h) {
+                Some(card) => return ctx.reply.int(card as i64),
+                None => hll::count(h),
+            },
         },
     };
-    ctx.reply.int(card as i64);
+    match counted {
+        Ok(card) => {
+            // As in Redis, counting refreshes the cache stored in the value.
+            ctx.shard.update(ctx.db, key, ctx.now, |e| {
+                hll::set_cached(e.value.make_raw(), card)
+            });
+            ctx.reply.int(card as i64);
+        }
+        Err(c) => ctx.error(corrupt(c)),
+    }
 }
 
 pub fn pfmerge(ctx: &mut ExecCtx, args: &Args) {
     let mut max = vec![0u8; hll::REGISTERS];
     let mut dense = false;
     for key in args.iter().skip(1) {
-        match load(ctx, key) {
+        match merge_key(ctx, key, &mut max) {
+            Ok(d) => dense |= d,
             Err(e) => return ctx.error(e),
-            Ok(None) => {}
-            Ok(Some(h)) => {
-                dense |= hll::is_dense(&h);
-                if let Err(c) = hll::merge_into(&mut max, &h) {
-                    return ctx.error(corrupt(c));
-                }
-            }
         }
     }
     let dst = args.get(1);
-    let mut h = match load(ctx, dst) {
-        Ok(Some(h)) => h,
-        _ => hll::new_hll(),
-    };
     let max_bytes = ctx.limits().hll_sparse_max_bytes;
-    if let Err(c) = hll::store_registers(&mut h, &max, dense, max_bytes) {
-        return ctx.error(corrupt(c));
+    let write = |h: &mut Vec<u8>| hll::store_registers(h, &max, dense, max_bytes);
+    // The destination was among the sources, so it is missing or a valid HyperLogLog.
+    let stored = match ctx
+        .shard
+        .update(ctx.db, dst, ctx.now, |e| write(e.value.make_raw()))
+    {
+        Some(r) => r,
+        None => {
+            let mut h = hll::new_hll();
+            let r = write(&mut h);
+            ctx.shard.set(ctx.db, dst, Value::Str(h), 0);
+            r
+        }
+    };
+    match stored {
+        Ok(()) => ctx.reply.ok(),
+        Err(c) => ctx.error(corrupt(c)),
     }
-    store(ctx, dst, h);
-    ctx.reply.ok();
 }

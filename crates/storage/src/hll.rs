@@ -330,6 +330,22 @@ pub fn add(s: &mut Vec<u8>, element: &[u8], max_bytes: usize) -> Result<bool, Co
     set_register(s, index, count, max_bytes)
 }
 
+/// True when adding `element` would raise a register (PFADD writes only then); a corrupt
+/// HyperLogLog answers true so that adding reports it.
+pub fn would_raise(s: &[u8], element: &[u8]) -> bool {
+    let (index, count) = register_of(element);
+    if s[4] == DENSE {
+        return dense_get(&s[HEADER..], index) < count;
+    }
+    let mut current = None;
+    let walked = sparse_runs(s, |first, len, v| {
+        if (first..first + len).contains(&index) {
+            current = Some(v);
+        }
+    });
+    walked.is_err() || current.is_none_or(|v| v < count)
+}
+
 /// Raises `max` to this HyperLogLog's registers (PFCOUNT of several keys, PFMERGE).
 pub fn merge_into(max: &mut [u8], s: &[u8]) -> Result<(), Corrupt> {
     if s[4] == DENSE {
