@@ -132,31 +132,10 @@ async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Serves one client; a panic while serving it (a bug) drops only this connection.
-pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
-    rd: R,
-    wr: W,
-    conn: Connection,
-    sleep: impl Fn(Duration) -> S,
-) {
-    let id = conn.id();
-    let mut session = pin!(serve_client(rd, wr, conn, sleep));
-    let outcome = poll_fn(|cx| {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.as_mut().poll(cx))) {
-            Ok(Poll::Ready(())) => Poll::Ready(true),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(_) => Poll::Ready(false),
-        }
-    })
-    .await;
-    if !outcome {
-        tracing::error!(client = id, "connection task panicked; connection dropped");
-    }
-}
-
 /// Serves one client until it quits, disconnects, is killed, exceeds its output limit, or the
-/// server shuts down.
-async fn serve_client<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
+/// server shuts down. (A panic aborts the process: see the panic policy in
+/// damselfly_coord::crash.)
+pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
     mut rd: R,
     mut wr: W,
     mut conn: Connection,

@@ -63,6 +63,7 @@ fn install_signal_thread(cluster: Arc<damselfly_coord::Cluster>) {
 }
 
 fn main() -> ExitCode {
+    damselfly_coord::crash::install_panic_hook();
     let opts = options::Options::parse_from_env();
     let config = Arc::new(Config::default());
     let warnings = match opts.apply(&config) {
