@@ -14,6 +14,13 @@ pub const NO_AUTH: &str = "NOAUTH Authentication required.";
 pub const WRONG_PASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 pub const DB_INDEX: &str = "ERR DB index is out of range";
 
+/// Redis's `getIntFromObjectOrReply`: a C int, with its two error texts.
+pub fn parse_c_int(arg: &[u8]) -> Result<i32, &'static str> {
+    let n = damselfly_protocol::number::parse_i64(arg).ok_or(NOT_INT)?;
+    i32::try_from(n)
+        .map_err(|_| "ERR value is out of range, value must between -2147483648 and 2147483647")
+}
+
 /// `ERR wrong number of arguments for 'name' command`.
 pub fn wrong_arity(name: &str) -> String {
     format!("ERR wrong number of arguments for '{name}' command")

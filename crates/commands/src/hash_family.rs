@@ -261,8 +261,11 @@ pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
                 }
             };
             let per_pick = if with_values && !resp3 { 2 } else { 1 };
-            r.array(picks.len() * per_pick);
+            r.array(picks.len().saturating_mul(per_pick));
             for i in picks {
+                if r.full() {
+                    break;
+                }
                 pair(r, h.at(i));
             }
         },
@@ -270,19 +273,58 @@ pub fn hrandfield(ctx: &mut ExecCtx, args: &Args) {
 }
 
 /// Storage positions for a random read of `count` from `len` items: distinct when the count
-/// is positive (everything when it covers the collection), with repeats when negative.
-pub fn random_picks(len: usize, count: i64) -> Vec<usize> {
+/// is positive (everything when it covers the collection), with repeats when negative. The
+/// repeats are drawn as the reply is written, not collected first: their number is the
+/// client's choice, and the reply loop stops once its buffer is `full()`.
+pub fn random_picks(len: usize, count: i64) -> RandomPicks {
     let mut rng = rand::thread_rng();
     if count < 0 {
-        (0..count.unsigned_abs())
-            .map(|_| rng.gen_range(0..len))
-            .collect()
-    } else if count as u64 >= len as u64 {
-        (0..len).collect()
+        RandomPicks::Repeating {
+            left: usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX),
+            len,
+            rng,
+        }
+    } else if usize::try_from(count).map_or(true, |c| c >= len) {
+        RandomPicks::Distinct((0..len).collect::<Vec<_>>().into_iter())
     } else {
-        sample(&mut rng, len, count as usize).into_vec()
+        let count = usize::try_from(count).unwrap_or(len);
+        RandomPicks::Distinct(sample(&mut rng, len, count).into_vec().into_iter())
     }
 }
+
+/// The positions `random_picks` chose.
+pub enum RandomPicks {
+    Distinct(std::vec::IntoIter<usize>),
+    Repeating {
+        left: usize,
+        len: usize,
+        rng: rand::rngs::ThreadRng,
+    },
+}
+
+impl Iterator for RandomPicks {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            RandomPicks::Distinct(picks) => picks.next(),
+            RandomPicks::Repeating { left, len, rng } => {
+                *left = left.checked_sub(1)?;
+                Some(rng.gen_range(0..*len))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match self {
+            RandomPicks::Distinct(picks) => picks.len(),
+            RandomPicks::Repeating { left, .. } => *left,
+        };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for RandomPicks {}
 
 pub fn hscan(ctx: &mut ExecCtx, args: &Args) {
     scan_collection(ctx, args, |h: &Hash, cursor, opts, r| {

@@ -351,7 +351,6 @@ impl Transfer {
         db: usize,
         databases: usize,
     ) -> Result<Self, &'static str> {
-        let in_range = |n: i64| (0..databases as i64).contains(&n);
         let mut t = Transfer {
             kind: TransferKind::Rename,
             src_db: db,
@@ -363,14 +362,8 @@ impl Transfer {
             "renamenx" => t.kind = TransferKind::RenameNx,
             "move" => {
                 t.kind = TransferKind::Move;
-                // Redis reads the index as a C int.
-                let n = parse_i64(args.get(2))
-                    .filter(|n| i32::try_from(*n).is_ok())
-                    .ok_or(errors::NOT_INT)?;
-                if !in_range(n) {
-                    return Err(errors::DB_INDEX);
-                }
-                t.dst_db = n as usize;
+                let n = errors::parse_c_int(args.get(2))?;
+                t.dst_db = db_index(n.into(), databases).ok_or(errors::DB_INDEX)?;
                 if t.dst_db == db {
                     return Err(SAME_OBJECT);
                 }
@@ -382,11 +375,8 @@ impl Transfer {
                     if args.is(i, "replace") {
                         t.replace = true;
                     } else if args.is(i, "db") && i + 1 < args.len() {
-                        let n = parse_i64(args.get(i + 1)).ok_or(errors::NOT_INT)?;
-                        if !in_range(n) {
-                            return Err(errors::DB_INDEX);
-                        }
-                        t.dst_db = n as usize;
+                        let n = errors::parse_c_int(args.get(i + 1))?;
+                        t.dst_db = db_index(n.into(), databases).ok_or(errors::DB_INDEX)?;
                         i += 1;
                     } else {
                         return Err(errors::SYNTAX);
@@ -399,6 +389,14 @@ impl Transfer {
             }
         }
         Ok(t)
+    }
+
+    /// The source and destination keys (MOVE keeps the key, changing its database).
+    pub fn keys<'a>(&self, args: &Args<'a>) -> (&'a [u8], &'a [u8]) {
+        match self.kind {
+            TransferKind::Move => (args.get(1), args.get(1)),
+            _ => (args.get(1), args.get(2)),
+        }
     }
 
     /// The source keeps its value (COPY).
@@ -444,10 +442,7 @@ pub fn transfer(ctx: &mut ExecCtx, args: &Args) {
         Ok(t) => t,
         Err(e) => return ctx.error(e),
     };
-    let (src, dst) = match t.kind {
-        TransferKind::Move => (args.get(1), args.get(1)),
-        _ => (args.get(1), args.get(2)),
-    };
+    let (src, dst) = t.keys(args);
     if !ctx.shard.exists(t.src_db, src, ctx.now) {
         return t.reply_missing(ctx.reply);
     }
@@ -480,18 +475,40 @@ pub fn take_value(shard: &mut Shard, t: &Transfer, src: &[u8], now: u64) -> Opti
     }
 }
 
+/// SWAPDB's two database indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwapDb(pub usize, pub usize);
+
+impl SwapDb {
+    /// Parses the indexes as Redis does (C ints, then the range check); errors are Redis's
+    /// texts.
+    pub fn parse(args: &Args, databases: usize) -> Result<Self, &'static str> {
+        let index = |at: usize, invalid: &'static str| {
+            parse_i64(args.get(at))
+                .filter(|n| i32::try_from(*n).is_ok())
+                .ok_or(invalid)
+        };
+        let a = index(1, "ERR invalid first DB index")?;
+        let b = index(2, "ERR invalid second DB index")?;
+        match (db_index(a, databases), db_index(b, databases)) {
+            (Some(a), Some(b)) => Ok(SwapDb(a, b)),
+            _ => Err(errors::DB_INDEX),
+        }
+    }
+}
+
+/// A database index within `databases`.
+pub fn db_index(n: i64, databases: usize) -> Option<usize> {
+    usize::try_from(n).ok().filter(|&n| n < databases)
+}
+
 /// SWAPDB on this shard (the coordinator runs it on every shard in one transaction).
 pub fn swapdb(ctx: &mut ExecCtx, args: &Args) {
-    let Some(a) = parse_i64(args.get(1)) else {
-        return ctx.error("ERR invalid first DB index");
-    };
-    let Some(b) = parse_i64(args.get(2)) else {
-        return ctx.error("ERR invalid second DB index");
-    };
-    let range = 0..ctx.shard.dbs.len() as i64;
-    if !range.contains(&a) || !range.contains(&b) {
-        return ctx.error(errors::DB_INDEX);
+    match SwapDb::parse(args, ctx.shard.dbs.len()) {
+        Ok(SwapDb(a, b)) => {
+            ctx.shard.swap_dbs(a, b);
+            ctx.reply.ok();
+        }
+        Err(e) => ctx.error(e),
     }
-    ctx.shard.swap_dbs(a as usize, b as usize);
-    ctx.reply.ok();
 }

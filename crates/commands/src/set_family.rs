@@ -137,6 +137,9 @@ pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
             let picks = random_picks(s.len(), count);
             r.array(picks.len());
             for i in picks {
+                if r.full() {
+                    break;
+                }
                 member_bulk(r, s.at(i));
             }
         },

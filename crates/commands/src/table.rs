@@ -128,6 +128,8 @@ pub struct CommandSpec {
     pub step: i32,
     /// Keys named other than by first/last/step.
     pub more_keys: MoreKeys,
+    /// What a transaction running the command locks.
+    pub intents: Intents,
     pub acl: &'static str,
     pub group: &'static str,
     pub summary: &'static str,
@@ -148,6 +150,24 @@ pub enum MoreKeys {
     Sort {
         store: bool,
     },
+}
+
+/// What a transaction running a command locks on the shards it touches. Commands whose
+/// arguments name databases are described here, and the planner reads their arguments with
+/// the command's own parser, so the two can never disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Intents {
+    /// Its keys in the current database, exclusive when it writes; the whole current
+    /// database when it has no keys (KEYS, DBSIZE, FLUSHDB, SCAN).
+    Keys,
+    /// Every database (FLUSHALL).
+    AllDbs,
+    /// The two databases it swaps, as [`crate::keys_family::SwapDb::parse`] reads them.
+    SwapDbs,
+    /// A value moving between keys or databases (RENAME, RENAMENX, COPY, MOVE), as
+    /// [`crate::keys_family::Transfer::parse`] reads the command: its source (shared when
+    /// the source is kept) and its destination, each in its database.
+    Transfer,
 }
 
 impl CommandSpec {
@@ -220,6 +240,7 @@ struct Def {
     flags: u32,
     keys: (i32, i32, i32),
     more_keys: MoreKeys,
+    intents: Intents,
     acl: &'static str,
     group: &'static str,
     since: &'static str,
@@ -237,6 +258,7 @@ const fn spec(d: Def) -> CommandSpec {
         last_key: d.keys.1,
         step: d.keys.2,
         more_keys: d.more_keys,
+        intents: d.intents,
         acl: d.acl,
         group: d.group,
         summary: d.summary,
@@ -253,13 +275,20 @@ macro_rules! cmd {
     (numkeys $numkeys:literal; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
         cmd!(more MoreKeys::Numkeys($numkeys); $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
     };
+    (intents $intents:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
+        cmd!(full MoreKeys::None, $intents; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    };
     (more $more:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
+        cmd!(full $more, Intents::Keys; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    };
+    (full $more:expr, $intents:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
         spec(Def {
             name: $name,
             arity: $arity,
             flags: $flags,
             keys: $keys,
             more_keys: $more,
+            intents: $intents,
             acl: $acl,
             group: $group,
             since: $since,
@@ -303,7 +332,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
     cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),
-    cmd!("flushall", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from all databases.", AllShards(Merge::AllOk), S(server::flushall)),
+    cmd!(intents Intents::AllDbs; "flushall", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from all databases.", AllShards(Merge::AllOk), S(server::flushall)),
     // generic keyspace
     cmd!("del", -2, WRITE, ALL_KEYS, "@keyspace @write @slow", "generic", "1.0.0", "Deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
     cmd!("unlink", -2, WRITE | FAST, ALL_KEYS, "@keyspace @write @fast", "generic", "4.0.0", "Asynchronously deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
@@ -319,11 +348,11 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("expiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", Key, S(keys::expiretime)),
     cmd!("pexpiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", Key, S(keys::pexpiretime)),
     cmd!("persist", 2, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.2.0", "Removes the expiration time of a key.", Key, S(keys::persist)),
-    cmd!("rename", 3, WRITE, (1, 2, 1), "@keyspace @write @slow", "generic", "1.0.0", "Renames a key and overwrites the destination.", Keys(Merge::Transfer), S(keys::transfer)),
-    cmd!("renamenx", 3, WRITE | FAST, (1, 2, 1), "@keyspace @write @fast", "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", Keys(Merge::Transfer), S(keys::transfer)),
-    cmd!("copy", -3, WRITE | DENYOOM, (1, 2, 1), "@keyspace @write @slow", "generic", "6.2.0", "Copies the value of a key to a new key.", Keys(Merge::Transfer), S(keys::transfer)),
-    cmd!("move", 3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Moves a key to another database.", Key, S(keys::transfer)),
-    cmd!("swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
+    cmd!(intents Intents::Transfer; "rename", 3, WRITE, (1, 2, 1), "@keyspace @write @slow", "generic", "1.0.0", "Renames a key and overwrites the destination.", Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!(intents Intents::Transfer; "renamenx", 3, WRITE | FAST, (1, 2, 1), "@keyspace @write @fast", "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!(intents Intents::Transfer; "copy", -3, WRITE | DENYOOM, (1, 2, 1), "@keyspace @write @slow", "generic", "6.2.0", "Copies the value of a key to a new key.", Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!(intents Intents::Transfer; "move", 3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Moves a key to another database.", Key, S(keys::transfer)),
+    cmd!(intents Intents::SwapDbs; "swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
     cmd!("object", -2, READONLY, (2, 2, 1), "@keyspace @read @slow", "generic", "2.2.3", "A container for object introspection commands.", Key, S(keys::object)),
     cmd!("memory", -2, READONLY, (2, 2, 1), "@read @slow", "server", "4.0.0", "A container for memory diagnostics commands.", Key, S(keys::memory)),
     cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),
@@ -515,8 +544,8 @@ mod tests {
                 let start = buf.len();
                 buf.extend_from_slice(w.as_bytes());
                 spans.push(damselfly_protocol::Span {
-                    start: start as u32,
-                    len: w.len() as u32,
+                    start,
+                    len: w.len(),
                 });
             }
             let spec = &COMMANDS[lookup(name.as_bytes()).unwrap()];

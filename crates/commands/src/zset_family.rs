@@ -186,20 +186,25 @@ fn select(z: &ZSet, range: &Range, rev: bool, offset: i64, limit: i64) -> Pairs 
 /// Writes members with or without their scores; `nested` pairs each member with its score in
 /// a two-item array (RESP3's form), otherwise they alternate in one flat array.
 fn reply_pairs(r: &mut ReplyBuf, items: &[(Vec<u8>, f64)], with_scores: bool, nested: bool) {
-    let flat_scores = with_scores && !nested;
-    r.array(if flat_scores {
-        items.len() * 2
-    } else {
-        items.len()
-    });
+    reply_pairs_header(r, items.len(), with_scores, nested);
     for (m, s) in items {
-        if with_scores && nested {
-            r.array(2);
-        }
-        r.bulk(m);
-        if with_scores {
-            r.double(*s);
-        }
+        reply_pair(r, m, *s, with_scores, nested);
+    }
+}
+
+/// The array header of `n` members (with scores: flat pairs in RESP2, nested in RESP3).
+fn reply_pairs_header(r: &mut ReplyBuf, n: usize, with_scores: bool, nested: bool) {
+    let flat_scores = with_scores && !nested;
+    r.array(if flat_scores { n.saturating_mul(2) } else { n });
+}
+
+fn reply_pair(r: &mut ReplyBuf, member: &[u8], score: f64, with_scores: bool, nested: bool) {
+    if with_scores && nested {
+        r.array(2);
+    }
+    r.bulk(member);
+    if with_scores {
+        r.double(score);
     }
 }
 
@@ -758,13 +763,20 @@ pub fn zrandmember(ctx: &mut ExecCtx, args: &Args) {
             let picks = random_picks(z.len(), count);
             // Rank lookups are O(log n) on a tree but O(n) in a listpack; past a few picks
             // one ordered copy is cheaper.
-            let items: Pairs = if picks.len() * 8 < z.len() {
-                picks.into_iter().filter_map(|i| z.at(i)).collect()
-            } else {
-                let all = z.all();
-                picks.into_iter().map(|i| all[i].clone()).collect()
-            };
-            reply_pairs(r, &items, with_scores, nested);
+            let all = (picks.len().saturating_mul(8) >= z.len()).then(|| z.all());
+            reply_pairs_header(r, picks.len(), with_scores, nested);
+            for i in picks {
+                if r.full() {
+                    break;
+                }
+                let pair = match &all {
+                    Some(all) => all.get(i).cloned(),
+                    None => z.at(i),
+                };
+                if let Some((m, s)) = pair {
+                    reply_pair(r, &m, s, with_scores, nested);
+                }
+            }
         },
     );
 }

@@ -43,7 +43,7 @@ pub struct Waiter {
     claimed: AtomicBool,
     /// Where its wake-up goes: the connection's thread and reply slot.
     pub(crate) origin: usize,
-    pub(crate) slot: u32,
+    pub(crate) slot: usize,
     pub(crate) db: usize,
     pub(crate) resp3: bool,
     pub(crate) op: BlockOp,
@@ -54,7 +54,7 @@ pub struct Waiter {
 impl Waiter {
     pub(crate) fn new(
         origin: usize,
-        slot: u32,
+        slot: usize,
         db: usize,
         resp3: bool,
         op: BlockOp,
@@ -174,7 +174,7 @@ impl Worker {
             };
             for (db, key) in ready {
                 let locks = vec![Lock::Key {
-                    db: db as u16,
+                    db,
                     key: key.clone(),
                     mode: Mode::Exclusive,
                 }];

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use damselfly_commands::keys_family::db_index;
 use damselfly_commands::{errors, Args};
 use damselfly_protocol::number::parse_i64;
 
@@ -148,16 +149,17 @@ impl Connection {
     }
 
     pub(crate) fn select(&mut self, args: &Args) {
-        let Some(db) = parse_i64(args.get(1)) else {
-            self.reply_error(errors::NOT_INT);
-            return;
+        let db = match errors::parse_c_int(args.get(1)) {
+            Ok(n) => db_index(n.into(), self.worker.cluster.databases),
+            Err(e) => return self.reply_error(e),
         };
-        if db < 0 || db as usize >= self.worker.cluster.databases {
-            self.reply_error(errors::DB_INDEX);
-            return;
+        match db {
+            Some(db) => {
+                self.info.db.set(db);
+                self.out.ok();
+            }
+            None => self.reply_error(errors::DB_INDEX),
         }
-        self.info.db.set(db as usize);
-        self.out.ok();
     }
 
     pub(crate) fn reset_cmd(&mut self) {

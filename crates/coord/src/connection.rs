@@ -16,19 +16,20 @@ use std::time::Instant;
 
 use damselfly_commands::table::{flags, CoordCmd, Handler, Route, COMMANDS};
 use damselfly_commands::{errors, lookup, Args};
-use damselfly_protocol::{parse_command, Limits, ParsedCommand, ProtocolError, ReplyBuf, Span};
+use damselfly_protocol::{Limits, ParsedCommand, ProtocolError, ReplyBuf, RequestParser, Span};
 use damselfly_storage::shard_for_key;
 use futures_channel::oneshot;
 
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
-use crate::tx::{add_lock, plan, Lock, ShardWork, Tx};
+use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
 use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker};
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the
 /// memory one pipelining client can make the server hold for it.
 const ROUND_MAX_COMMANDS: usize = 1024;
-/// Output size at which a round stops early so it can be flushed.
+/// Output size at which a round stops early, leaving its remaining commands buffered, so
+/// replies are flushed (and the output limit checked) before more are made.
 const ROUND_MAX_OUTPUT: usize = 1 << 20;
 /// Free space kept at the end of the read buffer.
 const READ_CHUNK: usize = 16 * 1024;
@@ -83,6 +84,8 @@ pub struct Connection {
     rstart: usize,
     rend: usize,
     need: usize,
+    /// Keeps its progress through a command that has not fully arrived.
+    parser: RequestParser,
     spans: Vec<Span>,
     aux: Vec<u8>,
     cmds: Vec<ParsedCmd>,
@@ -135,6 +138,7 @@ impl Connection {
             rstart: 0,
             rend: 0,
             need: 0,
+            parser: RequestParser::default(),
             spans: Vec::new(),
             aux: Vec::new(),
             cmds: Vec::new(),
@@ -174,6 +178,7 @@ impl Connection {
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rstart == self.rend {
             self.need = self.need.saturating_sub(self.rstart);
+            self.parser.moved(self.rstart);
             self.rstart = 0;
             self.rend = 0;
             if self.rbuf.len() > READ_SHRINK_ABOVE {
@@ -189,6 +194,7 @@ impl Connection {
         if self.rstart > 0 && self.rstart + want > self.rbuf.len() {
             // Move the partial frame to the front instead of growing.
             self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.parser.moved(self.rstart);
             self.need = self.need.saturating_sub(self.rstart);
             self.rend -= self.rstart;
             self.rstart = 0;
@@ -277,21 +283,25 @@ impl Connection {
         if self.rend < self.need {
             return Step::Read;
         }
+        self.out.limit = self.worker.output_limit();
         let (parsed_to, more, protocol_error) = self.parse_round();
         let cmds = std::mem::take(&mut self.cmds);
         let rbuf = std::mem::take(&mut self.rbuf);
         let aux = std::mem::take(&mut self.aux);
         let spans = std::mem::take(&mut self.spans);
-        let mut blocked_end = None;
-        for c in &cmds {
+        // Where the round stopped before its last parsed command: a blocked command, or the
+        // round's output budget spent (so replies are flushed before more are made).
+        let mut stopped_at = None;
+        for (i, c) in cmds.iter().enumerate() {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
             self.dispatch(&args).await;
             if self.closing {
                 break;
             }
-            if self.blocked.is_some() {
-                blocked_end = Some(c.end);
+            let last = i + 1 == cmds.len();
+            if self.blocked.is_some() || (!last && self.out.buf.len() >= ROUND_MAX_OUTPUT) {
+                stopped_at = Some(c.end);
                 break;
             }
         }
@@ -300,12 +310,14 @@ impl Connection {
         self.rbuf = rbuf;
         self.aux = aux;
         self.spans = spans;
-        // Commands after a blocked one stay in the buffer, to be parsed again once it is done.
-        self.rstart = blocked_end.unwrap_or(parsed_to);
-        if blocked_end.is_some() {
+        // Commands after the stop stay in the buffer, to be parsed again next round.
+        self.rstart = stopped_at.unwrap_or(parsed_to);
+        if stopped_at.is_some() {
             self.need = 0;
         }
         self.info.query_buf.set(self.rend - self.rstart);
+        // A protocol error past the stop is found again when parsing gets there.
+        let protocol_error = protocol_error.filter(|_| stopped_at.is_none());
         if let Some(e) = protocol_error {
             self.refuse(&format!("ERR {e}"));
             tracing::debug!(client = self.info.id, "protocol error: {e}");
@@ -315,7 +327,7 @@ impl Connection {
             Step::Close
         } else if self.blocked.is_some() {
             Step::Blocked
-        } else if more {
+        } else if more || stopped_at.is_some() {
             Step::Again
         } else {
             Step::Read
@@ -339,7 +351,10 @@ impl Connection {
         let buf = &self.rbuf[..self.rend];
         while self.cmds.len() < max {
             let first = self.spans.len();
-            match parse_command(buf, pos, &mut self.spans, &mut self.aux, &limits) {
+            match self
+                .parser
+                .parse(buf, pos, &mut self.spans, &mut self.aux, &limits)
+            {
                 Ok(ParsedCommand::Command {
                     consumed,
                     nargs,
@@ -494,7 +509,9 @@ impl Connection {
                 };
                 let started = Instant::now();
                 let errors_before = self.out.error_offsets.len();
+                crate::crash::running(spec.name);
                 self.run_coordinator(cmd, args).await;
+                crate::crash::idle();
                 let mut stats = self.worker.stats.borrow_mut();
                 let failed = stats.count_errors(&self.out, errors_before) > 0;
                 stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
@@ -522,8 +539,8 @@ impl Connection {
             return;
         }
         let cmd = RemoteCmd {
-            spec: spec as u16,
-            db: db as u16,
+            spec,
+            db,
             resp3: self.resp3(),
             record: true,
             first: 0,
@@ -611,10 +628,7 @@ impl Connection {
             args,
             self.worker.cluster.databases,
             self.worker.num_shards(),
-            |shard, lock| match plan.binary_search_by_key(&shard, |p| p.0) {
-                Ok(i) => add_lock(&mut plan[i].1, lock),
-                Err(i) => plan.insert(i, (shard, vec![lock])),
-            },
+            |shard, lock| add_to_plan(plan, shard, lock),
         );
     }
 
@@ -626,6 +640,10 @@ impl Connection {
             return Some(false);
         }
         self.flush_remote().await;
+        let mut plan = plan;
+        for (_, locks) in &mut plan {
+            merge_locks(locks);
+        }
         self.tx = Some(Tx::begin(&self.worker, plan).await?);
         Some(true)
     }
@@ -657,8 +675,8 @@ impl Connection {
             .map(|(shard, args)| {
                 let mut batch = ExecBatch::default();
                 let cmd = RemoteCmd {
-                    spec: spec as u16,
-                    db: db as u16,
+                    spec,
+                    db,
                     resp3,
                     record: false,
                     first: 0,
@@ -715,6 +733,15 @@ impl Connection {
             .config
             .has_password
             .load(Ordering::Relaxed);
+    }
+}
+
+/// Adds an intent on `shard` to a plan (shards in order; duplicates are merged when the
+/// transaction begins).
+pub(crate) fn add_to_plan(plan: &mut Vec<(usize, Vec<Lock>)>, shard: usize, lock: Lock) {
+    match plan.binary_search_by_key(&shard, |p| p.0) {
+        Ok(i) => plan[i].1.push(lock),
+        Err(i) => plan.insert(i, (shard, vec![lock])),
     }
 }
 

@@ -108,15 +108,31 @@ impl Connection {
             }
             parts
         };
+        let db = self.info.db.get();
+        // The command's own parser reads its options once; errors are replied before any
+        // transaction is scheduled, and the plan below reads the same options.
+        let transfer = match merge {
+            Merge::Transfer => {
+                match Transfer::parse(spec.name, args, db, self.worker.cluster.databases) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        self.reply_error(e);
+                        self.record_fanout(idx, started, errors_before);
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
         let mut plan = Vec::new();
-        self.plan(idx, self.info.db.get(), args, &mut plan);
+        self.plan(idx, db, args, &mut plan);
         let Some(own) = self.enter_tx(plan).await else {
             self.reply_error("ERR shard unavailable");
             self.record_fanout(idx, started, errors_before);
             return;
         };
-        if merge == Merge::Transfer {
-            self.transfer(spec.name, args, own).await;
+        if let Some(t) = transfer {
+            self.transfer(t, args, own).await;
         } else if merge == Merge::Gather {
             self.gather(idx, args, &positions, own).await;
         } else if merge == Merge::MsetNx {
@@ -150,16 +166,12 @@ impl Connection {
 
     /// RENAME, RENAMENX or COPY between keys on two shards, inside the transaction: check
     /// both keys, take (or clone) the source's value on its shard, store it on the other.
-    async fn transfer(&mut self, name: &str, args: &Args<'_>, own: bool) {
-        let db = self.info.db.get();
-        let t = match Transfer::parse(name, args, db, self.worker.cluster.databases) {
-            Ok(t) => t,
-            Err(e) => return self.reply_error(e),
-        };
+    async fn transfer(&mut self, t: Transfer, args: &Args<'_>, own: bool) {
         // Earlier commands of this connection (or of this EXEC) go first.
         self.flush_remote().await;
         let n = self.worker.num_shards();
-        let (src, dst) = (args.get(1).to_vec(), args.get(2).to_vec());
+        let (src, dst) = t.keys(args);
+        let (src, dst) = (src.to_vec(), dst.to_vec());
         let (src_shard, dst_shard) = (shard_for_key(&src, n), shard_for_key(&dst, n));
         let Some(tx) = self.tx.as_mut() else {
             return self.reply_error("ERR shard unavailable");

@@ -13,6 +13,7 @@ pub mod client;
 pub mod cluster;
 mod conn_family;
 pub mod connection;
+pub mod crash;
 mod fanout;
 pub mod mailbox;
 mod multi_family;

@@ -9,9 +9,11 @@ use damselfly_commands::Args;
 use damselfly_protocol::number::parse_i64;
 use damselfly_storage::{shard_for_key, WatchStamp};
 
+use crate::connection::add_to_plan;
 use crate::connection::{Connection, MultiState, WatchedKey};
-use crate::tx::{add_lock, Lock, Mode, ShardWork};
+use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::{Payload, ShardMsg, Worker};
+use damselfly_commands::keys_family::db_index;
 
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
 
@@ -135,22 +137,18 @@ impl Connection {
         let batch = &multi.cmds;
         let args_of = |i: usize| {
             let c = &batch.cmds[i];
-            Args::new(
-                &batch.data,
-                &batch.spans[c.first as usize..(c.first + c.nargs) as usize],
-            )
+            Args::new(&batch.data, &batch.spans[c.first..c.first + c.nargs])
         };
         // Every intent of every queued command, following SELECTs as they will run.
         let mut plan: Vec<(usize, Vec<Lock>)> = Vec::new();
         let mut db = self.info.db.get();
         for i in 0..batch.cmds.len() {
-            let idx = batch.cmds[i].spec as usize;
+            let idx = batch.cmds[i].spec;
             let args = args_of(i);
             if matches!(COMMANDS[idx].handler, Handler::Coord(CoordCmd::Select)) {
-                if let Some(d) = parse_i64(args.get(1)) {
-                    if (0..self.worker.cluster.databases as i64).contains(&d) {
-                        db = d as usize;
-                    }
+                let databases = self.worker.cluster.databases;
+                if let Some(d) = parse_i64(args.get(1)).and_then(|d| db_index(d, databases)) {
+                    db = d;
                 }
                 continue;
             }
@@ -158,14 +156,11 @@ impl Connection {
         }
         for w in &watching {
             let lock = Lock::Key {
-                db: w.db as u16,
+                db: w.db,
                 key: w.key.as_slice().into(),
                 mode: Mode::Shared,
             };
-            match plan.binary_search_by_key(&w.shard, |p| p.0) {
-                Ok(i) => add_lock(&mut plan[i].1, lock),
-                Err(i) => plan.insert(i, (w.shard, vec![lock])),
-            }
+            add_to_plan(&mut plan, w.shard, lock);
         }
         let own = if plan.is_empty() {
             false
@@ -188,7 +183,7 @@ impl Connection {
             // Boxed: EXEC is itself routed, so this recursion needs an indirection.
             let args = args_of(i);
             let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>> =
-                Box::pin(self.route(batch.cmds[i].spec as usize, &args));
+                Box::pin(self.route(batch.cmds[i].spec, &args));
             run.await;
             if self.closing {
                 break;

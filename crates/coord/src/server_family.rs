@@ -444,6 +444,8 @@ impl Connection {
                 .await;
                 self.out.ok();
             }
+            #[cfg(debug_assertions)]
+            b"panic" => self.debug_panic(args).await,
             b"help" => {
                 self.out.array(1);
                 self.out
@@ -456,6 +458,52 @@ impl Connection {
                 ));
             }
         }
+    }
+
+    /// DEBUG PANIC [SHARD n | HOP n | TICK n], in debug builds only: panics on purpose on
+    /// this connection's thread, in a mailbox message to shard n, in a transaction hop on
+    /// shard n, or in shard n's next timer tick, so tests can check the panic policy holds
+    /// wherever code runs (damselfly_coord::crash).
+    #[cfg(debug_assertions)]
+    async fn debug_panic(&mut self, args: &Args<'_>) {
+        if args.len() == 2 {
+            panic!("DEBUG PANIC");
+        }
+        let shard = match (args.len(), parse_i64(args.get(args.len() - 1))) {
+            (4, Some(n)) => usize::try_from(n)
+                .ok()
+                .filter(|&n| n < self.worker.num_shards()),
+            _ => None,
+        };
+        let Some(shard) = shard else {
+            return self.reply_error(errors::SYNTAX);
+        };
+        let place = args.get(2).to_ascii_lowercase();
+        match place.as_slice() {
+            b"shard" => {
+                let panics = ShardMsg::Call(Box::new(|_| panic!("DEBUG PANIC SHARD")));
+                self.worker.cluster.mailboxes[shard].send(panics);
+            }
+            b"tick" => {
+                let arms = ShardMsg::Call(Box::new(|w| w.panic_on_tick.set(true)));
+                self.worker.cluster.mailboxes[shard].send(arms);
+            }
+            b"hop" => {
+                let db = self.info.db.get();
+                let mode = crate::tx::Mode::Shared;
+                let plan = vec![(shard, vec![crate::tx::Lock::Db { db, mode }])];
+                let Some(own) = self.enter_tx(plan).await else {
+                    return self.reply_error("ERR shard unavailable");
+                };
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.hop(shard, |_| -> () { panic!("DEBUG PANIC HOP") }, own)
+                        .await;
+                }
+                self.leave_tx(own);
+            }
+            _ => return self.reply_error(errors::SYNTAX),
+        }
+        self.out.ok();
     }
 
     async fn info_cmd(&mut self, args: &Args<'_>) {

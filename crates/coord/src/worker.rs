@@ -22,6 +22,7 @@ use futures_channel::oneshot;
 use crate::blocking::{BlockedKeys, Wake};
 use crate::client::{KillFilter, Registry};
 use crate::cluster::Cluster;
+use crate::crash;
 use crate::tx::{plan, Lock, TxId, TxQueue};
 
 /// Keys an active-expiry tick may remove per shard (ticks run 10 times a second).
@@ -35,14 +36,14 @@ const TIMING_SAMPLE: u64 = 16;
 /// over the batch's `data`.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteCmd {
-    pub spec: u16,
-    pub db: u16,
+    pub spec: usize,
+    pub db: usize,
     pub resp3: bool,
     /// Count it in the executing thread's commandstats (false for parts of a fan-out, which
     /// the coordinator counts once).
     pub record: bool,
-    pub first: u32,
-    pub nargs: u32,
+    pub first: usize,
+    pub nargs: usize,
 }
 
 impl RemoteCmd {
@@ -50,7 +51,7 @@ impl RemoteCmd {
     /// protocol are filled in when it runs.
     pub fn kept(spec: usize) -> Self {
         RemoteCmd {
-            spec: spec as u16,
+            spec,
             db: 0,
             resp3: false,
             record: true,
@@ -71,13 +72,13 @@ pub struct ExecBatch {
 impl ExecBatch {
     /// Appends a command, copying its arguments.
     pub fn push(&mut self, mut cmd: RemoteCmd, args: impl Iterator<Item = impl AsRef<[u8]>>) {
-        cmd.first = self.spans.len() as u32;
+        cmd.first = self.spans.len();
         let mut n = 0;
         for a in args {
             let a = a.as_ref();
             self.spans.push(Span {
-                start: self.data.len() as u32,
-                len: a.len() as u32,
+                start: self.data.len(),
+                len: a.len(),
             });
             self.data.extend_from_slice(a);
             n += 1;
@@ -95,13 +96,13 @@ impl ExecBatch {
 #[derive(Debug, Default)]
 pub struct BatchReply {
     pub out: Vec<u8>,
-    pub ends: Vec<u32>,
+    pub ends: Vec<usize>,
 }
 
 impl BatchReply {
     pub fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.out[start..self.ends[i] as usize]
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.out[start..self.ends[i]]
     }
 }
 
@@ -143,7 +144,7 @@ pub(crate) enum Hop {
         f: HopFn,
         conclude: bool,
         origin: usize,
-        slot: u32,
+        slot: usize,
     },
     /// A batch of plain commands stopped at a command that conflicted with a transaction;
     /// it holds that command's intents and resumes there.
@@ -156,9 +157,9 @@ pub(crate) struct DeferredBatch {
     batch: ExecBatch,
     next: usize,
     reply: ReplyBuf,
-    ends: Vec<u32>,
+    ends: Vec<usize>,
     origin: usize,
-    slot: u32,
+    slot: usize,
 }
 
 /// What a thread reports for INFO.
@@ -183,11 +184,11 @@ pub enum ShardMsg {
     Exec {
         batch: ExecBatch,
         origin: usize,
-        slot: u32,
+        slot: usize,
     },
     /// The reply to something this thread sent.
     Reply {
-        slot: u32,
+        slot: usize,
         reply: Payload,
     },
     /// Record a transaction's intents; reply `Scheduled`.
@@ -195,7 +196,7 @@ pub enum ShardMsg {
         id: TxId,
         locks: Vec<Lock>,
         origin: usize,
-        slot: u32,
+        slot: usize,
     },
     /// Run a transaction's hop when its turn comes; `conclude` releases its intents after.
     TxHop {
@@ -203,7 +204,7 @@ pub enum ShardMsg {
         f: HopFn,
         conclude: bool,
         origin: usize,
-        slot: u32,
+        slot: usize,
     },
     /// Record a transaction's intents and, if accepted, run its hop when its turn comes (the
     /// coordinator's every other shard has already accepted); refused: reply `Refused`.
@@ -213,7 +214,7 @@ pub enum ShardMsg {
         f: HopFn,
         conclude: bool,
         origin: usize,
-        slot: u32,
+        slot: usize,
     },
     /// Drop a transaction's intents.
     TxRelease(TxId),
@@ -223,7 +224,7 @@ pub enum ShardMsg {
     Run {
         f: HopFn,
         origin: usize,
-        slot: u32,
+        slot: usize,
     },
     Report(oneshot::Sender<ThreadReport>),
     ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
@@ -265,6 +266,9 @@ pub struct Worker {
     /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
     ops_samples: RefCell<std::collections::VecDeque<(Instant, u64)>>,
     peak_memory: Cell<usize>,
+    /// DEBUG PANIC TICK armed it: the next tick panics (debug builds, to test the policy).
+    #[cfg(debug_assertions)]
+    pub(crate) panic_on_tick: Cell<bool>,
 }
 
 /// Ticks of history behind `instantaneous_ops_per_sec` (Redis also uses 16 samples).
@@ -289,6 +293,8 @@ impl Worker {
             limits_generation: Cell::new(u64::MAX),
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
             peak_memory: Cell::new(0),
+            #[cfg(debug_assertions)]
+            panic_on_tick: Cell::new(false),
         })
     }
 
@@ -324,7 +330,7 @@ impl Worker {
     pub(crate) fn ask(
         self: &Rc<Self>,
         shard: usize,
-        make: impl FnOnce(usize, u32) -> ShardMsg,
+        make: impl FnOnce(usize, usize) -> ShardMsg,
     ) -> ReplyWait {
         let slot = self.replies.borrow_mut().open();
         let sent = if shard == self.id {
@@ -345,7 +351,7 @@ impl Worker {
     }
 
     /// Opens a reply slot that a later message (a blocked client's wake-up) will fill.
-    pub(crate) fn open_wait(self: &Rc<Self>) -> (u32, ReplyWait) {
+    pub(crate) fn open_wait(self: &Rc<Self>) -> (usize, ReplyWait) {
         let slot = self.replies.borrow_mut().open();
         let wait = ReplyWait {
             worker: self.clone(),
@@ -389,23 +395,25 @@ impl Worker {
         self.executed.set(executed);
         let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
         let errors_before = reply.error_offsets.len();
-        self.with_ctx(db, reply, |ctx| {
-            // A bug in one command must not take the shard's thread down with it.
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(ctx, args)));
-            if ran.is_err() {
-                tracing::error!(
-                    command = COMMANDS[spec].name,
-                    "command panicked; replying with an error"
-                );
-                ctx.reply.error("ERR internal error executing the command");
-            }
-        });
+        crash::running(COMMANDS[spec].name);
+        self.with_ctx(db, reply, |ctx| f(ctx, args));
+        crash::idle();
         if record {
             let mut stats = self.stats.borrow_mut();
             let failed = stats.count_errors(reply, errors_before) > 0;
             let usec = started.map_or(0, |t| t.elapsed().as_micros() as u64 * TIMING_SAMPLE);
             stats.record_call(spec, usec, failed);
         }
+    }
+
+    /// The output buffer limit: a client whose unsent replies exceed it is disconnected.
+    pub fn output_limit(&self) -> usize {
+        let limit = self
+            .cluster
+            .config
+            .output_buffer_limit
+            .load(Ordering::Relaxed);
+        usize::try_from(limit).unwrap_or(usize::MAX)
     }
 
     /// Runs `f` with a command context on this shard's database `db`.
@@ -416,6 +424,7 @@ impl Worker {
         f: impl FnOnce(&mut ExecCtx) -> R,
     ) -> R {
         self.sync_limits();
+        reply.limit = self.output_limit();
         let mut shard = self.shard.borrow_mut();
         let mut ctx = ExecCtx {
             shard: &mut shard,
@@ -546,7 +555,7 @@ impl Worker {
         }
     }
 
-    pub(crate) fn reply_to(&self, origin: usize, slot: u32, reply: Payload) {
+    pub(crate) fn reply_to(&self, origin: usize, slot: usize, reply: Payload) {
         if origin == self.id {
             self.replies.borrow_mut().fill(slot, reply);
         } else {
@@ -574,7 +583,7 @@ impl Worker {
     }
 
     /// Runs a transaction's hop now if its turn has come here, or queues it until then.
-    fn offer_hop(&self, id: TxId, f: HopFn, conclude: bool, origin: usize, slot: u32) {
+    fn offer_hop(&self, id: TxId, f: HopFn, conclude: bool, origin: usize, slot: usize) {
         let hop = Hop::Run {
             f,
             conclude,
@@ -613,7 +622,7 @@ impl Worker {
             }
             Hop::Batch(mut d) => {
                 self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
-                d.ends.push(d.reply.buf.len() as u32);
+                d.ends.push(d.reply.buf.len());
                 d.next += 1;
                 self.release(id);
                 self.continue_batch(d);
@@ -639,7 +648,7 @@ impl Worker {
                 return;
             }
             self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
-            d.ends.push(d.reply.buf.len() as u32);
+            d.ends.push(d.reply.buf.len());
             d.next += 1;
         }
         let reply = BatchReply {
@@ -656,12 +665,8 @@ impl Worker {
             return None;
         }
         let c = &batch.cmds[i];
-        let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
-        let locks = self.command_locks(
-            c.spec as usize,
-            c.db as usize,
-            &Args::new(&batch.data, spans),
-        );
+        let spans = &batch.spans[c.first..c.first + c.nargs];
+        let locks = self.command_locks(c.spec, c.db, &Args::new(&batch.data, spans));
         (!self.txq.borrow().is_free(&locks)).then_some(locks)
     }
 
@@ -694,9 +699,9 @@ impl Worker {
     fn exec_batch_cmd(&self, batch: &ExecBatch, i: usize, reply: &mut ReplyBuf) {
         let c = &batch.cmds[i];
         reply.resp3 = c.resp3;
-        let spans = &batch.spans[c.first as usize..(c.first + c.nargs) as usize];
+        let spans = &batch.spans[c.first..c.first + c.nargs];
         let args = Args::new(&batch.data, spans);
-        self.exec(c.spec as usize, c.db as usize, &args, reply, c.record);
+        self.exec(c.spec, c.db, &args, reply, c.record);
     }
 
     /// Runs a whole batch (a transaction's hop: its intents are held).
@@ -705,7 +710,7 @@ impl Worker {
         let mut ends = Vec::with_capacity(batch.cmds.len());
         for i in 0..batch.cmds.len() {
             self.exec_batch_cmd(batch, i, &mut reply);
-            ends.push(reply.buf.len() as u32);
+            ends.push(reply.buf.len());
         }
         BatchReply {
             out: reply.buf,
@@ -760,6 +765,10 @@ impl Worker {
 
     /// Periodic work, 10 times a second: active expiry and idle-client timeouts.
     pub fn tick(&self) {
+        #[cfg(debug_assertions)]
+        if self.panic_on_tick.get() {
+            panic!("DEBUG PANIC TICK");
+        }
         self.anchor.set((Instant::now(), now_ms()));
         self.refresh_clock();
         {
@@ -795,25 +804,25 @@ enum SlotState {
 #[derive(Default)]
 pub(crate) struct ReplySlots {
     slots: Vec<SlotState>,
-    free: Vec<u32>,
+    free: Vec<usize>,
 }
 
 impl ReplySlots {
-    fn open(&mut self) -> u32 {
+    fn open(&mut self) -> usize {
         match self.free.pop() {
             Some(i) => {
-                self.slots[i as usize] = SlotState::Waiting(None);
+                self.slots[i] = SlotState::Waiting(None);
                 i
             }
             None => {
                 self.slots.push(SlotState::Waiting(None));
-                (self.slots.len() - 1) as u32
+                self.slots.len() - 1
             }
         }
     }
 
-    fn fill(&mut self, slot: u32, reply: Payload) {
-        let Some(state) = self.slots.get_mut(slot as usize) else {
+    fn fill(&mut self, slot: usize, reply: Payload) {
+        let Some(state) = self.slots.get_mut(slot) else {
             return;
         };
         match std::mem::replace(state, SlotState::Ready(reply)) {
@@ -826,8 +835,8 @@ impl ReplySlots {
         }
     }
 
-    fn poll(&mut self, slot: u32, cx: &mut Context<'_>) -> Poll<Payload> {
-        let state = &mut self.slots[slot as usize];
+    fn poll(&mut self, slot: usize, cx: &mut Context<'_>) -> Poll<Payload> {
+        let state = &mut self.slots[slot];
         match std::mem::replace(state, SlotState::Free) {
             SlotState::Ready(r) => {
                 self.free.push(slot);
@@ -840,13 +849,13 @@ impl ReplySlots {
         }
     }
 
-    fn close(&mut self, slot: u32) {
-        self.slots[slot as usize] = SlotState::Free;
+    fn close(&mut self, slot: usize) {
+        self.slots[slot] = SlotState::Free;
         self.free.push(slot);
     }
 
-    fn abandon(&mut self, slot: u32) {
-        let state = &mut self.slots[slot as usize];
+    fn abandon(&mut self, slot: usize) {
+        let state = &mut self.slots[slot];
         match state {
             SlotState::Ready(_) => {
                 *state = SlotState::Free;
@@ -860,7 +869,7 @@ impl ReplySlots {
 /// Resolves to the answer to a message; None when the shard could not be reached.
 pub(crate) struct ReplyWait {
     worker: Rc<Worker>,
-    slot: u32,
+    slot: usize,
     done: bool,
 }
 

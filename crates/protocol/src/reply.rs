@@ -4,12 +4,22 @@
 use crate::number::{format_f64_17g, push_i64};
 
 /// An output buffer of encoded replies for one client protocol version.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReplyBuf {
     pub buf: Vec<u8>,
     pub resp3: bool,
     /// Offsets in `buf` where error replies start, so stats can count them by error code.
     pub error_offsets: Vec<usize>,
+    /// Size past which the client this goes to is disconnected (the output buffer limit).
+    /// A reply whose size the client chooses (SRANDMEMBER with a huge negative count) stops
+    /// growing once `full()`: it will never be sent, so it must not be built.
+    pub limit: usize,
+}
+
+impl Default for ReplyBuf {
+    fn default() -> Self {
+        ReplyBuf::new(false)
+    }
 }
 
 impl ReplyBuf {
@@ -18,7 +28,13 @@ impl ReplyBuf {
             buf: Vec::new(),
             resp3,
             error_offsets: Vec::new(),
+            limit: usize::MAX,
         }
+    }
+
+    /// True once the buffer is past its limit: its client will be disconnected.
+    pub fn full(&self) -> bool {
+        self.buf.len() > self.limit
     }
 
     pub fn len(&self) -> usize {

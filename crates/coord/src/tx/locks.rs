@@ -38,55 +38,60 @@ impl Mode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lock {
     Key {
-        db: u16,
+        db: usize,
         key: Box<[u8]>,
         mode: Mode,
     },
     /// A whole database (FLUSHDB, SWAPDB, KEYS, DBSIZE, ...).
-    Db {
-        db: u16,
-        mode: Mode,
-    },
+    Db { db: usize, mode: Mode },
+    /// Every database (FLUSHALL): one intent however many databases are configured.
+    AllDbs { mode: Mode },
 }
 
 impl Lock {
-    fn db(&self) -> u16 {
+    /// The database it covers; None for every database.
+    fn scope(&self) -> Option<usize> {
         match self {
-            Lock::Key { db, .. } | Lock::Db { db, .. } => *db,
+            Lock::Key { db, .. } | Lock::Db { db, .. } => Some(*db),
+            Lock::AllDbs { .. } => None,
         }
     }
 
     fn mode(&self) -> Mode {
         match self {
-            Lock::Key { mode, .. } | Lock::Db { mode, .. } => *mode,
+            Lock::Key { mode, .. } | Lock::Db { mode, .. } | Lock::AllDbs { mode } => *mode,
+        }
+    }
+
+    /// What it locks, as a sortable value (mode aside).
+    fn target(&self) -> (u8, usize, &[u8]) {
+        match self {
+            Lock::Key { db, key, .. } => (0, *db, key),
+            Lock::Db { db, .. } => (1, *db, &[]),
+            Lock::AllDbs { .. } => (2, 0, &[]),
         }
     }
 }
 
-/// Adds `lock` to `locks`, merging with an existing lock on the same key or database (the
-/// stronger mode wins).
-pub fn add_lock(locks: &mut Vec<Lock>, lock: Lock) {
-    for l in locks.iter_mut() {
-        match (&mut *l, &lock) {
-            (
-                Lock::Key { db, key, mode },
-                Lock::Key {
-                    db: d,
-                    key: k,
-                    mode: m,
-                },
-            ) if db == d && key == k => {
-                *mode = (*mode).max(*m);
-                return;
-            }
-            (Lock::Db { db, mode }, Lock::Db { db: d, mode: m }) if db == d => {
-                *mode = (*mode).max(*m);
-                return;
-            }
-            _ => {}
-        }
+/// Merges intents on the same key or database (the stronger mode wins). Sorts, so a command
+/// with many keys costs O(n log n), not a scan per key.
+pub fn merge_locks(locks: &mut Vec<Lock>) {
+    if locks.len() < 2 {
+        return;
     }
-    locks.push(lock);
+    locks.sort_unstable_by(|a, b| a.target().cmp(&b.target()));
+    locks.dedup_by(|later, kept| {
+        if later.target() != kept.target() {
+            return false;
+        }
+        let mode = later.mode().max(kept.mode());
+        match kept {
+            Lock::Key { mode: m, .. } | Lock::Db { mode: m, .. } | Lock::AllDbs { mode: m } => {
+                *m = mode
+            }
+        }
+        true
+    });
 }
 
 /// Which transactions a conflict check looks at, relative to an id.
@@ -103,7 +108,8 @@ type KeyMap = HashMap<Box<[u8]>, Vec<(TxId, Mode)>, ahash::RandomState>;
 #[derive(Default)]
 pub struct LockTable {
     keys: Vec<KeyMap>,
-    dbs: Vec<(TxId, u16, Mode)>,
+    /// Whole-database intents; None covers every database.
+    dbs: Vec<(TxId, Option<usize>, Mode)>,
     intents: usize,
 }
 
@@ -124,25 +130,28 @@ impl LockTable {
             Side::Larger => other > id,
             Side::Smaller => other < id,
         };
-        let (db, mode) = (lock.db(), lock.mode());
+        let (scope, mode) = (lock.scope(), lock.mode());
+        let overlaps = |d: Option<usize>| d.is_none() || scope.is_none() || d == scope;
         if self
             .dbs
             .iter()
-            .any(|&(t, d, m)| d == db && on_side(t) && m.conflicts(mode))
+            .any(|&(t, d, m)| overlaps(d) && on_side(t) && m.conflicts(mode))
         {
             return true;
         }
-        let Some(map) = self.keys.get(db as usize) else {
-            return false;
+        let conflicts_in = |map: &KeyMap| {
+            map.values()
+                .flatten()
+                .any(|&(t, m)| on_side(t) && m.conflicts(mode))
         };
         match lock {
-            Lock::Key { key, .. } => map
-                .get(key)
+            Lock::Key { db, key, .. } => self
+                .keys
+                .get(*db)
+                .and_then(|map| map.get(key))
                 .is_some_and(|list| list.iter().any(|&(t, m)| on_side(t) && m.conflicts(mode))),
-            Lock::Db { .. } => map
-                .values()
-                .flatten()
-                .any(|&(t, m)| on_side(t) && m.conflicts(mode)),
+            Lock::Db { db, .. } => self.keys.get(*db).is_some_and(conflicts_in),
+            Lock::AllDbs { .. } => self.keys.iter().any(conflicts_in),
         }
     }
 
@@ -155,7 +164,7 @@ impl LockTable {
         for lock in locks {
             match lock {
                 Lock::Key { db, key, mode } => {
-                    let db = *db as usize;
+                    let db = *db;
                     if self.keys.len() <= db {
                         self.keys.resize_with(db + 1, KeyMap::default);
                     }
@@ -163,9 +172,9 @@ impl LockTable {
                     let at = list.partition_point(|&(t, _)| t < id);
                     list.insert(at, (id, *mode));
                 }
-                Lock::Db { db, mode } => {
+                Lock::Db { .. } | Lock::AllDbs { .. } => {
                     let at = self.dbs.partition_point(|&(t, _, _)| t < id);
-                    self.dbs.insert(at, (id, *db, *mode));
+                    self.dbs.insert(at, (id, lock.scope(), lock.mode()));
                 }
             }
             self.intents += 1;
@@ -183,7 +192,7 @@ impl LockTable {
         for lock in locks {
             match lock {
                 Lock::Key { db, key, .. } => {
-                    let Some(map) = self.keys.get_mut(*db as usize) else {
+                    let Some(map) = self.keys.get_mut(*db) else {
                         continue;
                     };
                     if let Some(list) = map.get_mut(key) {
@@ -196,8 +205,9 @@ impl LockTable {
                         }
                     }
                 }
-                Lock::Db { db, .. } => {
-                    if let Some(at) = self.dbs.iter().position(|&(t, d, _)| t == id && d == *db) {
+                Lock::Db { .. } | Lock::AllDbs { .. } => {
+                    let scope = lock.scope();
+                    if let Some(at) = self.dbs.iter().position(|&(t, d, _)| t == id && d == scope) {
                         self.dbs.remove(at);
                         self.intents -= 1;
                     }
@@ -276,12 +286,52 @@ mod tests {
     }
 
     #[test]
+    fn an_all_databases_intent_covers_every_database() {
+        let mut t = LockTable::default();
+        let far = Lock::Key {
+            db: 70_000,
+            key: b"k"[..].into(),
+            mode: S,
+        };
+        assert!(t.try_acquire(3, std::slice::from_ref(&far)));
+        assert!(t.try_acquire(4, &[Lock::AllDbs { mode: X }]));
+        assert!(!t.is_granted(4, &[Lock::AllDbs { mode: X }]));
+        assert!(!t.is_free(&[Lock::Db {
+            db: 65_536,
+            mode: S
+        }]));
+        assert!(
+            !t.try_acquire(2, &[Lock::Db { db: 9, mode: S }]),
+            "4 holds every db"
+        );
+        t.release(3, &[far]);
+        assert!(t.is_granted(4, &[Lock::AllDbs { mode: X }]));
+        t.release(4, &[Lock::AllDbs { mode: X }]);
+        assert!(t.is_empty());
+        assert!(t.dbs.is_empty());
+    }
+
+    #[test]
     fn merging_keeps_the_stronger_mode() {
-        let mut locks = Vec::new();
-        add_lock(&mut locks, key("a", S));
-        add_lock(&mut locks, key("a", X));
-        add_lock(&mut locks, key("a", S));
-        add_lock(&mut locks, Lock::Db { db: 1, mode: S });
-        assert_eq!(locks, vec![key("a", X), Lock::Db { db: 1, mode: S }]);
+        let mut locks = vec![
+            Lock::Db { db: 1, mode: S },
+            key("b", S),
+            key("a", S),
+            Lock::AllDbs { mode: S },
+            key("a", X),
+            Lock::Db { db: 1, mode: S },
+            key("a", S),
+            Lock::AllDbs { mode: X },
+        ];
+        merge_locks(&mut locks);
+        assert_eq!(
+            locks,
+            vec![
+                key("a", X),
+                key("b", S),
+                Lock::Db { db: 1, mode: S },
+                Lock::AllDbs { mode: X }
+            ]
+        );
     }
 }

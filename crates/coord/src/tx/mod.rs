@@ -9,5 +9,5 @@ pub mod plan;
 pub mod queue;
 
 pub(crate) use coordinator::{ShardWork, Tx};
-pub use locks::{add_lock, Lock, Mode, TxId};
+pub use locks::{merge_locks, Lock, Mode, TxId};
 pub use queue::TxQueue;

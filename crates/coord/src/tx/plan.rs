@@ -1,16 +1,17 @@
-//! Which intents a command needs, on which shards. Read from the command table's key
-//! positions and flags; the few commands whose keys live in another database (COPY ... DB,
-//! MOVE) or that cover whole databases (FLUSHDB, KEYS, SWAPDB, ...) are spelled out here.
+//! Which intents a command needs, on which shards. Read from the command table: key positions,
+//! flags and the command's `Intents`; commands whose arguments name databases are read with
+//! the command's own parser, so planning never disagrees with (or runs ahead of) execution.
 
-use damselfly_commands::table::{Route, COMMANDS};
-use damselfly_commands::{keys_family, Args};
-use damselfly_protocol::number::parse_i64;
+use damselfly_commands::keys_family::{self, SwapDb, Transfer};
+use damselfly_commands::table::{CommandSpec, Intents, Route, COMMANDS};
+use damselfly_commands::Args;
 use damselfly_storage::shard_for_key;
 
 use super::locks::{Lock, Mode};
 
 /// Calls `add(shard, lock)` for every intent command `idx` with `args`, run in database
-/// `db`, needs.
+/// `db`, needs. Arguments the command's parser rejects plan as an ordinary command on its key
+/// positions: the command then replies with its error under those intents.
 pub fn command_locks(
     idx: usize,
     db: usize,
@@ -21,79 +22,92 @@ pub fn command_locks(
 ) {
     let spec = &COMMANDS[idx];
     let mode = Mode::for_write(spec.is_write());
-    let db16 = db as u16;
-    let other_db = |at: usize| -> Option<u16> {
-        let n = parse_i64(args.get(at))?;
-        (0..databases as i64).contains(&n).then_some(n as u16)
+    let mut key_lock = |key: &[u8], db: usize, mode: Mode| {
+        add(
+            shard_for_key(key, shards),
+            Lock::Key {
+                db,
+                key: key.into(),
+                mode,
+            },
+        )
     };
+    match spec.intents {
+        Intents::Transfer => {
+            if let Ok(t) = Transfer::parse(spec.name, args, db, databases) {
+                let (src, dst) = t.keys(args);
+                let src_mode = if t.keeps_source() {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                };
+                key_lock(src, t.src_db, src_mode);
+                key_lock(dst, t.dst_db, Mode::Exclusive);
+                return;
+            }
+        }
+        Intents::AllDbs => {
+            for shard in 0..shards {
+                add(shard, Lock::AllDbs { mode });
+            }
+            return;
+        }
+        Intents::SwapDbs => {
+            if let Ok(SwapDb(a, b)) = SwapDb::parse(args, databases) {
+                for shard in 0..shards {
+                    add(shard, Lock::Db { db: a, mode });
+                    add(shard, Lock::Db { db: b, mode });
+                }
+                return;
+            }
+        }
+        Intents::Keys => {}
+    }
+    ordinary_locks(spec, db, args, shards, mode, &mut add);
+}
+
+/// A command's keys (or its whole database when it has none) in database `db`.
+fn ordinary_locks(
+    spec: &CommandSpec,
+    db: usize,
+    args: &Args,
+    shards: usize,
+    mode: Mode,
+    add: &mut impl FnMut(usize, Lock),
+) {
     match spec.route {
         Route::Coordinator => {}
         Route::Cursor => {
             let cursor = damselfly_protocol::number::parse_u64(args.get(1)).unwrap_or(0);
             let shard = keys_family::scan_cursor_shard(cursor).min(shards - 1);
-            add(shard, Lock::Db { db: db16, mode });
+            add(shard, Lock::Db { db, mode });
         }
         Route::AllShards(_) => {
-            let dbs: Vec<u16> = match spec.name {
-                "flushall" => (0..databases as u16).collect(),
-                "swapdb" => [other_db(1), other_db(2)].into_iter().flatten().collect(),
-                _ => vec![db16],
-            };
             for shard in 0..shards {
-                for &d in &dbs {
-                    add(shard, Lock::Db { db: d, mode });
-                }
+                add(shard, Lock::Db { db, mode });
             }
         }
         Route::Key | Route::Keys(_) => {
-            let key_lock = |at: usize, db: u16, mode: Mode| {
+            for at in spec.key_positions_iter(args) {
                 let key = args.get(at);
-                (
-                    shard_for_key(key, shards),
-                    Lock::Key {
-                        db,
-                        key: key.into(),
-                        mode,
-                    },
-                )
-            };
-            match spec.name {
-                "copy" => {
-                    let (s, l) = key_lock(1, db16, Mode::Shared);
-                    add(s, l);
-                    let target = (3..args.len())
-                        .find(|&i| args.get(i).eq_ignore_ascii_case(b"db"))
-                        .and_then(|i| other_db(i + 1))
-                        .unwrap_or(db16);
-                    let (s, l) = key_lock(2, target, Mode::Exclusive);
-                    add(s, l);
-                }
-                "move" => {
-                    let (s, l) = key_lock(1, db16, Mode::Exclusive);
-                    add(s, l);
-                    if let Some(target) = other_db(2) {
-                        let (s, l) = key_lock(1, target, Mode::Exclusive);
-                        add(s, l);
-                    }
-                }
-                _ => {
-                    for at in spec.key_positions_iter(args) {
-                        let (s, l) = key_lock(at, db16, mode);
-                        add(s, l);
-                    }
-                    // SORT's BY/GET patterns reach keys known only once it runs: it reads
-                    // under a shared intent on the whole database of every shard.
-                    if spec.reads_unknown_keys(args) {
-                        for shard in 0..shards {
-                            add(
-                                shard,
-                                Lock::Db {
-                                    db: db16,
-                                    mode: Mode::Shared,
-                                },
-                            );
-                        }
-                    }
+                let lock = Lock::Key {
+                    db,
+                    key: key.into(),
+                    mode,
+                };
+                add(shard_for_key(key, shards), lock);
+            }
+            // SORT's BY/GET patterns reach keys known only once it runs: it reads under a
+            // shared intent on the whole database of every shard.
+            if spec.reads_unknown_keys(args) {
+                for shard in 0..shards {
+                    add(
+                        shard,
+                        Lock::Db {
+                            db,
+                            mode: Mode::Shared,
+                        },
+                    );
                 }
             }
         }

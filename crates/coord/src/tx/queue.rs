@@ -289,9 +289,10 @@ mod tests {
                         let mut locks = Vec::new();
                         for &(sh, k, w) in &txs[t].ops {
                             if sh == s {
-                                super::super::locks::add_lock(&mut locks, lock(k, w));
+                                locks.push(lock(k, w));
                             }
                         }
+                        super::super::locks::merge_locks(&mut locks);
                         if queues[s].schedule(id, locks) {
                             txs[t].accepted.push(s);
                             txs[t].granted_everywhere &= queues[s].is_granted(id);
