@@ -30,10 +30,9 @@ use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker}
 const ROUND_MAX_COMMANDS: usize = 1024;
 /// Output size at which a round stops early so it can be flushed.
 const ROUND_MAX_OUTPUT: usize = 1 << 20;
-/// Free space kept at the end of the read buffer.
+/// Free space kept at the end of the read buffer; also how far beyond twice what has arrived
+/// the buffer grows toward a large frame, so a client holds at most about twice what it sent.
 const READ_CHUNK: usize = 16 * 1024;
-/// Most the read buffer grows by, beyond doubling what has arrived, toward a large frame.
-const READ_GROWTH_STEP: usize = 1 << 20;
 /// A read buffer larger than this is released once it is empty.
 const READ_SHRINK_ABOVE: usize = 1 << 20;
 
@@ -170,7 +169,8 @@ impl Connection {
 
     /// Space to read into. Grows toward a known-size frame geometrically, as its bytes
     /// actually arrive, so a header announcing a huge bulk does not make the server allocate
-    /// it up front; shrinks back once a large request has been consumed.
+    /// (and zero) it up front: a buffer is at most about twice what its client sent. Shrinks
+    /// back once a large request has been consumed.
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rstart == self.rend {
             self.need = self.need.saturating_sub(self.rstart);
@@ -184,7 +184,7 @@ impl Connection {
         let toward_frame = self
             .need
             .saturating_sub(self.rstart)
-            .min(pending * 2 + READ_GROWTH_STEP);
+            .min(pending * 2 + READ_CHUNK);
         let want = toward_frame.max(pending + READ_CHUNK);
         if self.rstart > 0 && self.rstart + want > self.rbuf.len() {
             // Move the partial frame to the front instead of growing.
