@@ -98,6 +98,11 @@ pub struct Connection {
     pub(crate) watching: Vec<WatchedKey>,
     /// A blocking command waiting for data; the commands after it wait in the read buffer.
     pub(crate) blocked: Option<BlockedCmd>,
+    /// Output this connection may produce before the I/O loop next takes it (see
+    /// `set_output_budget`).
+    out_budget: u64,
+    /// A round passed `out_budget`: the client is over its output buffer limit.
+    over_output_limit: bool,
 }
 
 /// A MULTI block being queued.
@@ -145,6 +150,8 @@ impl Connection {
             multi: None,
             watching: Vec::new(),
             blocked: None,
+            out_budget: u64::MAX,
+            over_output_limit: false,
         }
     }
 
@@ -237,6 +244,20 @@ impl Connection {
         true
     }
 
+    /// Caps the reply bytes the next rounds may produce before `take_output`: the I/O loop
+    /// passes what the output buffer limit leaves beside its unsent bytes. A round stops at
+    /// the first command (or shard batch) whose replies pass it, so one round of a client that
+    /// does not read cannot make the server hold far more than the limit.
+    pub fn set_output_budget(&mut self, bytes: u64) {
+        self.out_budget = bytes;
+    }
+
+    /// True once a round passed the output budget: the client is over its output buffer
+    /// limit and must be dropped without running the rest of its input.
+    pub fn over_output_limit(&self) -> bool {
+        self.over_output_limit
+    }
+
     /// The encoded replies waiting to be written.
     pub fn output(&self) -> &[u8] {
         &self.out.buf
@@ -271,7 +292,7 @@ impl Connection {
 
     /// Parses and runs the buffered complete commands (up to a round's worth).
     pub async fn step(&mut self) -> Step {
-        if self.closing {
+        if self.closing || self.over_output_limit {
             return Step::Close;
         }
         if self.rend < self.need {
@@ -287,7 +308,10 @@ impl Connection {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
             self.dispatch(&args).await;
-            if self.closing {
+            if self.out.buf.len() as u64 > self.out_budget {
+                self.over_output_limit = true;
+            }
+            if self.closing || self.over_output_limit {
                 break;
             }
             if self.blocked.is_some() {
@@ -295,7 +319,9 @@ impl Connection {
                 break;
             }
         }
-        self.flush_remote().await;
+        if !self.over_output_limit {
+            self.flush_remote().await;
+        }
         self.cmds = cmds;
         self.rbuf = rbuf;
         self.aux = aux;
@@ -311,7 +337,7 @@ impl Connection {
             tracing::debug!(client = self.info.id, "protocol error: {e}");
             self.closing = true;
         }
-        if self.closing {
+        if self.closing || self.over_output_limit {
             Step::Close
         } else if self.blocked.is_some() {
             Step::Blocked
@@ -569,7 +595,8 @@ impl Connection {
         } else {
             let mut waiting = Vec::new();
             for &shard in &full {
-                let batch = std::mem::take(&mut self.batches[shard]);
+                let mut batch = std::mem::take(&mut self.batches[shard]);
+                batch.out_budget = Some(self.out_budget);
                 waiting.push((shard, self.worker.send_batch(shard, batch)));
             }
             for (shard, wait) in waiting {
@@ -577,6 +604,17 @@ impl Connection {
                     replies[shard] = Some(r);
                 }
             }
+        }
+        let stopped_early = self.pending.iter().any(|p| {
+            replies[p.shard]
+                .as_ref()
+                .is_some_and(|r| p.index >= r.ends.len())
+        });
+        if stopped_early {
+            // A shard passed the output budget: nothing more is written to this client.
+            self.pending.clear();
+            self.over_output_limit = true;
+            return;
         }
         let local = std::mem::take(&mut self.out.buf);
         let mut merged = Vec::with_capacity(
