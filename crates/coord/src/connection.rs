@@ -31,10 +31,9 @@ const ROUND_MAX_COMMANDS: usize = 1024;
 /// Output size at which a round stops early, leaving its remaining commands buffered, so
 /// replies are flushed (and the output limit checked) before more are made.
 const ROUND_MAX_OUTPUT: usize = 1 << 20;
-/// Free space kept at the end of the read buffer.
+/// Free space kept at the end of the read buffer; also how far beyond twice what has arrived
+/// the buffer grows toward a large frame, so a client holds at most about twice what it sent.
 const READ_CHUNK: usize = 16 * 1024;
-/// Most the read buffer grows by, beyond doubling what has arrived, toward a large frame.
-const READ_GROWTH_STEP: usize = 1 << 20;
 /// A read buffer larger than this is released once it is empty.
 const READ_SHRINK_ABOVE: usize = 1 << 20;
 
@@ -102,6 +101,11 @@ pub struct Connection {
     pub(crate) watching: Vec<WatchedKey>,
     /// A blocking command waiting for data; the commands after it wait in the read buffer.
     pub(crate) blocked: Option<BlockedCmd>,
+    /// Output this connection may produce before the I/O loop next takes it (see
+    /// `set_output_budget`).
+    out_budget: u64,
+    /// A round passed `out_budget`: the client is over its output buffer limit.
+    over_output_limit: bool,
 }
 
 /// A MULTI block being queued.
@@ -150,6 +154,8 @@ impl Connection {
             multi: None,
             watching: Vec::new(),
             blocked: None,
+            out_budget: u64::MAX,
+            over_output_limit: false,
         }
     }
 
@@ -174,7 +180,8 @@ impl Connection {
 
     /// Space to read into. Grows toward a known-size frame geometrically, as its bytes
     /// actually arrive, so a header announcing a huge bulk does not make the server allocate
-    /// it up front; shrinks back once a large request has been consumed.
+    /// (and zero) it up front: a buffer is at most about twice what its client sent. Shrinks
+    /// back once a large request has been consumed.
     pub fn read_space(&mut self) -> &mut [u8] {
         if self.rstart == self.rend {
             self.need = self.need.saturating_sub(self.rstart);
@@ -189,7 +196,7 @@ impl Connection {
         let toward_frame = self
             .need
             .saturating_sub(self.rstart)
-            .min(pending * 2 + READ_GROWTH_STEP);
+            .min(pending * 2 + READ_CHUNK);
         let want = toward_frame.max(pending + READ_CHUNK);
         if self.rstart > 0 && self.rstart + want > self.rbuf.len() {
             // Move the partial frame to the front instead of growing.
@@ -243,6 +250,20 @@ impl Connection {
         true
     }
 
+    /// Caps the reply bytes the next rounds may produce before `take_output`: the I/O loop
+    /// passes what the output buffer limit leaves beside its unsent bytes. A round stops at
+    /// the first command (or shard batch) whose replies pass it, so one round of a client that
+    /// does not read cannot make the server hold far more than the limit.
+    pub fn set_output_budget(&mut self, bytes: u64) {
+        self.out_budget = bytes;
+    }
+
+    /// True once a round passed the output budget: the client is over its output buffer
+    /// limit and must be dropped without running the rest of its input.
+    pub fn over_output_limit(&self) -> bool {
+        self.over_output_limit
+    }
+
     /// The encoded replies waiting to be written.
     pub fn output(&self) -> &[u8] {
         &self.out.buf
@@ -277,7 +298,7 @@ impl Connection {
 
     /// Parses and runs the buffered complete commands (up to a round's worth).
     pub async fn step(&mut self) -> Step {
-        if self.closing {
+        if self.closing || self.over_output_limit {
             return Step::Close;
         }
         if self.rend < self.need {
@@ -296,7 +317,10 @@ impl Connection {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
             self.dispatch(&args).await;
-            if self.closing {
+            if self.out.buf.len() as u64 > self.out_budget {
+                self.over_output_limit = true;
+            }
+            if self.closing || self.over_output_limit {
                 break;
             }
             let last = i + 1 == cmds.len();
@@ -305,7 +329,9 @@ impl Connection {
                 break;
             }
         }
-        self.flush_remote().await;
+        if !self.over_output_limit {
+            self.flush_remote().await;
+        }
         self.cmds = cmds;
         self.rbuf = rbuf;
         self.aux = aux;
@@ -323,7 +349,7 @@ impl Connection {
             tracing::debug!(client = self.info.id, "protocol error: {e}");
             self.closing = true;
         }
-        if self.closing {
+        if self.closing || self.over_output_limit {
             Step::Close
         } else if self.blocked.is_some() {
             Step::Blocked
@@ -586,7 +612,8 @@ impl Connection {
         } else {
             let mut waiting = Vec::new();
             for &shard in &full {
-                let batch = std::mem::take(&mut self.batches[shard]);
+                let mut batch = std::mem::take(&mut self.batches[shard]);
+                batch.out_budget = Some(self.out_budget);
                 waiting.push((shard, self.worker.send_batch(shard, batch)));
             }
             for (shard, wait) in waiting {
@@ -594,6 +621,17 @@ impl Connection {
                     replies[shard] = Some(r);
                 }
             }
+        }
+        let stopped_early = self.pending.iter().any(|p| {
+            replies[p.shard]
+                .as_ref()
+                .is_some_and(|r| p.index >= r.ends.len())
+        });
+        if stopped_early {
+            // A shard passed the output budget: nothing more is written to this client.
+            self.pending.clear();
+            self.over_output_limit = true;
+            return;
         }
         let local = std::mem::take(&mut self.out.buf);
         let mut merged = Vec::with_capacity(

@@ -67,6 +67,10 @@ pub struct ExecBatch {
     pub data: Vec<u8>,
     pub spans: Vec<Span>,
     pub cmds: Vec<RemoteCmd>,
+    /// Reply bytes past which the shard stops running the batch (None: no limit). Its client
+    /// is then over its output buffer limit and is dropped, so running the rest would only
+    /// grow memory; Redis too stops serving a client it is closing.
+    pub out_budget: Option<u64>,
 }
 
 impl ExecBatch {
@@ -636,7 +640,7 @@ impl Worker {
 
     /// Runs a batch of plain commands from `d.next`. A command that would overtake a
     /// transaction holding intents on its keys stops the batch: the rest waits, in order, as
-    /// a one-shard transaction of its own.
+    /// a one-shard transaction of its own. Replies passing the batch's output budget end it.
     fn continue_batch(&self, mut d: DeferredBatch) {
         while d.next < d.batch.cmds.len() {
             if let Some(locks) = self.conflicting_locks(&d.batch, d.next) {
@@ -650,6 +654,13 @@ impl Worker {
             self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
             d.ends.push(d.reply.buf.len());
             d.next += 1;
+            if d.batch
+                .out_budget
+                .is_some_and(|b| d.reply.buf.len() as u64 > b)
+            {
+                // Fewer replies than commands tell the coordinator why.
+                break;
+            }
         }
         let reply = BatchReply {
             out: d.reply.buf,

@@ -146,11 +146,13 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
     let mut sent = 0;
     let mut rounds = 0u32;
     loop {
+        let limit = cluster.config.output_buffer_limit.load(Ordering::Relaxed);
+        conn.set_output_budget(limit.saturating_sub((pending.len() - sent) as u64));
         let step = conn.step().await;
         conn.poke_mailbox();
         conn.take_output(&mut pending);
         let unsent = (pending.len() - sent) as u64;
-        if unsent > cluster.config.output_buffer_limit.load(Ordering::Relaxed) {
+        if unsent > limit || conn.over_output_limit() {
             tracing::warn!(
                 client = conn.id(),
                 bytes = unsent,

@@ -2,6 +2,7 @@
 //! logging, binds the listeners, picks the I/O backend and runs until SHUTDOWN, SIGTERM or
 //! SIGINT.
 
+mod fd_limit;
 mod options;
 
 use std::process::ExitCode;
@@ -77,6 +78,7 @@ fn main() -> ExitCode {
         eprintln!("damselfly: {e}");
         return ExitCode::from(1);
     }
+    fd_limit::adjust(&config);
     for w in warnings {
         tracing::warn!("{w}");
     }
