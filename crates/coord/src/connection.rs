@@ -101,9 +101,6 @@ pub struct Connection {
     pub(crate) watching: Vec<WatchedKey>,
     /// A blocking command waiting for data; the commands after it wait in the read buffer.
     pub(crate) blocked: Option<BlockedCmd>,
-    /// Output this connection may produce before the I/O loop next takes it (see
-    /// `set_output_budget`).
-    out_budget: u64,
     /// A round passed `out_budget`: the client is over its output buffer limit.
     over_output_limit: bool,
 }
@@ -154,7 +151,6 @@ impl Connection {
             multi: None,
             watching: Vec::new(),
             blocked: None,
-            out_budget: u64::MAX,
             over_output_limit: false,
         }
     }
@@ -252,10 +248,11 @@ impl Connection {
 
     /// Caps the reply bytes the next rounds may produce before `take_output`: the I/O loop
     /// passes what the output buffer limit leaves beside its unsent bytes. A round stops at
-    /// the first command (or shard batch) whose replies pass it, so one round of a client that
+    /// the first command (or shard batch) whose replies pass it, and a reply whose size the
+    /// client chooses stops growing there (`ReplyBuf::full`), so one round of a client that
     /// does not read cannot make the server hold far more than the limit.
     pub fn set_output_budget(&mut self, bytes: u64) {
-        self.out_budget = bytes;
+        self.out.limit = usize::try_from(bytes).unwrap_or(usize::MAX);
     }
 
     /// True once a round passed the output budget: the client is over its output buffer
@@ -304,7 +301,6 @@ impl Connection {
         if self.rend < self.need {
             return Step::Read;
         }
-        self.out.limit = self.worker.output_limit();
         let (parsed_to, more, protocol_error) = self.parse_round();
         let cmds = std::mem::take(&mut self.cmds);
         let rbuf = std::mem::take(&mut self.rbuf);
@@ -317,7 +313,7 @@ impl Connection {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
             self.dispatch(&args).await;
-            if self.out.buf.len() as u64 > self.out_budget {
+            if self.out.full() {
                 self.over_output_limit = true;
             }
             if self.closing || self.over_output_limit {
@@ -613,7 +609,7 @@ impl Connection {
             let mut waiting = Vec::new();
             for &shard in &full {
                 let mut batch = std::mem::take(&mut self.batches[shard]);
-                batch.out_budget = Some(self.out_budget);
+                batch.reply_limit = self.out.limit;
                 waiting.push((shard, self.worker.send_batch(shard, batch)));
             }
             for (shard, wait) in waiting {
@@ -627,16 +623,17 @@ impl Connection {
                 .as_ref()
                 .is_some_and(|r| p.index >= r.ends.len())
         });
-        if stopped_early {
-            // A shard passed the output budget: nothing more is written to this client.
+        let total =
+            self.out.buf.len() + replies.iter().flatten().map(|r| r.out.len()).sum::<usize>();
+        if stopped_early || total > self.out.limit {
+            // A shard passed the output budget: nothing more is written to this client (and
+            // the replies are not copied into its output).
             self.pending.clear();
             self.over_output_limit = true;
             return;
         }
         let local = std::mem::take(&mut self.out.buf);
-        let mut merged = Vec::with_capacity(
-            local.len() + replies.iter().flatten().map(|r| r.out.len()).sum::<usize>(),
-        );
+        let mut merged = Vec::with_capacity(total);
         let mut copied = 0;
         for slot in self.pending.drain(..) {
             merged.extend_from_slice(&local[copied..slot.at]);

@@ -62,15 +62,26 @@ impl RemoteCmd {
 }
 
 /// Commands for one shard, squashed into one message; replies come back together.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ExecBatch {
     pub data: Vec<u8>,
     pub spans: Vec<Span>,
     pub cmds: Vec<RemoteCmd>,
-    /// Reply bytes past which the shard stops running the batch (None: no limit). Its client
-    /// is then over its output buffer limit and is dropped, so running the rest would only
-    /// grow memory; Redis too stops serving a client it is closing.
-    pub out_budget: Option<u64>,
+    /// Reply bytes past which the shard stops running the batch (`ReplyBuf::limit`). Its
+    /// client is then over its output buffer limit and is dropped, so running the rest would
+    /// only grow memory; Redis too stops serving a client it is closing.
+    pub reply_limit: usize,
+}
+
+impl Default for ExecBatch {
+    fn default() -> Self {
+        ExecBatch {
+            data: Vec::new(),
+            spans: Vec::new(),
+            cmds: Vec::new(),
+            reply_limit: usize::MAX,
+        }
+    }
 }
 
 impl ExecBatch {
@@ -428,7 +439,6 @@ impl Worker {
         f: impl FnOnce(&mut ExecCtx) -> R,
     ) -> R {
         self.sync_limits();
-        reply.limit = self.output_limit();
         let mut shard = self.shard.borrow_mut();
         let mut ctx = ExecCtx {
             shard: &mut shard,
@@ -462,10 +472,12 @@ impl Worker {
             } => {
                 self.refresh_clock();
                 let n = batch.cmds.len();
+                let mut reply = ReplyBuf::new(false);
+                reply.limit = batch.reply_limit;
                 self.continue_batch(DeferredBatch {
                     batch,
                     next: 0,
-                    reply: ReplyBuf::new(false),
+                    reply,
                     ends: Vec::with_capacity(n),
                     origin,
                     slot,
@@ -654,10 +666,7 @@ impl Worker {
             self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
             d.ends.push(d.reply.buf.len());
             d.next += 1;
-            if d.batch
-                .out_budget
-                .is_some_and(|b| d.reply.buf.len() as u64 > b)
-            {
+            if d.reply.full() {
                 // Fewer replies than commands tell the coordinator why.
                 break;
             }

@@ -475,6 +475,74 @@ fn pipeliner_that_never_reads(b: Backend) {
     assert_served(&mut admin, "after the greedy client");
 }
 
+/// `SRANDMEMBER key -1000000000` (and HRANDFIELD, ZRANDMEMBER): a reply whose size the
+/// client chooses (about 10 GB here) stops growing at the output buffer limit and the client
+/// is dropped, whether the key is on the connection's own shard (inline) or another (a batch).
+/// Before, the whole answer was allocated up front: 3.5 GB of RSS for one command.
+fn huge_random_counts(b: Backend) {
+    let s = spawn(b, &[], None, true);
+    let mut admin = wait_ready(&s);
+    let limit = OUTPUT_LIMIT.to_string();
+    assert_eq!(
+        admin.cmd(&["CONFIG", "SET", "damselfly-output-buffer-limit", &limit]),
+        b"+OK\r\n"
+    );
+    let setup: [&[&str]; 3] = [
+        &["SADD", "s", "a", "b", "c"],
+        &["HSET", "h", "f", "v", "g", "w"],
+        &["ZADD", "z", "1", "a", "2", "b"],
+    ];
+    for cmd in setup {
+        assert!(admin.cmd(cmd).starts_with(b":"), "{cmd:?}");
+    }
+    let base = rss_bytes(s.pid());
+    let peak = PeakRss::start(s.pid());
+    let requests: [&[&str]; 4] = [
+        &["SRANDMEMBER", "s", "-1000000000"],
+        &["HRANDFIELD", "h", "-1000000000", "WITHVALUES"],
+        &["ZRANDMEMBER", "z", "-1000000000", "WITHSCORES"],
+        &["ZRANDMEMBER", "z", "-1000000000"],
+    ];
+    for request in requests {
+        // Several connections, so the key is on some connection's own shard and not on
+        // another's.
+        for _ in 0..2 {
+            let mut c = connect(s.port);
+            c.write_all(&encode(request)).expect("send");
+            let mut drained = 0u64;
+            let mut buf = vec![0u8; 1 << 16];
+            let ended = loop {
+                match c.read(&mut buf) {
+                    Ok(0) => break true,
+                    Ok(n) => drained += n as u64,
+                    Err(e)
+                        if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut =>
+                    {
+                        break false
+                    }
+                    Err(_) => break true,
+                }
+            };
+            assert!(ended, "{request:?}: the client was not disconnected");
+            assert!(
+                drained <= OUTPUT_LIMIT,
+                "{request:?}: {drained} bytes reached the client"
+            );
+            assert_served(&mut admin, "after a huge random count");
+        }
+    }
+    let peak = peak.stop();
+    assert!(
+        peak < base + OUTPUT_LIMIT + OUTPUT_RSS_MARGIN,
+        "peak RSS {:.1} MiB over baseline",
+        mib(peak.saturating_sub(base))
+    );
+    // A count the output allows still gets every pick.
+    let reply = admin.cmd(&["SRANDMEMBER", "s", "-1000"]);
+    assert!(reply.starts_with(b"*1000\r\n"));
+    assert_eq!(common::diff::parse(&reply).items.len(), 1000);
+}
+
 const FLOOD_THREADS: usize = 4;
 const FLOOD_CYCLES: usize = 20_000;
 const SILENT_CONNECTS: usize = 5_000;
@@ -673,6 +741,7 @@ backend_tests!(
     slowloris,
     announced_bulks_without_data,
     pipeliner_that_never_reads,
+    huge_random_counts,
     connection_flood,
     clients_killed_mid_request,
     maxclients_fits_the_open_files_limit,
