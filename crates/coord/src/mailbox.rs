@@ -4,12 +4,13 @@
 //!
 //! Waking another thread costs a syscall (an eventfd write) and often a context switch, so a
 //! sender signals the owner only when the owner is parked or about to park. The owner's event
-//! loop reports that through `before_park` / `after_unpark`; before parking it re-checks the
-//! queue, so a message sent while it was busy is never stranded. An event loop that does not
-//! report parking (the default) is always signalled.
+//! loop reports that through `before_park` / `after_unpark` (the epoll backend wires them to
+//! tokio's park hooks); before parking it re-checks the queue, so a message sent while it was
+//! busy is never stranded. An event loop that does not report parking (glommio, which has no
+//! such hook) is always signalled: `parked` starts true and stays so.
 
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -41,8 +42,10 @@ impl<T> MailboxSender<T> {
     /// Queues a message; false when the owner has gone (server shutting down).
     pub fn send(&self, msg: T) -> bool {
         let ok = self.tx.send(msg).is_ok();
-        // SeqCst pairs with `before_park`: either we see the owner parked, or it sees our
-        // message when it re-checks the queue.
+        // The fence pairs with the one in `before_park` (a store-load pattern that needs
+        // both): either we see the owner parked, or it sees our message when it re-checks
+        // the queue.
+        fence(Ordering::SeqCst);
         if self.signal.parked.load(Ordering::SeqCst) {
             self.signal.waker.wake();
         }
@@ -62,9 +65,15 @@ impl<T> MailboxSender<T> {
         }
     }
 
+    /// True while the owner may be asleep, so a send signals it.
+    pub fn owner_may_sleep(&self) -> bool {
+        self.signal.parked.load(Ordering::SeqCst)
+    }
+
     /// Called by the owner's event loop just before it parks.
     pub fn before_park(&self) {
         self.signal.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         self.poke();
     }
 

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use damselfly_coord::{Mailbox, ShardMsg, Worker};
+use damselfly_coord::{Mailbox, MailboxSender, ShardMsg, Worker};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
@@ -68,9 +68,7 @@ fn thread_main(
     unix: Option<std::os::unix::net::UnixListener>,
 ) -> io::Result<()> {
     shared.pin(index);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = runtime(&shared.cluster.mailboxes[index])?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let worker = Worker::new(index, shared.cluster.clone());
@@ -97,6 +95,19 @@ fn thread_main(
         drain(&worker, &shared, tokio::time::sleep).await;
         Ok(())
     })
+}
+
+/// A shard thread's runtime. It tells the shard's mailbox when the thread parks and wakes, so
+/// other threads signal it (an eventfd write) only when it may be asleep; while it runs, its
+/// connections poke the mailbox between rounds (docs/architecture.md, "Mailboxes").
+fn runtime<T: Send + 'static>(mailbox: &MailboxSender<T>) -> io::Result<tokio::runtime::Runtime> {
+    let parking = mailbox.clone();
+    let waking = mailbox.clone();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(move || parking.before_park())
+        .on_thread_unpark(move || waking.after_unpark())
+        .build()
 }
 
 async fn tick_loop(worker: Rc<Worker>) {
@@ -142,4 +153,42 @@ async fn accept_unix(worker: Rc<Worker>, listener: tokio::net::UnixListener, pat
 async fn accept_failed(e: io::Error) {
     tracing::warn!("accept failed: {e}");
     tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn the_runtime_reports_parking_to_the_mailbox() {
+        let (tx, mb) = damselfly_coord::mailbox::<u32>();
+        let rt = runtime(&tx).expect("runtime");
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let sender = tx.clone();
+            let remote = std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !sender.owner_may_sleep() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the owner never reported parking"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // Parked: this send must wake it.
+                sender.send(7);
+            });
+            let mut got = Vec::new();
+            assert!(mb.recv_all(&mut got).await);
+            assert_eq!(got, vec![7]);
+            // Without the hooks `parked` would stay true and every send would signal.
+            assert!(
+                !tx.owner_may_sleep(),
+                "a running owner must not be signalled"
+            );
+            remote.join().expect("sender thread");
+        });
+    }
 }
