@@ -134,7 +134,16 @@ pub static PARAMS: &[Param] = &[
     p("threads", "0", NONNEG, false, Y),
     p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
     p("pin-threads", "yes", Kind::Bool, false, Y),
-    p("tcp-backlog", "511", NONNEG, false, Y),
+    p(
+        "tcp-backlog",
+        "511",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        false,
+        Y,
+    ),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
     p("appendonly", "no", Kind::Bool, true, A),

@@ -172,11 +172,11 @@ pub enum Intents {
 
 impl CommandSpec {
     pub fn arity_ok(&self, argc: usize) -> bool {
-        let argc = argc as i32;
+        let arity = self.arity.unsigned_abs() as usize;
         if self.arity >= 0 {
-            argc == self.arity
+            argc == arity
         } else {
-            argc >= -self.arity
+            argc >= arity
         }
     }
 
@@ -224,7 +224,8 @@ impl CommandSpec {
             0..0
         } else {
             let end = if self.last_key < 0 {
-                (argc as i32 + self.last_key + 1).max(0) as usize
+                // last_key -1 is the last argument, -2 the one before it, ...
+                argc.saturating_sub(self.last_key.unsigned_abs() as usize - 1)
             } else {
                 self.last_key as usize + 1
             };

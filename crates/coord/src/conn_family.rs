@@ -340,8 +340,12 @@ impl Connection {
                 return self.reply_error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR");
             }
         };
+        // Client ids are positive; no client has any other.
+        let Ok(id) = u64::try_from(id) else {
+            return self.out.int(0);
+        };
         let results = self
-            .ask_all(|tx| ShardMsg::ClientUnblock(id as u64, error, tx))
+            .ask_all(|tx| ShardMsg::ClientUnblock(id, error, tx))
             .await;
         self.out.int(i64::from(results.into_iter().any(|b| b)));
     }

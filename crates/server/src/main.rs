@@ -91,7 +91,7 @@ fn main() -> ExitCode {
     };
     let threads = match config.get_u64("threads") {
         0 => damselfly_net::available_cpus(),
-        n => n as usize,
+        n => usize::try_from(n).unwrap_or(usize::MAX),
     };
     let listeners = match Listeners::bind(&options::listener_spec(&config)) {
         Ok(l) => l,

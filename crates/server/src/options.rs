@@ -219,10 +219,11 @@ pub fn listener_spec(config: &Config) -> ListenerSpec {
             .split_whitespace()
             .map(str::to_string)
             .collect(),
-        port: config.get_u64("port") as u16,
+        port: u16::try_from(config.get_u64("port")).unwrap_or(0),
         unixsocket: (!unixsocket.is_empty()).then(|| PathBuf::from(unixsocket)),
         unixsocketperm: u32::from_str_radix(&perm, 8).ok().filter(|&m| m != 0),
-        backlog: config.get_u64("tcp-backlog") as i32,
+        // The parameter's range is a C int's (as Redis's), so this cannot truncate.
+        backlog: i32::try_from(config.get_u64("tcp-backlog")).unwrap_or(i32::MAX),
     }
 }
 

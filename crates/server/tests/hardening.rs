@@ -1,8 +1,10 @@
-//! The panic policy (docs/architecture.md, "Panics"): a panic anywhere — a connection's
-//! command, a mailbox message, a transaction hop, a timer tick — logs a bug report and aborts
-//! the whole process, so no shard keeps serving from a half-changed state. `DEBUG PANIC`
-//! exists in debug builds (which the tests run) to panic on purpose in each of those places;
-//! the regression tests for client-triggered panics that used to exist sit beside them.
+//! Regression tests of the hardening issue. The panic policy (docs/architecture.md,
+//! "Panics"): a panic anywhere — a connection's command, a mailbox message, a transaction hop,
+//! a timer tick — logs a bug report and aborts the whole process, so no shard keeps serving
+//! from a half-changed state; `DEBUG PANIC` exists in debug builds (which the tests run) to
+//! panic on purpose in each of those places. Beside them: the client-triggered panic of COPY
+//! with a dangling DB option, and database indexes past 65535, which used to be truncated to
+//! 16 bits on their way to another shard.
 
 mod common;
 
@@ -124,7 +126,75 @@ fn copy_planned_on_a_shard_behind_a_transaction(b: Backend) {
     assert_eq!(setup.cmd(&["PING"]), b"+PONG\r\n");
 }
 
+/// Database indexes travel to other shards whole: with 70,000 databases, `SELECT 65536` then
+/// commands on keys of both shards all run in database 65536 (a 16-bit index sent them to
+/// database 0), and FLUSHALL's intents cover every database.
+fn database_indexes_past_65535(b: Backend) {
+    let s = Server::start(b, &["--databases", "70000"]);
+    let mut raw = s.raw();
+    assert_eq!(raw.cmd(&["SELECT", "65536"]), b"+OK\r\n");
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    let shards: std::collections::HashSet<usize> = keys
+        .iter()
+        .map(|k| shard_for_key(k.as_bytes(), 2))
+        .collect();
+    assert_eq!(shards.len(), 2, "keys on both shards");
+    for k in &keys {
+        assert_eq!(raw.cmd(&["SET", k, k]), b"+OK\r\n");
+    }
+    // Cross-shard commands and a transaction in that database too.
+    assert_eq!(
+        raw.cmd(&["MSET", "m0", "a", "m1", "b", "m2", "c"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(raw.cmd(&["MULTI"]), b"+OK\r\n");
+    assert_eq!(raw.cmd(&["SET", "t0", "x"]), b"+QUEUED\r\n");
+    assert_eq!(raw.cmd(&["SET", "t1", "y"]), b"+QUEUED\r\n");
+    assert_eq!(raw.cmd(&["EXEC"]), b"*2\r\n+OK\r\n+OK\r\n");
+    assert_eq!(raw.cmd(&["DBSIZE"]), b":25\r\n");
+    for k in &keys {
+        assert_eq!(raw.cmd(&["GET", k]), bulk(k));
+    }
+    assert_eq!(raw.cmd(&["COPY", "k0", "k0", "DB", "69999"]), b":1\r\n");
+    assert_eq!(raw.cmd(&["MOVE", "k1", "65537"]), b":1\r\n");
+    assert_eq!(raw.cmd(&["SELECT", "0"]), b"+OK\r\n");
+    assert_eq!(
+        raw.cmd(&["DBSIZE"]),
+        b":0\r\n",
+        "nothing landed in database 0"
+    );
+    assert_eq!(raw.cmd(&["SWAPDB", "0", "65536"]), b"+OK\r\n");
+    assert_eq!(raw.cmd(&["DBSIZE"]), b":24\r\n");
+    for (db, key) in [("69999", "k0"), ("65537", "k1")] {
+        assert_eq!(raw.cmd(&["SELECT", db]), b"+OK\r\n");
+        assert_eq!(raw.cmd(&["GET", key]), bulk(key), "{key} in {db}");
+    }
+    assert_eq!(raw.cmd(&["FLUSHALL"]), b"+OK\r\n");
+    for db in ["0", "65536", "65537", "69999"] {
+        assert_eq!(raw.cmd(&["SELECT", db]), b"+OK\r\n");
+        assert_eq!(
+            raw.cmd(&["DBSIZE"]),
+            b":0\r\n",
+            "database {db} after FLUSHALL"
+        );
+    }
+    // Redis's C-int errors for indexes beyond an int.
+    let int_range =
+        b"-ERR value is out of range, value must between -2147483648 and 2147483647\r\n";
+    assert_eq!(raw.cmd(&["SELECT", "4294967296"]), int_range);
+    assert_eq!(raw.cmd(&["MOVE", "k", "4294967296"]), int_range);
+    assert_eq!(
+        raw.cmd(&["SELECT", "70000"]),
+        b"-ERR DB index is out of range\r\n"
+    );
+    assert_eq!(
+        raw.cmd(&["SWAPDB", "4294967296", "1"]),
+        b"-ERR invalid first DB index\r\n"
+    );
+}
+
 backend_tests!(
+    database_indexes_past_65535,
     panic_in_a_connection,
     panic_in_a_mailbox_message,
     panic_in_a_transaction_hop,
