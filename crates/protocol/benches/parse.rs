@@ -1,8 +1,10 @@
 //! RESP request parsing: the hand-written span parser against the redis-protocol crate's
-//! decoder, on the frames redis-benchmark sends. `cargo bench -p damselfly-protocol`.
+//! decoder, on the frames redis-benchmark sends; and a large MSET arriving in 16 KB reads,
+//! parsed after every read by a parser that keeps its progress against one that starts over.
+//! `cargo bench -p damselfly-protocol`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use damselfly_protocol::{parse_command, Limits, ParsedCommand, ReplyBuf};
+use damselfly_protocol::{parse_command, Limits, ParsedCommand, ReplyBuf, RequestParser, Span};
 
 fn frames() -> Vec<(&'static str, Vec<u8>)> {
     let set = b"*3\r\n$3\r\nSET\r\n$16\r\nkey:000000000042\r\n$3\r\nxxx\r\n".to_vec();
@@ -73,5 +75,62 @@ fn bench_encode(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_parse, bench_encode);
+/// An MSET of `keys` keys with 80-byte values, as a client sends it.
+fn large_mset(keys: usize) -> Vec<u8> {
+    let mut wire = format!("*{}\r\n$4\r\nMSET\r\n", 1 + 2 * keys).into_bytes();
+    for i in 0..keys {
+        let key = format!("key:{i:08}");
+        wire.extend_from_slice(format!("${}\r\n{key}\r\n$80\r\n", key.len()).as_bytes());
+        wire.extend_from_slice(&[b'v'; 80]);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire
+}
+
+/// Parses after every 16 KB of `wire` arrives, as a connection does; returns the arguments.
+fn parse_as_it_arrives(wire: &[u8], mut parse: impl FnMut(&[u8], &mut Vec<Span>) -> bool) -> usize {
+    let mut spans = Vec::new();
+    let mut end = 0;
+    while end < wire.len() {
+        end = (end + 16 * 1024).min(wire.len());
+        spans.clear();
+        if parse(&wire[..end], &mut spans) {
+            break;
+        }
+    }
+    spans.len()
+}
+
+fn bench_pieces(c: &mut Criterion) {
+    let limits = Limits::default();
+    let wire = large_mset(5_000);
+    let mut group = c.benchmark_group("parse/mset-5000-in-16k-reads");
+    group.throughput(Throughput::Bytes(wire.len() as u64));
+    group.bench_function("resumable", |b| {
+        b.iter(|| {
+            let mut parser = RequestParser::default();
+            let mut aux = Vec::new();
+            parse_as_it_arrives(black_box(&wire), |buf, spans| {
+                matches!(
+                    parser.parse(buf, 0, spans, &mut aux, &limits),
+                    Ok(ParsedCommand::Command { .. })
+                )
+            })
+        })
+    });
+    group.bench_function("from-the-start-each-read", |b| {
+        b.iter(|| {
+            let mut aux = Vec::new();
+            parse_as_it_arrives(black_box(&wire), |buf, spans| {
+                matches!(
+                    parse_command(buf, 0, spans, &mut aux, &limits),
+                    Ok(ParsedCommand::Command { .. })
+                )
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_parse, bench_encode, bench_pieces);
 criterion_main!(benches);
