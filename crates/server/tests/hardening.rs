@@ -193,8 +193,38 @@ fn database_indexes_past_65535(b: Backend) {
     );
 }
 
+/// A round of pipelined commands whose replies pass 1 MB ends early and leaves the rest in the
+/// read buffer: every command still runs once, in order, and a protocol error after them is
+/// reported only after all their replies (then the connection closes).
+fn rounds_that_end_early_lose_nothing(b: Backend) {
+    let s = Server::start(b, &[]);
+    let mut raw = s.raw();
+    let value = "v".repeat(100_000);
+    let keys = ["big-a", "big-b", "big-c", "big-d"];
+    for k in keys {
+        assert_eq!(raw.cmd(&["SET", k, &value]), b"+OK\r\n");
+    }
+    let mut pipeline = Vec::new();
+    for i in 0..300 {
+        pipeline.extend(common::encode(&["GET", keys[i % keys.len()]]));
+        pipeline.extend(common::encode(&["INCR", "counter"]));
+    }
+    pipeline.extend_from_slice(b"*1\r\n+bad\r\n");
+    raw.send(&pipeline);
+    let want_value = bulk(&value);
+    for i in 0..300 {
+        assert_eq!(raw.reply(), want_value, "GET {i}");
+        assert_eq!(raw.reply(), format!(":{}\r\n", i + 1).into_bytes(), "INCR {i}");
+    }
+    assert_eq!(raw.reply(), b"-ERR Protocol error: expected '$', got '+'\r\n");
+    assert!(raw.closed(), "closed after the protocol error");
+    let mut other = s.raw();
+    assert_eq!(other.cmd(&["GET", "counter"]), bulk("300"));
+}
+
 backend_tests!(
     database_indexes_past_65535,
+    rounds_that_end_early_lose_nothing,
     panic_in_a_connection,
     panic_in_a_mailbox_message,
     panic_in_a_transaction_hop,
