@@ -149,6 +149,13 @@ impl Server {
             dir,
         };
         assert!(s.wait_ready(), "redis-server did not start");
+        // The differential tests expect Redis 7.0's replies; another version would only show
+        // up as confusing differences.
+        let version = info_field(&mut s.raw(), "server", "redis_version").unwrap_or_default();
+        assert!(
+            version.starts_with("7.0."),
+            "the reference redis-server must be 7.0.x, found {version:?}"
+        );
         s
     }
 
