@@ -459,16 +459,13 @@ fn same_replies_as_redis(b: Backend) {
         assert!(!all.is_empty());
         assert_eq!(scan_all(c, &["COUNT".to_string(), "3".to_string()]), all);
     }
-    // The final state matches too.
+    // The final state matches too: keys, values and TTLs.
     for db in ["0", "1"] {
         redis.cmd(&["SELECT", db]);
         ours.cmd(&["SELECT", db]);
-        let keys = vec!["KEYS".to_string(), "*".to_string()];
-        let (a, b) = (redis.cmd(&keys), ours.cmd(&keys));
-        assert!(
-            equivalent(&keys, &b, &a),
-            "final keyspace of db {db} differs"
-        );
+        if let Some(difference) = common::diff::state_difference(&mut redis, &mut ours) {
+            panic!("final state of db {db} differs: {difference}");
+        }
     }
 }
 

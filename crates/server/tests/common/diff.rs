@@ -283,3 +283,83 @@ pub fn encoded(n: &Node) -> Vec<u8> {
     n.encode(&mut out);
     out
 }
+
+/// The bulk string bodies of an array reply (KEYS), without their line ends.
+fn items_of(reply: &[u8]) -> Vec<Vec<u8>> {
+    parse(reply)
+        .items
+        .iter()
+        .map(|i| i.body[..i.body.len().saturating_sub(2)].to_vec())
+        .collect()
+}
+
+/// The first difference between the two servers' current databases, or None: the same keys,
+/// and for each the same type, value (strings by GET, lists by LRANGE and sorted sets by
+/// ZRANGE WITHSCORES exactly, hashes by HGETALL and sets by SMEMBERS in any order) and the same
+/// presence of a TTL (its value is a clock reading, so only -1 against positive is compared).
+pub fn state_difference(redis: &mut Raw, ours: &mut Raw) -> Option<String> {
+    let mut keys = items_of(&redis.cmd(&["KEYS", "*"]));
+    let mut ours_keys = items_of(&ours.cmd(&["KEYS", "*"]));
+    keys.sort();
+    ours_keys.sort();
+    if keys != ours_keys {
+        let only = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<String> {
+            a.iter()
+                .filter(|k| !b.contains(k))
+                .map(|k| show(k))
+                .collect()
+        };
+        return Some(format!(
+            "keys only in redis: {:?}, only in damselfly: {:?}",
+            only(&keys, &ours_keys),
+            only(&ours_keys, &keys)
+        ));
+    }
+    for key in keys {
+        let name = show(&key);
+        let ty = redis.cmd(&[&b"TYPE"[..], &key]);
+        let ours_ty = ours.cmd(&[&b"TYPE"[..], &key]);
+        if ty != ours_ty {
+            return Some(format!(
+                "type of {name:?}: redis {:?}, damselfly {:?}",
+                show(&ty),
+                show(&ours_ty)
+            ));
+        }
+        let (read, check): (&[&[u8]], Check) = match ty.as_slice() {
+            b"+string\r\n" => (&[b"GET"], Check::Exact),
+            b"+hash\r\n" => (&[b"HGETALL"], Check::UnorderedPairs),
+            b"+list\r\n" => (&[b"LRANGE", b"0", b"-1"], Check::Exact),
+            b"+set\r\n" => (&[b"SMEMBERS"], Check::Unordered),
+            b"+zset\r\n" => (&[b"ZRANGE", b"0", b"-1", b"WITHSCORES"], Check::Exact),
+            _ => {
+                return Some(format!(
+                    "{name:?} has a type this check does not know: {ty:?}"
+                ))
+            }
+        };
+        let mut args: Vec<&[u8]> = vec![read[0], &key];
+        args.extend_from_slice(&read[1..]);
+        let (theirs, mine) = (redis.cmd(&args), ours.cmd(&args));
+        if !agree(check, &mine, &theirs) {
+            return Some(format!(
+                "value of {name:?} ({check:?}):\n redis:     {:?}\n damselfly: {:?}",
+                show(&theirs),
+                show(&mine)
+            ));
+        }
+        let has_ttl = |reply: &[u8]| match reply {
+            b":-1\r\n" => "no TTL".to_string(),
+            r if r.starts_with(b":") && !r.starts_with(b":-") => "a TTL".to_string(),
+            r => format!("PTTL {:?}", show(r)),
+        };
+        let (theirs, mine) = (
+            has_ttl(&redis.cmd(&[&b"PTTL"[..], &key])),
+            has_ttl(&ours.cmd(&[&b"PTTL"[..], &key])),
+        );
+        if theirs != mine {
+            return Some(format!("{name:?}: redis has {theirs}, damselfly {mine}"));
+        }
+    }
+    None
+}
