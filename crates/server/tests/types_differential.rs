@@ -964,11 +964,18 @@ impl Family for Sorts {
                 if ordered && !ro && p.chance(4) {
                     opts.push(vec!["STORE".into(), p.key("sd")]);
                 }
-                if p.chance(30) {
-                    opts.push(vec![p.one(&["LIMIT", "BOGUS", "STORE"]).into()]);
+                // A stray option. Amid the others a STORE takes the next one as its
+                // destination, so in a command whose order ties leave open it goes last, where
+                // it is a syntax error, and stores nothing that the final state would compare.
+                let stray = p.chance(30).then(|| p.one(&["LIMIT", "BOGUS", "STORE"]));
+                if let Some(stray) = stray.filter(|_| ordered) {
+                    opts.push(vec![stray.into()]);
                 }
                 opts.shuffle(&mut p.rng);
                 c.extend(opts.into_iter().flatten());
+                if let Some(stray) = stray.filter(|_| !ordered) {
+                    c.push(stray.into());
+                }
                 let check = if ordered {
                     Check::Exact
                 } else {
