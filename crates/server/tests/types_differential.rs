@@ -1,8 +1,8 @@
 //! Differential tests of the data-type families against Debian's redis-server: for each
 //! family a seeded random stream of 20,000 commands (14,000 in RESP2, 6,000 in RESP3) with
 //! wrong types, wrong arity, bad numbers, out-of-range indexes and empty results, over keys on
-//! both of Damselfly's shards (so multi-key commands cross shards). Replies are compared by
-//! `common::diff`'s rules.
+//! every one of Damselfly's shards (2, 3 or 4 threads; so multi-key commands cross shards),
+//! some of it inside MULTI/EXEC. Replies are compared by `common::diff`'s rules.
 
 mod common;
 
@@ -18,6 +18,9 @@ const RESP3: usize = 6_000;
 /// What every family's generator shares: the random source and argument pickers.
 struct Pick {
     rng: StdRng,
+    /// How many keys of each family's prefix: with 3 or 4 shards, the first 6 names of some
+    /// prefixes leave a shard out.
+    keys: usize,
 }
 
 impl Pick {
@@ -31,7 +34,7 @@ impl Pick {
             0 => "str".into(),
             1 => "nosuch".into(),
             2..=4 => format!("{{t}}{prefix}{}", self.rng.gen_range(0..3)),
-            _ => format!("{prefix}{}", self.rng.gen_range(0..6)),
+            _ => format!("{prefix}{}", self.rng.gen_range(0..self.keys)),
         }
     }
 
@@ -994,9 +997,9 @@ impl Family for Sorts {
 }
 
 /// Runs one family on a fresh pair of servers, RESP2 then RESP3.
-fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
+fn differential(b: Backend, threads: usize, family: &mut dyn Family, seed_keys: &[&[&str]]) {
     let redis_server = Server::redis();
-    let ours_server = Server::start(b, &[]);
+    let ours_server = Server::start_with(b, threads, &[]);
     let mut redis = redis_server.raw();
     let mut ours = ours_server.raw();
     for c in [&mut redis, &mut ours] {
@@ -1010,12 +1013,14 @@ fn differential(b: Backend, family: &mut dyn Family, seed_keys: &[&[&str]]) {
             c.cmd(setup);
         }
     }
-    run(family, &mut redis, &mut ours, RESP2, "RESP2");
+    let mut seen = common::diff::KeysSeen::default();
+    run(family, &mut redis, &mut ours, RESP2, "RESP2", &mut seen);
     for c in [&mut redis, &mut ours] {
         assert!(c.cmd(&["HELLO", "3"]).starts_with(b"%7"));
     }
-    run(family, &mut redis, &mut ours, RESP3, "RESP3");
+    run(family, &mut redis, &mut ours, RESP3, "RESP3", &mut seen);
     final_state_matches(&mut redis, &mut ours);
+    seen.assert_on_every_shard(threads);
 }
 
 /// Every key, type, value and TTL presence agree at the end.
@@ -1066,49 +1071,74 @@ fn final_state_check_sees_every_difference() {
     }
 }
 
-fn pick(seed: u64) -> Pick {
+fn pick(seed: u64, threads: usize) -> Pick {
     Pick {
         rng: StdRng::seed_from_u64(seed),
+        // 6 for the 2-thread streams as they always were; 14 names cover every shard of 3 or 4
+        // for every prefix (differential() checks that the keys reached every shard).
+        keys: if threads <= 2 { 6 } else { 14 },
     }
 }
 
-fn hashes_match_redis(b: Backend) {
-    differential(b, &mut Hashes(pick(0x4a54)), &[&["SADD", "s0", "a"]]);
-}
-
-fn sets_match_redis(b: Backend) {
-    differential(b, &mut Sets(pick(0x5e75)), &[&["HSET", "h0", "a", "1"]]);
-}
-
-fn lists_match_redis(b: Backend) {
-    differential(b, &mut Lists(pick(0x1157)), &[&["SADD", "l0", "a"]]);
-}
-
-fn sorted_sets_match_redis(b: Backend) {
+fn hashes_match_redis(b: Backend, threads: usize) {
     differential(
         b,
-        &mut SortedSets(pick(0x25e7)),
+        threads,
+        &mut Hashes(pick(0x4a54, threads)),
+        &[&["SADD", "s0", "a"]],
+    );
+}
+
+fn sets_match_redis(b: Backend, threads: usize) {
+    differential(
+        b,
+        threads,
+        &mut Sets(pick(0x5e75, threads)),
+        &[&["HSET", "h0", "a", "1"]],
+    );
+}
+
+fn lists_match_redis(b: Backend, threads: usize) {
+    differential(
+        b,
+        threads,
+        &mut Lists(pick(0x1157, threads)),
+        &[&["SADD", "l0", "a"]],
+    );
+}
+
+fn sorted_sets_match_redis(b: Backend, threads: usize) {
+    differential(
+        b,
+        threads,
+        &mut SortedSets(pick(0x25e7, threads)),
         &[&["SADD", "z5", "a", "m1", "3"], &["HSET", "lx3", "a", "1"]],
     );
 }
 
-fn bitmaps_match_redis(b: Backend) {
-    differential(b, &mut Bitmaps(pick(0xb175)), &[&["HSET", "b5", "a", "1"]]);
-}
-
-fn hyperloglogs_match_redis(b: Backend) {
+fn bitmaps_match_redis(b: Backend, threads: usize) {
     differential(
         b,
-        &mut HyperLogLogs(pick(0x4111)),
+        threads,
+        &mut Bitmaps(pick(0xb175, threads)),
+        &[&["HSET", "b5", "a", "1"]],
+    );
+}
+
+fn hyperloglogs_match_redis(b: Backend, threads: usize) {
+    differential(
+        b,
+        threads,
+        &mut HyperLogLogs(pick(0x4111, threads)),
         &[&["HSET", "p5", "a", "1"]],
     );
 }
 
-fn sorts_match_redis(b: Backend) {
-    differential(b, &mut Sorts(pick(0x5027)), &[]);
+fn sorts_match_redis(b: Backend, threads: usize) {
+    differential(b, threads, &mut Sorts(pick(0x5027, threads)), &[]);
 }
 
-backend_tests!(
+thread_count_tests!(
     bitmaps_match_redis,
     sorts_match_redis,
     hyperloglogs_match_redis,

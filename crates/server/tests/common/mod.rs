@@ -66,6 +66,39 @@ macro_rules! backend_tests {
     };
 }
 
+/// Generates from `fn(Backend, threads)` the `backend_tests!` pair with 2 threads, plus 3 and 4
+/// threads under epoll: with 2 nearly every multi-shard command or EXEC takes the special
+/// two-shard path, with more it spans 3 or 4 shards. Epoll only, to keep CI short: the backend
+/// does not take part in routing or transactions, and both backends run the 2-thread case.
+#[macro_export]
+macro_rules! thread_count_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use $crate::common::Backend;
+                #[test]
+                fn epoll() {
+                    super::$name(Backend::Epoll, 2);
+                }
+                #[test]
+                fn uring() {
+                    if Backend::Uring.available() {
+                        super::$name(Backend::Uring, 2);
+                    }
+                }
+                #[test]
+                fn epoll_3_threads() {
+                    super::$name(Backend::Epoll, 3);
+                }
+                #[test]
+                fn epoll_4_threads() {
+                    super::$name(Backend::Epoll, 4);
+                }
+            }
+        )*
+    };
+}
+
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0");
     l.local_addr().expect("addr").port()
