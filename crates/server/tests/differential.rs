@@ -1,11 +1,12 @@
 //! Differential test: the same seeded random command stream goes to Debian's redis-server and
-//! to Damselfly (`--threads 2`); every reply must be byte-for-byte equal, except KEYS (order is
-//! unspecified: compared sorted) and the TTL family (clock readings: compared within a
-//! tolerance). Runs in RESP2 and then RESP3, under both backends.
+//! to Damselfly (`--threads` 2, 3 and 4), some of it inside MULTI/EXEC; every reply must be
+//! byte-for-byte equal, except KEYS (order is unspecified: compared sorted) and the TTL family
+//! (clock readings: compared within a tolerance). Runs in RESP2 and then RESP3, under both
+//! backends with 2 threads and under epoll with 3 and 4.
 
 mod common;
 
-use common::{encode, Backend, Raw, Server};
+use common::{diff, Backend, Raw, Server};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -18,6 +19,7 @@ struct Gen {
     rng: StdRng,
     now_secs: u64,
     history: Vec<Vec<String>>,
+    seen: diff::KeysSeen,
 }
 
 impl Gen {
@@ -387,38 +389,43 @@ fn compare_iteration(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, label: &str
 
 fn run_stream(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, count: usize, label: &str) {
     let mut sent = 0;
+    let mut chunks = 0;
     while sent < count {
         let cmds: Vec<Vec<String>> = (0..CHUNK).map(|_| gen.command()).collect();
-        let wire: Vec<u8> = cmds.iter().flat_map(|c| encode(c)).collect();
+        chunks += 1;
+        // Some chunks run a span of their commands as one MULTI/EXEC transaction.
+        let tx = diff::transaction_span(chunks, cmds.len());
+        let first = gen.history.len() - cmds.len();
+        if let Some((start, end)) = tx {
+            gen.history.insert(first + end, vec!["EXEC".into()]);
+            gen.history.insert(first + start, vec!["MULTI".into()]);
+        }
+        let slices: Vec<&[String]> = cmds.iter().map(|c| c.as_slice()).collect();
+        let wire = diff::batch_wire(&slices, tx);
         redis.send(&wire);
         ours.send(&wire);
-        for c in &cmds {
-            let theirs = redis.reply();
-            let mine = ours.reply();
-            if !equivalent(c, &mine, &theirs) {
-                if let Ok(path) = std::env::var("DIFF_DUMP") {
-                    let text: Vec<String> = gen.history.iter().map(|c| c.join("\u{1}")).collect();
-                    let _ = std::fs::write(path, text.join("\n"));
-                }
+        for (i, c) in cmds.iter().enumerate() {
+            // The command's place in the history, past the MULTI inserted before it.
+            let at = first + i + usize::from(tx.is_some_and(|(start, _)| start <= i));
+            if tx.is_some_and(|(start, _)| start == i) {
+                let multi = ["MULTI".to_string()];
+                let (theirs, mine) = (redis.reply(), ours.reply());
+                check(gen, label, sent, &multi, &mine, &theirs, at - 1, false);
             }
-            if !equivalent(c, &mine, &theirs) && c.len() > 1 {
-                eprintln!("history of {}:", c[1]);
-                let upto = gen.history.len() - cmds.len()
-                    + cmds.iter().position(|x| std::ptr::eq(x, c)).unwrap_or(0);
-                for h in gen.history[..=upto]
-                    .iter()
-                    .filter(|h| h.len() > 1 && h[1..].contains(&c[1]))
-                {
-                    eprintln!("  {h:?}");
-                }
-            }
-            assert!(
-                equivalent(c, &mine, &theirs),
-                "{label}: command #{sent} {c:?}\n redis:     {:?}\n damselfly: {:?}",
-                String::from_utf8_lossy(&theirs),
-                String::from_utf8_lossy(&mine)
-            );
+            let (theirs, mine) = (redis.reply(), ours.reply());
+            check(gen, label, sent, c, &mine, &theirs, at, false);
             sent += 1;
+            if let Some((start, end)) = tx.filter(|&(_, end)| end == i + 1) {
+                let (theirs, mine) = (redis.reply(), ours.reply());
+                let exec = ["EXEC".to_string()];
+                let agree = diff::exec_agrees(&cmds[start..end], &mine, &theirs, |c, a, b| {
+                    equivalent(c, a, b)
+                });
+                check(gen, label, sent, &exec, &mine, &theirs, at + 1, agree);
+            }
+        }
+        if tx.is_some() {
+            gen.seen.sample(redis);
         }
         if gen.rng.gen_ratio(1, 8) {
             compare_iteration(gen, redis, ours, label);
@@ -426,9 +433,48 @@ fn run_stream(gen: &mut Gen, redis: &mut Raw, ours: &mut Raw, count: usize, labe
     }
 }
 
-fn same_replies_as_redis(b: Backend) {
+/// Asserts that two replies to `c` (at `at` in the history) are equivalent, or `agreed`
+/// already; on a difference prints the key's history and dumps the stream (DIFF_DUMP).
+#[allow(clippy::too_many_arguments)]
+fn check(
+    gen: &Gen,
+    label: &str,
+    sent: usize,
+    c: &[String],
+    mine: &[u8],
+    theirs: &[u8],
+    at: usize,
+    agreed: bool,
+) {
+    if agreed || equivalent(c, mine, theirs) {
+        return;
+    }
+    if let Ok(path) = std::env::var("DIFF_DUMP") {
+        let text: Vec<String> = gen.history.iter().map(|c| c.join("\u{1}")).collect();
+        let _ = std::fs::write(path, text.join("\n"));
+    }
+    if c.len() > 1 {
+        eprintln!("history of {}:", c[1]);
+        for h in gen.history[..=at]
+            .iter()
+            .filter(|h| h.len() > 1 && h[1..].contains(&c[1]))
+        {
+            eprintln!("  {h:?}");
+        }
+    } else {
+        let from = at.saturating_sub(10);
+        eprintln!("commands before it: {:?}", &gen.history[from..=at]);
+    }
+    panic!(
+        "{label}: command #{sent} {c:?}\n redis:     {:?}\n damselfly: {:?}",
+        String::from_utf8_lossy(theirs),
+        String::from_utf8_lossy(mine)
+    );
+}
+
+fn same_replies_as_redis(b: Backend, threads: usize) {
     let redis_server = Server::redis();
-    let ours_server = Server::start(b, &[]);
+    let ours_server = Server::start_with(b, threads, &[]);
     let mut redis = redis_server.raw();
     let mut ours = ours_server.raw();
     // Keys set with an expiry already in the past stay until touched or actively expired;
@@ -445,6 +491,7 @@ fn same_replies_as_redis(b: Backend) {
         rng: StdRng::seed_from_u64(0xDA5E_1F1E),
         now_secs,
         history: Vec::new(),
+        seen: diff::KeysSeen::default(),
     };
     run_stream(&mut gen, &mut redis, &mut ours, COMMANDS_RESP2, "RESP2");
     for c in [&mut redis, &mut ours] {
@@ -459,17 +506,15 @@ fn same_replies_as_redis(b: Backend) {
         assert!(!all.is_empty());
         assert_eq!(scan_all(c, &["COUNT".to_string(), "3".to_string()]), all);
     }
-    // The final state matches too.
+    gen.seen.assert_on_every_shard(threads);
+    // The final state matches too: keys, values and TTLs.
     for db in ["0", "1"] {
         redis.cmd(&["SELECT", db]);
         ours.cmd(&["SELECT", db]);
-        let keys = vec!["KEYS".to_string(), "*".to_string()];
-        let (a, b) = (redis.cmd(&keys), ours.cmd(&keys));
-        assert!(
-            equivalent(&keys, &b, &a),
-            "final keyspace of db {db} differs"
-        );
+        if let Some(difference) = common::diff::state_difference(&mut redis, &mut ours) {
+            panic!("final state of db {db} differs: {difference}");
+        }
     }
 }
 
-backend_tests!(same_replies_as_redis);
+thread_count_tests!(same_replies_as_redis);

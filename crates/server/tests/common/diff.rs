@@ -153,11 +153,67 @@ fn show(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Runs `count` generated commands against both servers.
-pub fn run(family: &mut dyn Family, redis: &mut Raw, ours: &mut Raw, count: usize, label: &str) {
+/// Where a pipelined batch runs a span of its commands as one MULTI/EXEC transaction: every
+/// fourth batch, a span of 1 to 6 commands, so transactions (and multi-key commands inside
+/// them) cross shards in every run.
+pub fn transaction_span(flushes: usize, len: usize) -> Option<(usize, usize)> {
+    if !flushes.is_multiple_of(4) || len == 0 {
+        return None;
+    }
+    let start = len / 3;
+    Some((start, (start + 1 + flushes / 4 % 6).min(len)))
+}
+
+/// The wire bytes of a batch, with MULTI and EXEC around `tx`'s span.
+pub fn batch_wire<S: AsRef<[u8]>>(cmds: &[&[S]], tx: Option<(usize, usize)>) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for (i, c) in cmds.iter().enumerate() {
+        if tx.is_some_and(|(start, _)| start == i) {
+            wire.extend(encode(&["MULTI"]));
+        }
+        wire.extend(encode(c));
+        if tx.is_some_and(|(_, end)| end == i + 1) {
+            wire.extend(encode(&["EXEC"]));
+        }
+    }
+    wire
+}
+
+/// Whether two EXEC replies agree: identical, or arrays of as many replies as `checks`, each
+/// pair agreeing under its command's rule (via `item`).
+pub fn exec_agrees<C>(
+    checks: &[C],
+    ours: &[u8],
+    theirs: &[u8],
+    item: impl Fn(&C, &[u8], &[u8]) -> bool,
+) -> bool {
+    if ours == theirs {
+        return true;
+    }
+    let (a, b) = (parse(ours), parse(theirs));
+    a.kind() == b'*'
+        && a.head == b.head
+        && a.items.len() == checks.len()
+        && checks
+            .iter()
+            .zip(a.items.iter().zip(&b.items))
+            .all(|(c, (x, y))| item(c, &encoded(x), &encoded(y)))
+}
+
+/// Runs `count` generated commands against both servers, sampling the keyspace into `seen`
+/// after each transaction.
+pub fn run(
+    family: &mut dyn Family,
+    redis: &mut Raw,
+    ours: &mut Raw,
+    count: usize,
+    label: &str,
+    seen: &mut KeysSeen,
+) {
     const CHUNK: usize = 40;
     let mut history: Vec<Vec<String>> = Vec::new();
     let mut sent = 0;
+    let mut flushes = 0;
     let mut batch: Vec<(Vec<String>, Check)> = Vec::new();
     while sent < count {
         let (cmd, check) = family.command();
@@ -168,24 +224,75 @@ pub fn run(family: &mut dyn Family, redis: &mut Raw, ours: &mut Raw, count: usiz
             batch.push((cmd.clone(), check));
         }
         if immediate || batch.len() == CHUNK || sent == count {
-            let wire: Vec<u8> = batch.iter().flat_map(|(c, _)| encode(c)).collect();
+            flushes += 1;
+            let tx = transaction_span(flushes, batch.len());
+            if let Some((start, end)) = tx {
+                // Keep the history replayable (DIFF_DUMP): the batch ends it, but for `cmd`
+                // when that runs on its own.
+                let first = history.len() - batch.len() - usize::from(immediate);
+                history.insert(first + end, vec!["EXEC".into()]);
+                history.insert(first + start, vec!["MULTI".into()]);
+            }
+            let cmds: Vec<&[String]> = batch.iter().map(|(c, _)| c.as_slice()).collect();
+            let wire = batch_wire(&cmds, tx);
             redis.send(&wire);
             ours.send(&wire);
-            for (c, check) in batch.drain(..) {
-                let (theirs, mine) = (redis.reply(), ours.reply());
-                if !agree(check, &mine, &theirs) {
-                    report(&history, &c);
-                    if let Ok(path) = std::env::var("DIFF_DUMP") {
-                        let text: Vec<String> = history.iter().map(|c| c.join("\u{1}")).collect();
-                        let _ = std::fs::write(path, text.join("\n"));
+            let fail = |c: &[String], what: String| {
+                report(&history, c);
+                if let Ok(path) = std::env::var("DIFF_DUMP") {
+                    let text: Vec<String> = history.iter().map(|c| c.join("\u{1}")).collect();
+                    let _ = std::fs::write(path, text.join("\n"));
+                }
+                panic!("{label}: {what}");
+            };
+            for (i, (c, check)) in batch.iter().enumerate() {
+                let in_tx = tx.is_some_and(|(start, end)| (start..end).contains(&i));
+                if tx.is_some_and(|(start, _)| start == i) {
+                    let (theirs, mine) = (redis.reply(), ours.reply());
+                    if mine != theirs {
+                        fail(
+                            c,
+                            format!(
+                                "MULTI: redis {:?}, damselfly {:?}",
+                                show(&theirs),
+                                show(&mine)
+                            ),
+                        );
                     }
                 }
-                assert!(
-                    agree(check, &mine, &theirs),
-                    "{label}: {c:?} ({check:?})\n redis:     {:?}\n damselfly: {:?}",
-                    show(&theirs),
-                    show(&mine)
-                );
+                let (theirs, mine) = (redis.reply(), ours.reply());
+                // Inside MULTI the reply is +QUEUED or a queueing error: the same on both.
+                let check = if in_tx { Check::Exact } else { *check };
+                if !agree(check, &mine, &theirs) {
+                    fail(
+                        c,
+                        format!(
+                            "{c:?} ({check:?}{})\n redis:     {:?}\n damselfly: {:?}",
+                            if in_tx { ", queued in MULTI" } else { "" },
+                            show(&theirs),
+                            show(&mine)
+                        ),
+                    );
+                }
+                if let Some((start, end)) = tx.filter(|&(_, end)| end == i + 1) {
+                    let (theirs, mine) = (redis.reply(), ours.reply());
+                    let checks: Vec<Check> = batch[start..end].iter().map(|(_, k)| *k).collect();
+                    if !exec_agrees(&checks, &mine, &theirs, |k, a, b| agree(*k, a, b)) {
+                        fail(
+                            c,
+                            format!(
+                                "EXEC of {:?}\n redis:     {:?}\n damselfly: {:?}",
+                                &batch[start..end],
+                                show(&theirs),
+                                show(&mine)
+                            ),
+                        );
+                    }
+                }
+            }
+            batch.clear();
+            if tx.is_some() {
+                seen.sample(redis);
             }
         }
         match check {
@@ -282,4 +389,109 @@ pub fn encoded(n: &Node) -> Vec<u8> {
     let mut out = Vec::new();
     n.encode(&mut out);
     out
+}
+
+/// The bulk string bodies of an array reply (KEYS), without their line ends.
+fn items_of(reply: &[u8]) -> Vec<Vec<u8>> {
+    parse(reply)
+        .items
+        .iter()
+        .map(|i| i.body[..i.body.len().saturating_sub(2)].to_vec())
+        .collect()
+}
+
+/// The first difference between the two servers' current databases, or None: the same keys,
+/// and for each the same type, value (strings by GET, lists by LRANGE and sorted sets by
+/// ZRANGE WITHSCORES exactly, hashes by HGETALL and sets by SMEMBERS in any order) and the same
+/// presence of a TTL (its value is a clock reading, so only -1 against positive is compared).
+pub fn state_difference(redis: &mut Raw, ours: &mut Raw) -> Option<String> {
+    let mut keys = items_of(&redis.cmd(&["KEYS", "*"]));
+    let mut ours_keys = items_of(&ours.cmd(&["KEYS", "*"]));
+    keys.sort();
+    ours_keys.sort();
+    if keys != ours_keys {
+        let only = |a: &[Vec<u8>], b: &[Vec<u8>]| -> Vec<String> {
+            a.iter()
+                .filter(|k| !b.contains(k))
+                .map(|k| show(k))
+                .collect()
+        };
+        return Some(format!(
+            "keys only in redis: {:?}, only in damselfly: {:?}",
+            only(&keys, &ours_keys),
+            only(&ours_keys, &keys)
+        ));
+    }
+    for key in keys {
+        let name = show(&key);
+        let ty = redis.cmd(&[&b"TYPE"[..], &key]);
+        let ours_ty = ours.cmd(&[&b"TYPE"[..], &key]);
+        if ty != ours_ty {
+            return Some(format!(
+                "type of {name:?}: redis {:?}, damselfly {:?}",
+                show(&ty),
+                show(&ours_ty)
+            ));
+        }
+        let (read, check): (&[&[u8]], Check) = match ty.as_slice() {
+            b"+string\r\n" => (&[b"GET"], Check::Exact),
+            b"+hash\r\n" => (&[b"HGETALL"], Check::UnorderedPairs),
+            b"+list\r\n" => (&[b"LRANGE", b"0", b"-1"], Check::Exact),
+            b"+set\r\n" => (&[b"SMEMBERS"], Check::Unordered),
+            b"+zset\r\n" => (&[b"ZRANGE", b"0", b"-1", b"WITHSCORES"], Check::Exact),
+            _ => {
+                return Some(format!(
+                    "{name:?} has a type this check does not know: {ty:?}"
+                ))
+            }
+        };
+        let mut args: Vec<&[u8]> = vec![read[0], &key];
+        args.extend_from_slice(&read[1..]);
+        let (theirs, mine) = (redis.cmd(&args), ours.cmd(&args));
+        if !agree(check, &mine, &theirs) {
+            return Some(format!(
+                "value of {name:?} ({check:?}):\n redis:     {:?}\n damselfly: {:?}",
+                show(&theirs),
+                show(&mine)
+            ));
+        }
+        let has_ttl = |reply: &[u8]| match reply {
+            b":-1\r\n" => "no TTL".to_string(),
+            r if r.starts_with(b":") && !r.starts_with(b":-") => "a TTL".to_string(),
+            r => format!("PTTL {:?}", show(r)),
+        };
+        let (theirs, mine) = (
+            has_ttl(&redis.cmd(&[&b"PTTL"[..], &key])),
+            has_ttl(&ours.cmd(&[&b"PTTL"[..], &key])),
+        );
+        if theirs != mine {
+            return Some(format!("{name:?}: redis has {theirs}, damselfly {mine}"));
+        }
+    }
+    None
+}
+
+/// Keys sampled from a server's keyspace during a run (KEYS, sent to Redis only, which does
+/// not expire keys on KEYS), to check afterwards that a stream run with N threads put keys on
+/// every shard and so ran commands across all of them.
+#[derive(Default)]
+pub struct KeysSeen(std::collections::BTreeSet<Vec<u8>>);
+
+impl KeysSeen {
+    pub fn sample(&mut self, redis: &mut Raw) {
+        self.0.extend(items_of(&redis.cmd(&["KEYS", "*"])));
+    }
+
+    pub fn assert_on_every_shard(&self, threads: usize) {
+        let shards: std::collections::BTreeSet<usize> = self
+            .0
+            .iter()
+            .map(|k| damselfly_storage::shard_for_key(k, threads))
+            .collect();
+        assert_eq!(
+            shards.len(),
+            threads,
+            "the stream's keys lay on shards {shards:?} of {threads} only"
+        );
+    }
 }
