@@ -259,7 +259,9 @@ fn add_one(
                 return Ok((Added::Skipped, cur));
             }
             if new == cur {
-                return Ok((Added::Unchanged, cur));
+                // Redis replies with the score it computed (0 when -0 + 0), keeping the
+                // stored one (-0 == 0, so nothing changes).
+                return Ok((Added::Unchanged, new));
             }
             z.insert(member, new, limits);
             Ok((Added::Updated, new))
