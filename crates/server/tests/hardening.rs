@@ -214,9 +214,16 @@ fn rounds_that_end_early_lose_nothing(b: Backend) {
     let want_value = bulk(&value);
     for i in 0..300 {
         assert_eq!(raw.reply(), want_value, "GET {i}");
-        assert_eq!(raw.reply(), format!(":{}\r\n", i + 1).into_bytes(), "INCR {i}");
+        assert_eq!(
+            raw.reply(),
+            format!(":{}\r\n", i + 1).into_bytes(),
+            "INCR {i}"
+        );
     }
-    assert_eq!(raw.reply(), b"-ERR Protocol error: expected '$', got '+'\r\n");
+    assert_eq!(
+        raw.reply(),
+        b"-ERR Protocol error: expected '$', got '+'\r\n"
+    );
     assert!(raw.closed(), "closed after the protocol error");
     let mut other = s.raw();
     assert_eq!(other.cmd(&["GET", "counter"]), bulk("300"));
