@@ -564,6 +564,11 @@ impl Worker {
             }
             ShardMsg::ResetStats(done) => {
                 self.stats.borrow_mut().reset();
+                // The rate's samples count commands since the last reset too.
+                let mut samples = self.ops_samples.borrow_mut();
+                samples.clear();
+                samples.push_back((self.now.get(), 0));
+                drop(samples);
                 let mut shard = self.shard.borrow_mut();
                 shard.stats = ShardStats::default();
                 let _ = done.send(());
@@ -777,7 +782,7 @@ impl Worker {
         match (samples.front(), samples.back()) {
             (Some(first), Some(last)) if last.0 > first.0 => {
                 let secs = last.0.duration_since(first.0).as_secs_f64();
-                ((last.1 - first.1) as f64 / secs) as u64
+                (last.1.saturating_sub(first.1) as f64 / secs) as u64
             }
             _ => 0,
         }
