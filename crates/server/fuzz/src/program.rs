@@ -350,7 +350,7 @@ impl Program {
                 if !allowed(spec.name, &args) {
                     continue;
                 }
-                if !known_bugs_wanted() && hits_known_bug(spec.name, &args, in_multi) {
+                if hits_known_bug(spec.name, &args, in_multi) {
                     continue;
                 }
                 if args.len() == 1 {
@@ -384,11 +384,19 @@ fn int_at(args: &[Vec<u8>], i: usize) -> Option<i64> {
     args.get(i).and_then(|a| parse_i64(a))
 }
 
-/// True when `DAMSELFLY_FUZZ_KNOWN_BUGS` is set: inputs then keep the commands that trigger
-/// the known bugs below, to check that the fuzzer finds them or that a fix holds.
-fn known_bugs_wanted() -> bool {
-    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WANTED.get_or_init(|| std::env::var_os("DAMSELFLY_FUZZ_KNOWN_BUGS").is_some())
+/// Known bugs (named as their tests) that `DAMSELFLY_FUZZ_KNOWN_BUGS` lets through: a
+/// comma-separated list of names, or `all`. Used to check that the fuzzer finds them, or that
+/// a fix holds.
+fn known_bug_wanted(name: &str) -> bool {
+    static WANTED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let wanted = WANTED.get_or_init(|| {
+        std::env::var("DAMSELFLY_FUZZ_KNOWN_BUGS")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect()
+    });
+    wanted.iter().any(|w| w == name || w == "all")
 }
 
 /// Commands that trigger a bug already found and recorded as an ignored test in
@@ -396,16 +404,21 @@ fn known_bugs_wanted() -> bool {
 /// go on to find other bugs; delete an entry when its test passes.
 fn hits_known_bug(name: &str, args: &[Vec<u8>], in_multi: bool) -> bool {
     let db_index = |a: &Vec<u8>| parse_i64(a).is_some_and(|n| (0..16).contains(&n));
-    match name {
-        // copy_db_without_value: COPY ... DB with no index after DB panics in the
-        // transaction planner (crates/coord/src/tx/plan.rs).
-        "copy" => args.last().is_some_and(|a| a.eq_ignore_ascii_case(b"db")),
-        // swapdb_in_multi_with_invalid_indexes: inside MULTI, a SWAPDB whose two indexes are
-        // both invalid leaves the server unable to grant whole-database intents (FLUSHALL,
-        // FLUSHDB, SWAPDB hang forever) once EXEC also runs a keyed command.
-        "swapdb" => in_multi && args.len() == 3 && !db_index(&args[1]) && !db_index(&args[2]),
-        _ => false,
-    }
+    let bug = match name {
+        // COPY ... DB with no index after DB panics in the transaction planner
+        // (crates/coord/src/tx/plan.rs).
+        "copy" if args.last().is_some_and(|a| a.eq_ignore_ascii_case(b"db")) => {
+            "copy_db_without_value"
+        }
+        // Inside MULTI, a SWAPDB whose two indexes are both invalid leaves the server unable
+        // to grant whole-database intents (FLUSHALL, FLUSHDB, SWAPDB hang forever) once EXEC
+        // also runs a keyed command.
+        "swapdb" if in_multi && args.len() == 3 && !db_index(&args[1]) && !db_index(&args[2]) => {
+            "swapdb_in_multi_with_invalid_indexes"
+        }
+        _ => return false,
+    };
+    !known_bug_wanted(bug)
 }
 
 /// The harness's own rules: no command that stops the server, closes or stalls the
