@@ -13,6 +13,11 @@
 use damselfly_server_fuzz::{harness::harness, program::Program};
 use libfuzzer_sys::fuzz_target;
 
+// The server binary's allocator (crates/server/src/main.rs), so the server runs here as it does
+// in production.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fuzz_target!(|program: Program| {
     harness().run(&program);
 });
