@@ -41,16 +41,30 @@ impl ShutdownSignal {
         self.flag.load(Ordering::SeqCst)
     }
 
-    /// Resolves once shutdown has been triggered.
+    /// Resolves once shutdown has been triggered. A waiter keeps one registered waker however
+    /// often it is polled: the epoll backend polls it on every wake-up of its thread, and
+    /// pushing a waker each time grew the list by one per cross-thread message (about 100
+    /// bytes per cross-shard transaction).
     pub async fn wait(&self) {
+        let mut slot: Option<usize> = None;
         std::future::poll_fn(|cx| {
             if self.is_triggered() {
                 return Poll::Ready(());
             }
-            self.waiters
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(cx.waker().clone());
+            let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            match slot {
+                // The list is only ever emptied by `trigger`, after which we return above.
+                Some(i) if i < waiters.len() => {
+                    if !waiters[i].will_wake(cx.waker()) {
+                        waiters[i] = cx.waker().clone();
+                    }
+                }
+                _ => {
+                    waiters.push(cx.waker().clone());
+                    slot = Some(waiters.len() - 1);
+                }
+            }
+            drop(waiters);
             if self.is_triggered() {
                 Poll::Ready(())
             } else {
@@ -58,6 +72,12 @@ impl ShutdownSignal {
             }
         })
         .await
+    }
+
+    /// Wakers registered by waiters (tests check a waiter keeps one).
+    #[cfg(test)]
+    fn registered(&self) -> usize {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -126,5 +146,39 @@ impl Cluster {
 
     pub fn server_info(&self) -> ServerInfo {
         self.info.get().cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::ShutdownSignal;
+
+    struct Nop;
+    impl Wake for Nop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    #[test]
+    fn a_waiter_polled_often_keeps_one_waker() {
+        let signal = ShutdownSignal::default();
+        let waker = Waker::from(Arc::new(Nop));
+        let mut cx = Context::from_waker(&waker);
+        let mut wait = Box::pin(signal.wait());
+        for _ in 0..1000 {
+            assert!(wait.as_mut().poll(&mut cx).is_pending());
+        }
+        // Another waker replaces it rather than adding one.
+        let other = Waker::from(Arc::new(Nop));
+        assert!(wait
+            .as_mut()
+            .poll(&mut Context::from_waker(&other))
+            .is_pending());
+        assert_eq!(signal.registered(), 1);
+        signal.trigger();
+        assert_eq!(wait.as_mut().poll(&mut cx), Poll::Ready(()));
     }
 }

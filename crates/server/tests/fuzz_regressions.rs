@@ -1,7 +1,5 @@
-//! Bugs found by fuzzing (docs/fuzzing.md), each reduced to the commands that trigger it and
-//! checked against Redis's reply. A test that fails today is ignored with the reason; the
-//! `commands` fuzz target skips the same commands (`hits_known_bug` in
-//! crates/server/fuzz/src/program.rs) until the fix lands, so remove both together.
+//! Bugs found by fuzzing (docs/fuzzing.md), each reduced to the commands that triggered it and
+//! checked against Redis's reply, so it cannot come back.
 
 mod common;
 
@@ -22,8 +20,9 @@ fn keys_on_two_shards() -> (String, String) {
 }
 
 /// `COPY src dst DB` with DB's value missing, src and dst on different shards: the transaction
-/// planner reads the argument after DB without checking it is there and panics
-/// (crates/coord/src/tx/plan.rs, `other_db` in `command_locks`). Redis: a syntax error.
+/// planner read the argument after DB itself, without checking it was there, and panicked.
+/// It now reads COPY's options with COPY's own parser (crates/coord/src/tx/plan.rs). Redis:
+/// a syntax error.
 fn copy_db_without_value(backend: Backend) {
     let server = Server::start(backend, &[]);
     let mut c = server.raw_unix();
@@ -33,11 +32,12 @@ fn copy_db_without_value(backend: Backend) {
     assert_eq!(c.cmd(&["GET", &b]), b"$-1\r\n");
 }
 
-/// Inside MULTI, SWAPDB with two invalid indexes plans no intent, yet EXEC (a transaction,
-/// because GET's key needs one) still runs it on every shard. Afterwards no whole-database
-/// write can get its intents: FLUSHALL, FLUSHDB and SWAPDB wait forever, on every connection
-/// (crates/coord/src/multi_family.rs `exec`, crates/coord/src/tx/plan.rs `"swapdb"`). Redis
-/// answers the error inside EXEC's reply and goes on.
+/// Inside MULTI, SWAPDB with two invalid indexes planned no intent, yet EXEC (a transaction,
+/// because GET's key needs one) still ran it on every shard. Afterwards no whole-database
+/// write could get its intents: FLUSHALL, FLUSHDB and SWAPDB waited forever, on every
+/// connection. Arguments SWAPDB's parser rejects now plan as an ordinary whole-keyspace
+/// command (its database on every shard). Redis answers the error inside EXEC's reply and
+/// goes on.
 fn swapdb_in_multi_with_invalid_indexes(backend: Backend) {
     let server = Server::start(backend, &[]);
     let mut c = server.raw_unix();
@@ -59,11 +59,11 @@ fn swapdb_in_multi_with_invalid_indexes(backend: Backend) {
     assert_eq!(c.try_cmd(&["FLUSHDB"]).ok(), Some(b"+OK\r\n".to_vec()));
 }
 
-/// CONFIG RESETSTAT zeroes each thread's command count but keeps the samples that
-/// `instantaneous_ops_per_sec` is computed from, so the next INFO subtracts a larger old count
-/// from a smaller new one (crates/coord/src/worker.rs `ops_per_sec`). With overflow checks (a
-/// debug build) the shard's mailbox task panics and the shard answers "shard unavailable"
-/// from then on; in a release build the rate is absurd. Redis reports a small rate.
+/// CONFIG RESETSTAT zeroed each thread's command count but kept the samples that
+/// `instantaneous_ops_per_sec` is computed from, so the next INFO subtracted a larger old
+/// count from a smaller new one (crates/coord/src/worker.rs `ops_per_sec`): with overflow
+/// checks (a debug build) the shard's mailbox task panicked, in a release build the rate was
+/// absurd. The samples now reset with the counts. Redis reports a small rate.
 fn info_after_config_resetstat(backend: Backend) {
     let server = Server::start(backend, &[]);
     let mut c = server.raw_unix();
@@ -87,15 +87,13 @@ fn info_after_config_resetstat(backend: Backend) {
     }
 }
 
-/// Transactions that span shards (an MGET of keys on several shards, FLUSHALL, ...) leave
-/// memory behind: with three threads the server's resident memory grows linearly, about 95
-/// bytes per transaction (600,000 MGETs over three shards: 24 MB to 88 MB; FLUSHALL alike),
-/// while `used_memory` and the client count stay flat. With two threads it grows about 40
-/// bytes per transaction, with one not at all, so it is something kept per cross-shard
-/// transaction or message (the
-/// transaction queues and lock tables in crates/coord/src/tx/, the reply slots and mailbox
-/// messages in crates/coord/src/worker.rs). Found through the `commands` fuzz target's memory
-/// growing about 0.4 KB per input. Redis: flat.
+/// Transactions that span shards (an MGET of keys on several shards, FLUSHALL, ...) left
+/// memory behind under the epoll backend: with three threads the server's resident memory grew
+/// about 95 bytes per transaction (600,000 MGETs over three shards: 24 MB to 88 MB). The
+/// cause was the shutdown signal's waiter, which pushed a new waker every time it was polled,
+/// and the epoll backend polls it on every wake-up of its thread
+/// (crates/coord/src/cluster.rs `ShutdownSignal::wait`). Found through the `commands` fuzz
+/// target's memory growing about 0.4 KB per input. Redis: flat.
 fn cross_shard_transactions_keep_memory_flat(backend: Backend) {
     let server = Server::start_with(backend, 3, &[]);
     let mut c = server.raw_unix();
@@ -124,44 +122,23 @@ fn cross_shard_transactions_keep_memory_flat(backend: Backend) {
             }
         }
     };
-    // Warm up (allocator pools, buffers), then measure 200,000 more.
-    run(50);
+    // Warm up (allocator pools, buffers), then measure 60,000 more: the leak grew RSS by
+    // about 5.7 MB over as many.
+    run(10);
     let before = rss_bytes(server.pid());
-    run(200);
+    run(60);
     let grown = rss_bytes(server.pid()).saturating_sub(before);
+    println!("{backend:?}: RSS grew {} KB over 60,000 MGETs", grown >> 10);
     assert!(
-        grown < 4 << 20,
-        "resident memory grew {} KB over 200,000 MGETs across three shards",
+        grown < 2 << 20,
+        "resident memory grew {} KB over 60,000 MGETs across three shards",
         grown >> 10
     );
 }
 
-/// `backend_tests!` for tests that fail until a fix lands: the same two tests, ignored with
-/// the reason. Move a test to `backend_tests!` when its fix lands.
-macro_rules! ignored_backend_tests {
-    ($($name:ident => $why:literal),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                #[ignore = $why]
-                fn epoll() {
-                    super::$name($crate::common::Backend::Epoll);
-                }
-                #[test]
-                #[ignore = $why]
-                fn uring() {
-                    if $crate::common::Backend::Uring.available() {
-                        super::$name($crate::common::Backend::Uring);
-                    }
-                }
-            }
-        )*
-    };
-}
-
-ignored_backend_tests!(
-    copy_db_without_value => "fails until the transaction planner checks that COPY's DB has a value",
-    swapdb_in_multi_with_invalid_indexes => "fails until SWAPDB with invalid indexes inside EXEC stops blocking whole-database intents",
-    info_after_config_resetstat => "fails until CONFIG RESETSTAT also resets the instantaneous_ops_per_sec samples",
-    cross_shard_transactions_keep_memory_flat => "fails until cross-shard transactions stop leaking about 100 bytes each",
+backend_tests!(
+    copy_db_without_value,
+    swapdb_in_multi_with_invalid_indexes,
+    info_after_config_resetstat,
+    cross_shard_transactions_keep_memory_flat,
 );
