@@ -11,8 +11,8 @@
 //!   the whole buffer, so fed in pieces that error may come where the whole parse went on.
 #![no_main]
 
-use damselfly_protocol::{Limits, ParsedCommand, RequestParser};
-use damselfly_protocol_fuzz::{parse_loop, Step};
+use damselfly_protocol::{Limits, RequestParser};
+use damselfly_protocol_fuzz::{parse_loop, parse_loop_with, Step};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -32,35 +32,18 @@ fuzz_target!(|data: &[u8]| {
     let mut pos = 0;
     let mut end = 0;
     let mut piece = 0;
-    let outcome = 'feed: loop {
+    let outcome = loop {
         end = (end + 1 + usize::from(sizes[piece % sizes.len()]) * 37).min(buf.len());
         piece += 1;
-        loop {
-            let (mut spans, mut aux) = (Vec::new(), Vec::new());
-            match parser.parse(&buf[..end], pos, &mut spans, &mut aux, &limits) {
-                Ok(ParsedCommand::Command {
-                    consumed, inline, ..
-                }) => {
-                    let src: &[u8] = if inline { &aux } else { buf };
-                    let args = spans.iter().map(|s| src[s.range()].to_vec()).collect();
-                    steps.push(Step::Command {
-                        pos,
-                        consumed,
-                        inline,
-                        args,
-                    });
-                    pos = consumed;
-                }
-                Ok(ParsedCommand::Empty { consumed }) => {
-                    steps.push(Step::Empty { pos, consumed });
-                    pos = consumed;
-                }
-                Ok(ParsedCommand::Incomplete { .. }) if end < buf.len() => break,
-                Ok(ParsedCommand::Incomplete { need }) => {
-                    break 'feed Step::Incomplete { pos, need };
-                }
-                Err(error) => break 'feed Step::Error { pos, error },
-            }
+        // Every step's invariants hold fed in pieces too (parse_loop_with checks them).
+        let mut more = parse_loop_with(&buf[..end], pos, &limits, |b, p, s, a, l| {
+            parser.parse(b, p, s, a, l)
+        });
+        let last = more.pop().expect("the loop always ends with a step");
+        steps.extend(more);
+        match last {
+            Step::Incomplete { pos: at, .. } if end < buf.len() => pos = at,
+            last => break last,
         }
     };
 

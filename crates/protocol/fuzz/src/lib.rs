@@ -51,14 +51,15 @@ pub enum Step {
 /// - Empty and Incomplete push no span and append nothing to aux;
 /// - an error pushes no span (a multibulk command's spans are pushed only once it is whole).
 pub fn parse_loop(buf: &[u8], limits: &Limits) -> Vec<Step> {
-    parse_loop_with(buf, limits, |buf, pos, spans, aux, limits| {
+    parse_loop_with(buf, 0, limits, |buf, pos, spans, aux, limits| {
         parse_command(buf, pos, spans, aux, limits)
     })
 }
 
-/// `parse_loop` with the parser given.
+/// `parse_loop` from `start`, with the parser given (a connection's `RequestParser`).
 pub fn parse_loop_with(
     buf: &[u8],
+    start: usize,
     limits: &Limits,
     mut parse: impl FnMut(
         &[u8],
@@ -71,7 +72,7 @@ pub fn parse_loop_with(
     let mut steps = Vec::new();
     let mut spans: Vec<Span> = Vec::new();
     let mut aux: Vec<u8> = Vec::new();
-    let mut pos = 0;
+    let mut pos = start;
     loop {
         let spans_before = spans.len();
         let aux_before = aux.len();
