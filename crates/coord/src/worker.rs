@@ -788,7 +788,8 @@ impl Worker {
         }
     }
 
-    /// Periodic work, 10 times a second: active expiry and idle-client timeouts.
+    /// Periodic work, 10 times a second: active expiry, idle-client timeouts, and a look at
+    /// the mailbox.
     pub fn tick(&self) {
         #[cfg(debug_assertions)]
         if self.panic_on_tick.get() {
@@ -813,6 +814,10 @@ impl Worker {
         }
         let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
         self.clients.borrow().close_idle(timeout);
+        // A safety net under the wake-up rule: should a signal ever be missed (an event loop
+        // that reports no parking relies on its executor's cross-thread wake-ups), queued
+        // messages wait at most one tick, not until some client happens to send a command.
+        self.poke_mailbox();
     }
 }
 
