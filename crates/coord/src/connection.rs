@@ -101,7 +101,8 @@ pub struct Connection {
     pub(crate) watching: Vec<WatchedKey>,
     /// A blocking command waiting for data; the commands after it wait in the read buffer.
     pub(crate) blocked: Option<BlockedCmd>,
-    /// A round passed `out_budget`: the client is over its output buffer limit.
+    /// A round passed its output budget (`out.limit`): the client is over its output buffer
+    /// limit.
     over_output_limit: bool,
 }
 

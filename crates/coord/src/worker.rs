@@ -421,16 +421,6 @@ impl Worker {
         }
     }
 
-    /// The output buffer limit: a client whose unsent replies exceed it is disconnected.
-    pub fn output_limit(&self) -> usize {
-        let limit = self
-            .cluster
-            .config
-            .output_buffer_limit
-            .load(Ordering::Relaxed);
-        usize::try_from(limit).unwrap_or(usize::MAX)
-    }
-
     /// Runs `f` with a command context on this shard's database `db`.
     pub(crate) fn with_ctx<R>(
         &self,
