@@ -136,7 +136,51 @@ fn cross_shard_transactions_keep_memory_flat(backend: Backend) {
     );
 }
 
+/// Inside MULTI, a keyless command that runs on the connection's own shard (OBJECT HELP),
+/// then INFO (which sends the queued hops before it runs, without ending the transaction),
+/// then a command on another shard's key: the transaction's intents are on that one shard,
+/// but they went out with its first hop, whichever shard that hop was for. The connection's
+/// own shard then held an intent on the other shard's key that no release ever reached, and
+/// every later whole-keyspace write (FLUSHALL) waited for it forever. Found by the long
+/// `commands` run (with BITPOS and more noise around it).
+fn keyless_command_before_a_keyed_one_in_exec(backend: Backend) {
+    let server = Server::start(backend, &[]);
+    let (a, b) = keys_on_two_shards();
+    // The leak needed the key on another shard than the connection's. Connections land on
+    // either thread (the uring backend hands unix connections out in turn), so every key is
+    // used by two connections in a row, ten times.
+    for key in (0..10).flat_map(|_| [&a, &a, &b, &b]) {
+        let mut c = server.raw_unix();
+        c.send(
+            &[
+                encode(&["MULTI"]),
+                encode(&["OBJECT", "HELP"]),
+                encode(&["INFO", "server"]),
+                encode(&["GET", key]),
+                encode(&["EXEC"]),
+            ]
+            .concat(),
+        );
+        assert_eq!(c.reply(), b"+OK\r\n");
+        for _ in 0..3 {
+            assert_eq!(c.reply(), b"+QUEUED\r\n");
+        }
+        let exec = c.reply();
+        assert!(
+            exec.starts_with(b"*3\r\n*"),
+            "{}",
+            String::from_utf8_lossy(&exec)
+        );
+        assert!(exec.ends_with(b"$-1\r\n"));
+    }
+    let mut other = server.raw_unix();
+    assert_eq!(other.cmd(&["FLUSHALL"]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["SET", &a, "1"]), b"+OK\r\n");
+    assert_eq!(other.cmd(&["SET", &b, "1"]), b"+OK\r\n");
+}
+
 backend_tests!(
+    keyless_command_before_a_keyed_one_in_exec,
     copy_db_without_value,
     swapdb_in_multi_with_invalid_indexes,
     info_after_config_resetstat,

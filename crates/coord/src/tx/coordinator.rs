@@ -25,8 +25,9 @@ enum Scheduling {
     /// A shard went away (shutdown) before the transaction was scheduled: nothing is held and
     /// no hop runs.
     Gone,
-    /// One shard; the id is known after the first hop, the locks travel with it.
+    /// One shard; the id is known after its first hop there, the locks travel with it.
     Single {
+        shard: usize,
         id: Option<TxId>,
         locks: Option<Vec<Lock>>,
     },
@@ -53,6 +54,7 @@ impl Tx {
             return Some(Tx {
                 worker: worker.clone(),
                 scheduling: Scheduling::Single {
+                    shard,
                     id: None,
                     locks: Some(locks),
                 },
@@ -252,41 +254,59 @@ impl Tx {
         }
         let release_after = conclude;
         let conclude = conclude && self.granted_everywhere;
-        // The first hop of a one-shard transaction carries its locks; every other hop names
-        // the id.
-        let mut next = match &mut self.scheduling {
-            Scheduling::Shared(id) | Scheduling::Single { id: Some(id), .. } => {
-                HopTx::Scheduled(*id)
-            }
-            Scheduling::Single { id: None, locks } => {
-                HopTx::Single(locks.take().unwrap_or_default())
-            }
-            Scheduling::LocalFirst { .. } | Scheduling::Gone => {
-                return parts.iter().map(|_| None).collect();
-            }
-        };
+        if matches!(
+            self.scheduling,
+            Scheduling::LocalFirst { .. } | Scheduling::Gone
+        ) {
+            return parts.iter().map(|_| None).collect();
+        }
         let mut waiting = Vec::with_capacity(parts.len());
         for (shard, f) in parts {
             let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);
-            let tx = match &mut next {
-                HopTx::Scheduled(id) => HopTx::Scheduled(*id),
-                HopTx::Single(locks) => HopTx::Single(std::mem::take(locks)),
+            // A hop names the transaction's id; the first hop of a one-shard transaction
+            // carries its locks instead. A part for a shard the transaction holds no intents
+            // on (a keyless command such as OBJECT HELP runs on the connection's own shard)
+            // runs there outside it: sending it the locks would take intents that no release
+            // ever reaches.
+            let tx = match &mut self.scheduling {
+                Scheduling::Shared(id) => Some(HopTx::Scheduled(*id)),
+                Scheduling::Single {
+                    shard: planned,
+                    id,
+                    locks,
+                } if *planned == shard => Some(match id {
+                    Some(id) => HopTx::Scheduled(*id),
+                    None => HopTx::Single(locks.take().unwrap_or_default()),
+                }),
+                _ => None,
             };
-            let wait = self.worker.ask(shard, |origin, slot| ShardMsg::TxHop {
-                tx,
-                f,
-                conclude,
-                origin,
-                slot,
-            });
+            let wait = match tx {
+                Some(tx) => self.worker.ask(shard, |origin, slot| ShardMsg::TxHop {
+                    tx,
+                    f,
+                    conclude,
+                    origin,
+                    slot,
+                }),
+                None => self
+                    .worker
+                    .ask(shard, |origin, slot| ShardMsg::Run { f, origin, slot }),
+            };
             waiting.push((shard, wait));
         }
         let mut out = Vec::with_capacity(waiting.len());
         for (shard, wait) in waiting {
             match wait.await {
                 Some(Payload::Hop { id, value }) => {
-                    if let Scheduling::Single { id: known, .. } = &mut self.scheduling {
-                        *known = Some(id);
+                    if let Scheduling::Single {
+                        shard: planned,
+                        id: known,
+                        ..
+                    } = &mut self.scheduling
+                    {
+                        if *planned == shard {
+                            *known = Some(id);
+                        }
                     }
                     if conclude {
                         self.held.retain(|&s| s != shard);
