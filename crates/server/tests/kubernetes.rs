@@ -489,11 +489,11 @@ fn assert_config_applied(pod: &Pod, raw: &mut Raw) {
             "CONFIG GET {name}"
         );
     }
-    assert!(
-        !pod.log().contains("ignoring unsupported directive"),
-        "{}",
-        pod.log()
-    );
+    let log = pod.log();
+    assert!(!log.contains("ignoring unsupported directive"), "{log}");
+    // What `kubectl logs` shows: plain text, no terminal colour codes.
+    assert!(log.contains("ready to accept connections"), "{log}");
+    assert!(!log.contains('\x1b'), "escape codes in the log: {log:?}");
     let reported = common::info_field(raw, "server", "config_file").unwrap_or_default();
     assert_eq!(Path::new(&reported), pod.config_file);
 }
