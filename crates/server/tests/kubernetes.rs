@@ -66,6 +66,20 @@ struct Manifest {
     grace: Duration,
 }
 
+/// The probes' tools, found before anything starts: without them every probe would just fail.
+fn require_redis_cli() {
+    let found = Command::new("redis-cli")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "redis-cli must be installed (apt-get install redis-tools; .ci/run installs it): \
+         the probe scripts run it"
+    );
+}
+
 fn render() -> Vec<Yaml> {
     let dir = repo_root().join("deploy/kubernetes");
     let out = Command::new("kubectl")
@@ -128,6 +142,7 @@ fn probe(container: &Yaml, name: &'static str) -> Probe {
 }
 
 fn manifest() -> Manifest {
+    require_redis_cli();
     let docs = render();
     let sts = find(&docs, "StatefulSet", None);
     let pod = &sts["spec"]["template"]["spec"];
