@@ -114,8 +114,8 @@ class Ctx:
                 continue
             words = line.split()
             value = " ".join(words[1:])
-            if value in ('""', "''"):
-                value = ""
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
             out[words[0]] = value
         return out
 
