@@ -242,7 +242,11 @@ pub fn init_logging(config: &Config) -> Result<(), String> {
         .with_env_filter(filter)
         .with_target(false);
     if logfile.is_empty() {
-        builder.init();
+        // Colours only on a terminal: under a supervisor or in a container standard output is
+        // a pipe or a file (`kubectl logs`, journald), where escape codes are noise.
+        builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init();
     } else {
         let file = std::fs::OpenOptions::new()
             .create(true)
