@@ -7,4 +7,5 @@
 //! it a `std::io::Write` or `std::io::Read`.
 
 pub mod crc64;
+pub mod encoding;
 pub mod lzf;

@@ -56,7 +56,12 @@ impl Compressor {
             self.htab.fill(0);
             self.generation = 1;
         }
-        compress_with(&mut self.htab, u64::from(self.generation) << 32, input, max_out)
+        compress_with(
+            &mut self.htab,
+            u64::from(self.generation) << 32,
+            input,
+            max_out,
+        )
     }
 }
 
@@ -322,7 +327,10 @@ mod tests {
         assert_eq!(decompress(&[5, b'a'], 6), Err(LzfError::Truncated));
         assert_eq!(decompress(&[0x20, 0x00], 3), Err(LzfError::BadReference));
         assert_eq!(decompress(&[0, b'a', 0xe0], 100), Err(LzfError::Truncated));
-        assert_eq!(decompress(&[0, b'a'], 2), Err(LzfError::TooShort { got: 1 }));
+        assert_eq!(
+            decompress(&[0, b'a'], 2),
+            Err(LzfError::TooShort { got: 1 })
+        );
         assert_eq!(decompress(&[1, b'a', b'b'], 1), Err(LzfError::TooLong));
         assert_eq!(
             decompress(&[0, b'a', 0x20, 0x00], 2),
