@@ -7,5 +7,11 @@
 //! it a `std::io::Write` or `std::io::Read`.
 
 pub mod crc64;
+pub mod dump;
 pub mod encoding;
+pub mod error;
 pub mod lzf;
+pub mod rdb;
+
+pub use error::{Error, ErrorKind};
+pub mod digest;

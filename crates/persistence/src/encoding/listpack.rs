@@ -134,6 +134,22 @@ impl Builder {
     }
 }
 
+/// Bytes the entry for `s` takes in a listpack, backlen included (what `lpAppend` adds).
+pub fn entry_size(s: &[u8]) -> usize {
+    let size = match parse_i64(s) {
+        Some(0..=127) => 1,
+        Some(-4096..=4095) => 2,
+        Some(-32768..=32767) => 3,
+        Some(-8388608..=8388607) => 4,
+        Some(-2147483648..=2147483647) => 5,
+        Some(_) => 9,
+        None if s.len() < 64 => 1 + s.len(),
+        None if s.len() < 4096 => 2 + s.len(),
+        None => 5 + s.len(),
+    };
+    size + backlen_size(size)
+}
+
 fn corrupt(what: &str, at: usize) -> Corrupt {
     Corrupt(format!("listpack: {what} (entry at blob offset {at})"))
 }
@@ -373,6 +389,31 @@ mod tests {
                 decode(&lp).unwrap(),
                 vec![Item::Bytes(&s), Item::Bytes(b"tail")]
             );
+        }
+    }
+
+    #[test]
+    fn entry_size_is_what_push_adds() {
+        for s in [
+            &b"5"[..],
+            b"-5",
+            b"4095",
+            b"-30000",
+            b"8000000",
+            b"-2000000000",
+            b"1099511627776",
+            b"",
+            b"x",
+            &[b'y'; 63],
+            &[b'y'; 64],
+            &[b'y'; 200],
+            &[b'y'; 4096],
+            &[b'y'; 20000],
+        ] {
+            let mut b = Builder::new();
+            let before = b.bytes();
+            b.push(s);
+            assert_eq!(b.bytes() - before, entry_size(s), "{s:?}");
         }
     }
 
