@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -327,8 +327,11 @@ fn pexpiretime(c: &mut redis::Connection, key: &[u8]) -> Option<i64> {
     (t >= 0).then_some(t)
 }
 
+/// (database, key) to (content, deadline).
+type Keyspace = BTreeMap<(u64, Vec<u8>), (Logical, Option<i64>)>;
+
 /// Every key of `DBS` as (content, deadline), read through commands.
-fn snapshot(server: &Server) -> BTreeMap<(u64, Vec<u8>), (Logical, Option<i64>)> {
+fn snapshot(server: &Server) -> Keyspace {
     let mut out = BTreeMap::new();
     for &db in &DBS {
         let mut c = server.conn(db).expect("connect");
@@ -547,12 +550,7 @@ fn rdb_and_dump_match_redis_server() {
     );
 }
 
-fn write_rdb(
-    path: &PathBuf,
-    data: &BTreeMap<(u64, Vec<u8>), (Logical, Option<i64>)>,
-    opts: &WriteOptions,
-    limits: &EncodingLimits,
-) {
+fn write_rdb(path: &Path, data: &Keyspace, opts: &WriteOptions, limits: &EncodingLimits) {
     let file = std::fs::File::create(path).expect("create");
     let mut wr = RdbWriter::new(
         std::io::BufWriter::new(file),

@@ -8,8 +8,11 @@ use super::{le, Corrupt};
 const END: u8 = 0xff;
 const BIGLEN: u8 = 254;
 
+/// A field and its value, borrowed from the blob.
+pub type Pair<'a> = (&'a [u8], &'a [u8]);
+
 /// Decodes and checks a zipmap as `zipmapValidateIntegrity(deep)` does; returns the pairs.
-pub fn decode(zm: &[u8]) -> Result<Vec<(&[u8], &[u8])>, Corrupt> {
+pub fn decode(zm: &[u8]) -> Result<Vec<Pair<'_>>, Corrupt> {
     if zm.len() < 2 || zm[zm.len() - 1] != END {
         return Err(Corrupt("zipmap without its terminator".into()));
     }
