@@ -54,6 +54,17 @@ impl Value {
         Value::Str(b.to_vec())
     }
 
+    /// Like [`Value::from_bytes`], keeping the buffer when the text is not an integer (a
+    /// loaded string of hundreds of megabytes is not copied).
+    pub fn from_vec(b: Vec<u8>) -> Value {
+        if b.len() <= 20 {
+            if let Some(i) = parse_canonical_i64(&b) {
+                return Value::Int(i);
+            }
+        }
+        Value::Str(b)
+    }
+
     /// The Redis type name (`TYPE` reply).
     pub fn type_name(&self) -> &'static str {
         self.kind().name()
@@ -182,3 +193,31 @@ collection!(Hash, Hash);
 collection!(List, List);
 collection!(Set, Set);
 collection!(ZSet, ZSet);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vec_chooses_the_encoding_as_from_bytes_does() {
+        for text in [
+            &b"123"[..],
+            b"-9223372036854775808",
+            b"007",
+            b"-0",
+            b"12a",
+            b"",
+            b"x",
+        ] {
+            let (a, b) = (Value::from_vec(text.to_vec()), Value::from_bytes(text));
+            assert_eq!(a.encoding(), b.encoding(), "{text:?}");
+            assert_eq!(a.to_bytes(), text);
+        }
+        assert!(matches!(Value::from_vec(b"42".to_vec()), Value::Int(42)));
+        let big = vec![b'9'; 21];
+        assert!(
+            matches!(Value::from_vec(big), Value::Str(_)),
+            "longer than 20 chars"
+        );
+    }
+}
