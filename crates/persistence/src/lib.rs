@@ -10,6 +10,7 @@ pub mod crc64;
 pub mod dump;
 pub mod encoding;
 pub mod error;
+pub mod journal;
 pub mod lzf;
 pub mod rdb;
 
