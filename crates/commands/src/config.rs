@@ -296,6 +296,9 @@ pub struct Config {
     pub maxclients: AtomicU64,
     pub timeout_secs: AtomicU64,
     pub has_password: AtomicBool,
+    /// `appendonly yes` with `appendfsync always`: replies and transactions wait for the
+    /// journal to be on disk.
+    pub journal_always: AtomicBool,
     pub active_expire: AtomicBool,
     /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
     pub generation: AtomicU64,
@@ -316,6 +319,7 @@ impl Default for Config {
             maxclients: AtomicU64::new(0),
             timeout_secs: AtomicU64::new(0),
             has_password: AtomicBool::new(false),
+            journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
             generation: AtomicU64::new(0),
         };
@@ -429,6 +433,10 @@ impl Config {
             .store(self.get_u64("damselfly-output-buffer-limit"), r);
         self.maxclients.store(self.get_u64("maxclients"), r);
         self.timeout_secs.store(self.get_u64("timeout"), r);
+        self.journal_always.store(
+            self.get("appendonly") == "yes" && self.get("appendfsync") == "always",
+            r,
+        );
         self.has_password
             .store(!self.get("requirepass").is_empty(), r);
     }

@@ -23,7 +23,8 @@ use futures_channel::oneshot;
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
 use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
-use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker};
+use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
+use crate::worker::Worker;
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the
 /// memory one pipelining client can make the server hold for it.
@@ -685,10 +686,10 @@ impl Connection {
     }
 
     /// Ends a transaction `enter_tx` began.
-    pub(crate) fn leave_tx(&mut self, own: bool) {
+    pub(crate) async fn leave_tx(&mut self, own: bool) {
         if own {
             if let Some(tx) = self.tx.take() {
-                tx.finish();
+                tx.end().await;
             }
         }
     }

@@ -11,7 +11,7 @@ use damselfly_protocol::number::parse_i64;
 
 use crate::conn_family::REDIS_VERSION;
 use crate::connection::Connection;
-use crate::worker::{ShardMsg, ThreadReport};
+use crate::messages::{ShardMsg, ThreadReport};
 
 /// INFO sections printed by plain `INFO` / `INFO default`.
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -499,7 +499,7 @@ impl Connection {
                     tx.hop(shard, |_| -> () { panic!("DEBUG PANIC HOP") }, own)
                         .await;
                 }
-                self.leave_tx(own);
+                self.leave_tx(own).await;
             }
             _ => return self.reply_error(errors::SYNTAX),
         }

@@ -174,9 +174,10 @@ impl Appender {
 
     /// Continues in a new segment at `path` (the old one is synced and closed first); the
     /// records buffered so far go to the old one.
-    pub fn rotate(&mut self, path: &Path, shard: u32, seq: u64) {
+    pub fn rotate(&mut self, path: &Path, generation: u64, shard: u32, seq: u64) {
         self.flush();
         let header = SegmentHeader {
+            generation,
             shard,
             seq,
             first_lsn: self.next_lsn,
@@ -332,7 +333,10 @@ mod tests {
     use crate::journal::{Entry, SegmentReader};
     use std::sync::atomic::AtomicUsize;
 
-    fn read(path: &Path) -> (SegmentHeader, Vec<(u64, Vec<Vec<u8>>)>) {
+    /// A command record: its LSN and words.
+    type Logged = (u64, Vec<Vec<u8>>);
+
+    fn read(path: &Path) -> (SegmentHeader, Vec<Logged>) {
         let bytes = std::fs::read(path).unwrap();
         let mut r = SegmentReader::new(&bytes).unwrap();
         let mut out = Vec::new();
@@ -351,6 +355,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let seen = calls.clone();
         let header = SegmentHeader {
+            generation: 1,
             shard: 0,
             seq: 1,
             first_lsn: 10,
@@ -376,7 +381,7 @@ mod tests {
         assert!(calls.load(Ordering::SeqCst) >= 1);
         // Rotation: the next records go to a new segment that starts at their LSN.
         let next = dir.path().join("a.0.2.journal");
-        a.rotate(&next, 0, 2);
+        a.rotate(&next, 1, 0, 2);
         a.command(0, (0, 0), &[&b"INCR"[..], b"n"]);
         drop(a);
         let (h1, r1) = read(&path);
@@ -399,6 +404,7 @@ mod tests {
         let path = dir.path().join("x.journal");
         std::fs::write(&path, b"precious").unwrap();
         let header = SegmentHeader {
+            generation: 1,
             shard: 0,
             seq: 1,
             first_lsn: 1,

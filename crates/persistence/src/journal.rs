@@ -21,6 +21,8 @@ use std::fmt;
 
 /// Magic at the start of every segment file.
 pub const SEGMENT_MAGIC: &[u8; 8] = b"DFLYJRN1";
+/// A header frame's body: magic, generation, shard, seq, first LSN.
+const HEADER_BODY: usize = 8 + 8 + 4 + 8 + 8;
 /// Frame header: length and CRC.
 const FRAME_HEADER: usize = 8;
 /// Smallest record body: lsn, db, txid, tx_shards, kind.
@@ -33,6 +35,9 @@ const MAX_BODY: usize = 1 << 34;
 /// What a segment file says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// The generation (manifest) the segment belongs to: a file of another generation, left
+    /// behind by an earlier run, is never read into this one.
+    pub generation: u64,
     /// The shard (of the run that wrote it) whose journal this is.
     pub shard: u32,
     /// Its place in that shard's sequence of segments.
@@ -44,8 +49,9 @@ pub struct SegmentHeader {
 impl SegmentHeader {
     /// The header frame, to write first in a new segment.
     pub fn encode(&self) -> Vec<u8> {
-        let mut body = Vec::with_capacity(28);
+        let mut body = Vec::with_capacity(HEADER_BODY);
         body.extend_from_slice(SEGMENT_MAGIC);
+        body.extend_from_slice(&self.generation.to_le_bytes());
         body.extend_from_slice(&self.shard.to_le_bytes());
         body.extend_from_slice(&self.seq.to_le_bytes());
         body.extend_from_slice(&self.first_lsn.to_le_bytes());
@@ -176,7 +182,7 @@ impl<'a> SegmentReader<'a> {
             Some((body, _)) => body,
             None => return Err(ReadError::TornTail { offset: 0 }),
         };
-        if body.len() != 28 || &body[..8] != SEGMENT_MAGIC {
+        if body.len() != HEADER_BODY || &body[..8] != SEGMENT_MAGIC {
             return Err(ReadError::Corrupt {
                 offset: 0,
                 why: "not a Damselfly journal segment".into(),
@@ -184,6 +190,7 @@ impl<'a> SegmentReader<'a> {
         }
         let mut r = Fields::new(&body[8..], FRAME_HEADER as u64 + 8);
         let header = SegmentHeader {
+            generation: r.u64()?,
             shard: r.u32()?,
             seq: r.u64()?,
             first_lsn: r.u64()?,
@@ -349,6 +356,7 @@ mod tests {
 
     fn sample() -> Vec<u8> {
         let mut buf = SegmentHeader {
+            generation: 1,
             shard: 3,
             seq: 7,
             first_lsn: 100,
@@ -377,6 +385,7 @@ mod tests {
         assert_eq!(
             header,
             SegmentHeader {
+                generation: 1,
                 shard: 3,
                 seq: 7,
                 first_lsn: 100
@@ -437,6 +446,7 @@ mod tests {
     fn a_flipped_byte_in_the_middle_is_corruption() {
         let buf = sample();
         let header_len = SegmentHeader {
+            generation: 1,
             shard: 0,
             seq: 0,
             first_lsn: 0,
@@ -464,7 +474,7 @@ mod tests {
         #[test]
         fn any_commands_round_trip(cmds in proptest::collection::vec(
             proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..20), 1..5), 0..20)) {
-            let mut buf = SegmentHeader { shard: 1, seq: 1, first_lsn: 1 }.encode();
+            let mut buf = SegmentHeader { generation: 1, shard: 1, seq: 1, first_lsn: 1 }.encode();
             for (i, c) in cmds.iter().enumerate() {
                 encode_command(&mut buf, i as u64 + 1, 0, (0, 0), c);
             }

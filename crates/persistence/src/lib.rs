@@ -13,7 +13,9 @@ pub mod encoding;
 pub mod error;
 pub mod journal;
 pub mod lzf;
+pub mod manifest;
 pub mod rdb;
+pub mod replay;
 
 pub use error::{Error, ErrorKind};
 pub mod digest;
