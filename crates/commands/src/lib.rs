@@ -8,6 +8,7 @@ pub mod bitmap_family;
 pub mod blocking;
 pub mod config;
 pub mod ctx;
+pub mod dump_family;
 pub mod errors;
 pub mod hash_family;
 pub mod hll_family;

@@ -3,9 +3,10 @@
 //! one table, so they cannot disagree.
 
 use crate::{
-    args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, hash_family as hash,
-    hll_family as hll, keys_family as keys, list_family as lists, server_family as server,
-    set_family as sets, sort_family as sort, string_family as strings, zset_family as zsets,
+    args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, dump_family as dumps,
+    hash_family as hash, hll_family as hll, keys_family as keys, list_family as lists,
+    server_family as server, set_family as sets, sort_family as sort, string_family as strings,
+    zset_family as zsets,
 };
 
 /// A handler that runs on the shard owning the command's keys.
@@ -168,6 +169,9 @@ pub enum Intents {
     /// [`crate::keys_family::Transfer::parse`] reads the command: its source (shared when
     /// the source is kept) and its destination, each in its database.
     Transfer,
+    /// DEBUG: DIGEST reads every database of every shard, DIGEST-VALUE its keys, both shared,
+    /// as [`crate::dump_family::DigestScope::parse`] reads them; other subcommands take none.
+    Digest,
 }
 
 impl CommandSpec {
@@ -330,7 +334,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.0.0", "A container for server configuration commands.", Coordinator, C(CoordCmd::Config)),
     cmd!("time", 1, LOADING | STALE | FAST, NO_KEYS, "@fast", "server", "2.6.0", "Returns the server time.", Coordinator, C(CoordCmd::Time)),
     cmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the server.", Coordinator, C(CoordCmd::Shutdown)),
-    cmd!("debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
+    cmd!(intents Intents::Digest; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
     cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),
     cmd!(intents Intents::AllDbs; "flushall", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from all databases.", AllShards(Merge::AllOk), S(server::flushall)),
@@ -356,6 +360,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(intents Intents::SwapDbs; "swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
     cmd!("object", -2, READONLY, (2, 2, 1), "@keyspace @read @slow", "generic", "2.2.3", "A container for object introspection commands.", Key, S(keys::object)),
     cmd!("memory", -2, READONLY, (2, 2, 1), "@read @slow", "server", "4.0.0", "A container for memory diagnostics commands.", Key, S(keys::memory)),
+    cmd!("dump", 2, READONLY, ONE_KEY, "@keyspace @read @slow", "generic", "2.6.0", "Return a serialized version of the value stored at the specified key.", Key, S(dumps::dump)),
+    cmd!("restore", -4, WRITE | DENYOOM, ONE_KEY, "@keyspace @write @slow @dangerous", "generic", "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.", Key, S(dumps::restore)),
     cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),
     cmd!("scan", -2, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "2.8.0", "Iterates over the key names in the database.", Cursor, S(keys::scan)),
     cmd!("randomkey", 1, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "1.0.0", "Returns a random key name from the database.", AllShards(Merge::RandomKey), S(keys::randomkey)),

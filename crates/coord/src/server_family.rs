@@ -6,12 +6,16 @@ use std::sync::atomic::Ordering;
 
 use damselfly_commands::stats::ThreadStats;
 use damselfly_commands::table::{flags, CommandSpec, CoordCmd, COMMANDS};
-use damselfly_commands::{errors, lookup, Args};
+use damselfly_commands::{dump_family, errors, lookup, Args};
+use damselfly_persistence::digest::{to_hex, DatasetDigest, Digest};
 use damselfly_protocol::number::parse_i64;
+use damselfly_storage::shard_for_key;
 
 use crate::conn_family::REDIS_VERSION;
 use crate::connection::Connection;
 use crate::messages::{ShardMsg, ThreadReport};
+use crate::tx::ShardWork;
+use crate::worker::Worker;
 
 /// INFO sections printed by plain `INFO` / `INFO default`.
 const DEFAULT_SECTIONS: &[&str] = &[
@@ -444,12 +448,15 @@ impl Connection {
                 .await;
                 self.out.ok();
             }
+            b"digest" if argc == 2 => self.debug_digest(args).await,
+            b"digest-value" => self.debug_digest_values(args).await,
             #[cfg(debug_assertions)]
             b"panic" => self.debug_panic(args).await,
             b"help" => {
                 self.out.array(1);
-                self.out
-                    .simple("DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE> ...");
+                self.out.simple(
+                    "DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE|DIGEST|DIGEST-VALUE> ...",
+                );
             }
             _ => {
                 let sub = String::from_utf8_lossy(args.get(1)).into_owned();
@@ -457,6 +464,92 @@ impl Connection {
                     "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try DEBUG HELP."
                 ));
             }
+        }
+    }
+
+    /// Runs `parts` as hops of a transaction holding DEBUG's digest intents (or of the EXEC
+    /// running it, whose plan holds them): the digests see one consistent state, never half of
+    /// a cross-shard command. None when a shard is unavailable.
+    async fn digest_hops<T: Send + 'static>(
+        &mut self,
+        args: &Args<'_>,
+        parts: Vec<(usize, ShardWork<T>)>,
+    ) -> Option<Vec<T>> {
+        let debug = lookup(b"debug").expect("debug is in the table");
+        let mut plan = Vec::new();
+        self.plan(debug, self.info.db.get(), args, &mut plan);
+        let own = self.enter_tx(plan).await?;
+        // Earlier commands of this EXEC go first.
+        self.flush_remote().await;
+        let results = match self.tx.as_mut() {
+            Some(tx) => Some(tx.hops(parts, own).await),
+            None => None,
+        };
+        self.leave_tx(own).await;
+        results?.into_iter().collect()
+    }
+
+    /// DEBUG DIGEST: every shard digests its keys, the digests merge (databases in order).
+    async fn debug_digest(&mut self, args: &Args<'_>) {
+        let parts = (0..self.worker.num_shards())
+            .map(|shard| {
+                let work: ShardWork<DatasetDigest> =
+                    Box::new(|w: &Worker| dump_family::shard_digest(&w.shard.borrow()));
+                (shard, work)
+            })
+            .collect();
+        match self.digest_hops(args, parts).await {
+            Some(digests) => {
+                let mut all = DatasetDigest::new();
+                for d in &digests {
+                    all.merge(d);
+                }
+                self.out.simple(&to_hex(&all.finish()));
+            }
+            None => self.reply_error("ERR shard unavailable"),
+        }
+    }
+
+    /// DEBUG DIGEST-VALUE key [key ...]: each shard digests its keys; the replies go back in
+    /// request order.
+    async fn debug_digest_values(&mut self, args: &Args<'_>) {
+        let n = self.worker.num_shards();
+        let db = self.info.db.get();
+        let key_shards: Vec<usize> = args.iter().skip(2).map(|k| shard_for_key(k, n)).collect();
+        let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        for (key, &shard) in args.iter().skip(2).zip(&key_shards) {
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, keys)) => keys.push(key.to_vec()),
+                None => by_shard.push((shard, vec![key.to_vec()])),
+            }
+        }
+        let order: Vec<usize> = by_shard.iter().map(|(s, _)| *s).collect();
+        let parts = by_shard
+            .into_iter()
+            .map(|(shard, keys)| {
+                let work: ShardWork<Vec<Digest>> = Box::new(move |w: &Worker| {
+                    dump_family::value_digests(&w.shard.borrow(), db, &keys)
+                });
+                (shard, work)
+            })
+            .collect();
+        let digests = if key_shards.is_empty() {
+            Some(Vec::new())
+        } else {
+            self.digest_hops(args, parts).await
+        };
+        let Some(digests) = digests else {
+            return self.reply_error("ERR shard unavailable");
+        };
+        let mut per_shard: Vec<std::vec::IntoIter<Digest>> =
+            digests.into_iter().map(Vec::into_iter).collect();
+        self.out.array(key_shards.len());
+        for shard in key_shards {
+            let next = order
+                .iter()
+                .position(|&s| s == shard)
+                .and_then(|i| per_shard[i].next());
+            self.out.simple(&to_hex(&next.unwrap_or_default()));
         }
     }
 

@@ -1,7 +1,8 @@
 //! DUMP payloads (cluster.c `createDumpPayload` / `verifyDumpPayload`): the value's RDB type
 //! byte and body, then the RDB version (2 bytes, little-endian) and a CRC-64 of everything
 //! before it (8 bytes, little-endian). RESTORE refuses a payload from a newer RDB version or
-//! with a wrong checksum, and ignores bytes between the value and the footer, as Redis does.
+//! with a wrong checksum and, as Redis does, decodes the value from the whole payload (footer
+//! included) and ignores whatever follows it.
 
 use damselfly_storage::{EncodingLimits, Value};
 
@@ -75,8 +76,9 @@ pub fn decode(payload: &[u8], limits: &EncodingLimits) -> Result<Value, DumpErro
     if !verify(payload) {
         return Err(DumpError::VersionOrChecksum);
     }
-    let body = &payload[..payload.len() - 10];
-    let mut input = Input::new(body);
+    // Redis reads the value from the whole payload, footer included: a value may run into the
+    // footer's bytes, and whatever follows the value is ignored.
+    let mut input = Input::new(payload);
     let value = input
         .u8()
         .and_then(|ty| read_value(&mut input, ty, b"", limits))

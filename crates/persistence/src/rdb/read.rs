@@ -528,8 +528,10 @@ pub(crate) fn read_value<R: Read>(
             Value::Set(Box::new(s))
         }
         types::ZSET | types::ZSET_2 => {
+            // Read every member before choosing the encoding, as Redis loads a skiplist and
+            // then converts it when small: a -0 score survives only in the skiplist.
             let n = input.len()?;
-            let mut z = ZBuilder::new(key, usize::try_from(n).unwrap_or(usize::MAX), 0, limits);
+            let mut entries = Vec::new();
             for _ in 0..n {
                 let at = input.pos();
                 let m = input.string()?;
@@ -538,6 +540,11 @@ pub(crate) fn read_value<R: Read>(
                 } else {
                     text_double(input)?
                 };
+                entries.push((at, m, score));
+            }
+            let max_member = entries.iter().map(|(_, m, _)| m.len()).max().unwrap_or(0);
+            let mut z = ZBuilder::new(key, entries.len(), max_member, limits);
+            for (at, m, score) in entries {
                 z.add(at, &m, score, limits)?;
             }
             Value::ZSet(Box::new(z.z))
