@@ -144,11 +144,16 @@ pub static PARAMS: &[Param] = &[
         false,
         Y,
     ),
+    // The journal (docs/persistence.md); `appendonly` is read at start-up.
+    p("appendonly", "no", Kind::Bool, true, Y),
+    p("appendfsync", "everysec", Kind::Enum(FSYNC), true, Y),
+    p("dir", ".", Kind::Str, true, Y),
+    p("appenddirname", "appendonlydir", Kind::Str, false, Y),
+    p("aof-load-truncated", "yes", Kind::Bool, true, Y),
+    // Damselfly's: start even when a journal is damaged, keeping what precedes the damage.
+    p("force-recovery", "no", Kind::Bool, false, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
-    p("appendonly", "no", Kind::Bool, true, A),
-    p("appendfsync", "everysec", Kind::Enum(FSYNC), true, A),
-    p("dir", ".", Kind::Str, true, A),
     p("dbfilename", "dump.rdb", Kind::Str, true, A),
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),
     p("maxmemory", "0", Kind::Memory, true, A),

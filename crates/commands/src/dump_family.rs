@@ -106,12 +106,17 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
     };
     if deadline != 0 && deadline <= now {
         // A deadline already past: REPLACE still deletes the old key, and the reply is OK.
-        if opts.replace {
-            ctx.shard.remove(ctx.db, key);
+        if opts.replace && ctx.shard.remove(ctx.db, key).is_some() {
+            ctx.propagate(&[b"DEL", key]);
         }
         return ctx.reply.ok();
     }
     ctx.shard.set(ctx.db, key, value, deadline as u64);
+    if deadline != ttl {
+        // The journal gets the deadline, not the time left.
+        let at = deadline.to_string();
+        ctx.propagate(&[b"RESTORE", key, at.as_bytes(), args.get(3), b"REPLACE", b"ABSTTL"]);
+    }
     ctx.reply.ok();
 }
 

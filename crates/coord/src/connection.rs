@@ -163,6 +163,14 @@ impl Connection {
         self.worker.poke_mailbox();
     }
 
+    /// Under `appendfsync always`, resolves once this thread's journal holds on disk every
+    /// record made so far: output that may reflect them waits for it (docs/persistence.md).
+    pub async fn until_durable(&self) {
+        if let Some(lsn) = self.worker.durability_needed() {
+            self.worker.wait_durable(lsn).await;
+        }
+    }
+
     pub fn cluster(&self) -> std::sync::Arc<crate::Cluster> {
         self.worker.cluster.clone()
     }

@@ -184,9 +184,19 @@ impl Worker {
     }
 
     /// The writer thread made records durable (or failed): releases what waited for them.
+    /// Under `always` a failure ends the process, as Redis does: replies that wait for
+    /// records which will never be durable cannot be sent, nor may they be dropped silently.
     pub(crate) fn journal_synced(&self) {
         let mut journal = self.journal.borrow_mut();
         if let Some(j) = journal.as_mut() {
+            if j.appender.failed() && j.appender.policy() == FsyncPolicy::Always {
+                tracing::error!(
+                    "cannot recover from a journal write error under appendfsync always \
+                     ({}); exiting",
+                    j.appender.failure().unwrap_or_default()
+                );
+                std::process::exit(1);
+            }
             self.release_deferred(j, false);
         }
     }
@@ -277,6 +287,17 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// The error a write gets while this shard's journal cannot be written (Redis's MISCONF).
+    pub(crate) fn journal_refusal(&self) -> Option<String> {
+        let journal = self.journal.borrow();
+        let j = journal.as_ref()?;
+        if !j.appender.failed() {
+            return None;
+        }
+        let why = j.appender.failure().unwrap_or_default();
+        Some(format!("MISCONF Errors writing to the AOF file: {why}"))
     }
 
     /// Why journal writes stopped, if they did (writes are refused meanwhile).

@@ -12,6 +12,7 @@ use damselfly_commands::stats::ThreadStats;
 use damselfly_commands::table::{Handler, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_protocol::ReplyBuf;
+use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_storage::{now_ms, Shard, ShardStats};
 
 use crate::blocking::{BlockedKeys, Wake};
@@ -203,13 +204,17 @@ impl Worker {
         self.cluster.num_shards()
     }
 
-    /// Copies the encoding limits into the shard when the configuration changed.
+    /// Copies the encoding limits into the shard, and `appendfsync` into its journal, when the
+    /// configuration changed.
     pub fn sync_limits(&self) {
         let config = &self.cluster.config;
         let generation = config.generation.load(Ordering::Acquire);
         if generation != self.limits_generation.get() {
             self.limits_generation.set(generation);
             self.shard.borrow_mut().limits = config.encoding_limits();
+            if let Some(policy) = FsyncPolicy::parse(&config.get("appendfsync")) {
+                self.set_fsync_policy(policy);
+            }
         }
     }
 
@@ -219,6 +224,12 @@ impl Worker {
             reply.error("ERR command cannot run on a shard");
             return;
         };
+        if COMMANDS[spec].is_write() {
+            if let Some(refusal) = self.journal_refusal() {
+                reply.error(&refusal);
+                return;
+            }
+        }
         let executed = self.executed.get().wrapping_add(1);
         self.executed.set(executed);
         let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
@@ -321,8 +332,11 @@ impl Worker {
                 let id = match tx {
                     HopTx::Scheduled(id) => id,
                     HopTx::Single(locks) => {
+                        let writes = locks.iter().any(Lock::writes);
                         let id = self.schedule_here(locks);
-                        self.journal_tx_begin(id, 1);
+                        if writes {
+                            self.journal_tx_begin(id, 1);
+                        }
                         id
                     }
                 };
@@ -429,7 +443,7 @@ impl Worker {
         let accepted = txq.schedule(id, locks);
         let granted = accepted && txq.is_granted(id);
         drop(txq);
-        if accepted {
+        if accepted && shards > 0 {
             self.journal_tx_begin(id, shards);
         }
         (accepted, granted)

@@ -151,6 +151,9 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         let step = conn.step().await;
         conn.poke_mailbox();
         conn.take_output(&mut pending);
+        if pending.len() > sent {
+            conn.until_durable().await;
+        }
         let unsent = (pending.len() - sent) as u64;
         if unsent > limit || conn.over_output_limit() {
             tracing::warn!(

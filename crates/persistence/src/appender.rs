@@ -15,7 +15,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,6 +51,8 @@ struct Shared {
     policy: Mutex<FsyncPolicy>,
     /// Why writing stopped, once it has.
     failure: Mutex<Option<String>>,
+    /// Whether `failure` is set: read on every write command, so it is not behind the lock.
+    failed: AtomicBool,
     /// Bytes written to the current segment.
     segment_bytes: AtomicU64,
 }
@@ -87,6 +89,7 @@ impl Appender {
             durable: AtomicU64::new(header.first_lsn.saturating_sub(1)),
             policy: Mutex::new(policy),
             failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
             segment_bytes: AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -159,6 +162,11 @@ impl Appender {
     }
 
     /// Why the journal stopped writing, if it did.
+    /// Whether writing stopped (cheap; `failure` says why).
+    pub fn failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
+    }
+
     pub fn failure(&self) -> Option<String> {
         self.shared
             .failure
@@ -230,6 +238,7 @@ fn write_loop(
         if f.is_none() {
             tracing::error!("journal: {why}; writes are refused until a snapshot succeeds");
             *f = Some(why);
+            shared.failed.store(true, Ordering::Release);
         }
         drop(f);
         // Whoever waits for durability must learn it will not come.

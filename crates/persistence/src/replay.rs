@@ -47,17 +47,27 @@ impl std::fmt::Display for ReplayError {
 
 impl std::error::Error for ReplayError {}
 
+/// How recovery treats damaged journals.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadPolicy {
+    /// `aof-load-truncated`: a torn tail is cut off with a warning (else it is an error).
+    pub load_truncated: bool,
+    /// `force-recovery`: damage ends what is read from a shard, with a warning.
+    pub force: bool,
+}
+
 /// The records of one shard's segments, in order. A torn tail of the last segment is cut
-/// off with a warning; any other damage is an error, or with `force` a warning and the end
-/// of what is read from this shard.
+/// off with a warning (under `load_truncated`); any other damage is an error, or with
+/// `force` a warning and the end of what is read from this shard.
 pub fn read_shard<'a>(
     segments: &'a [SegmentBytes],
-    force: bool,
+    policy: ReadPolicy,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Record<'a>>, ReplayError> {
+    let force = policy.force;
     let mut records = Vec::new();
     for (i, seg) in segments.iter().enumerate() {
-        let last = i + 1 == segments.len();
+        let last = i + 1 == segments.len() && policy.load_truncated;
         let stop = |offset: u64, why: String, warnings: &mut Vec<String>| {
             if force {
                 warnings.push(format!(
@@ -117,7 +127,9 @@ fn describe(e: &ReadError) -> (u64, String) {
     match e {
         ReadError::TornTail { offset } => (
             *offset,
-            "a record is cut short before the last segment ends".into(),
+            "a record is cut short (at the end of the last segment this is a crash's torn \
+             tail, loaded when aof-load-truncated is yes)"
+                .into(),
         ),
         ReadError::Corrupt { offset, why } => (*offset, why.clone()),
     }
@@ -194,10 +206,20 @@ mod tests {
     use super::*;
     use crate::journal::{encode_command, encode_tx_done, SegmentHeader};
 
+    const STRICT: ReadPolicy = ReadPolicy {
+        load_truncated: true,
+        force: false,
+    };
+    const FORCED: ReadPolicy = ReadPolicy {
+        load_truncated: true,
+        force: true,
+    };
+
     /// A segment for `shard` holding `records`: (txid, spans, Some(word) for a command or
     /// None for an end record with `durable_release`).
     fn segment(shard: u32, records: &[(u64, u32, Option<&str>, bool)]) -> Vec<u8> {
         let mut out = SegmentHeader {
+            generation: 1,
             shard,
             seq: 0,
             first_lsn: 1,
@@ -242,8 +264,8 @@ mod tests {
         let b = load(&[segment(1, &[(7, 2, Some("u"), false), (7, 2, None, false)])]);
         let mut w = Vec::new();
         let mut shards = vec![
-            read_shard(&a, false, &mut w).unwrap(),
-            read_shard(&b, false, &mut w).unwrap(),
+            read_shard(&a, STRICT, &mut w).unwrap(),
+            read_shard(&b, STRICT, &mut w).unwrap(),
         ];
         assert_eq!(drop_incomplete_transactions(&mut shards), 0);
         assert_eq!(words(&shards[0]), ["a1", "t"]);
@@ -260,7 +282,7 @@ mod tests {
             &[(7, 2, Some("t"), true), (7, 2, None, true), (0, 0, Some("later"), false)],
         )]);
         let mut w = Vec::new();
-        let mut shards = vec![read_shard(&a, false, &mut w).unwrap(), Vec::new()];
+        let mut shards = vec![read_shard(&a, STRICT, &mut w).unwrap(), Vec::new()];
         assert_eq!(drop_incomplete_transactions(&mut shards), 1);
         assert_eq!(words(&shards[0]), ["later"]);
     }
@@ -293,9 +315,9 @@ mod tests {
         )]);
         let mut w = Vec::new();
         let mut shards = vec![
-            read_shard(&a, false, &mut w).unwrap(),
-            read_shard(&b, false, &mut w).unwrap(),
-            read_shard(&c, false, &mut w).unwrap(),
+            read_shard(&a, STRICT, &mut w).unwrap(),
+            read_shard(&b, STRICT, &mut w).unwrap(),
+            read_shard(&c, STRICT, &mut w).unwrap(),
         ];
         assert_eq!(drop_incomplete_transactions(&mut shards), 2);
         assert_eq!(words(&shards[0]), ["a0"]);
@@ -310,10 +332,22 @@ mod tests {
         for len in one.len()..full.len() {
             let segs = load(&[full[..len].to_vec()]);
             let mut w = Vec::new();
-            let records = read_shard(&segs, false, &mut w).unwrap();
+            let records = read_shard(&segs, STRICT, &mut w).unwrap();
             assert_eq!(words(&records), ["one"], "cut at {len}");
             assert_eq!(w.len(), usize::from(len > one.len()), "cut at {len}: {w:?}");
         }
+    }
+
+    #[test]
+    fn a_torn_tail_is_an_error_unless_truncated_loads_are_allowed() {
+        let full = segment(0, &[(0, 0, Some("one"), false), (0, 0, Some("two"), false)]);
+        let segs = load(&[full[..full.len() - 1].to_vec()]);
+        let refuse = ReadPolicy {
+            load_truncated: false,
+            force: false,
+        };
+        assert!(read_shard(&segs, refuse, &mut Vec::new()).is_err());
+        assert_eq!(words(&read_shard(&segs, STRICT, &mut Vec::new()).unwrap()), ["one"]);
     }
 
     #[test]
@@ -324,14 +358,14 @@ mod tests {
         flipped[at] ^= 0x40;
         let segs = load(&[flipped.clone(), good.clone()]);
         let mut w = Vec::new();
-        let e = read_shard(&segs, false, &mut w).unwrap_err();
+        let e = read_shard(&segs, STRICT, &mut w).unwrap_err();
         assert_eq!(e.file, "seg0");
         assert!(e.to_string().contains("--force-recovery"), "{e}");
-        let kept = read_shard(&segs, true, &mut w).unwrap();
+        let kept = read_shard(&segs, FORCED, &mut w).unwrap();
         assert!(kept.is_empty());
         assert_eq!(w.len(), 1, "{w:?}");
         // A torn record in a segment that is not the last is damage too.
         let torn = load(&[good[..good.len() - 3].to_vec(), good.clone()]);
-        assert!(read_shard(&torn, false, &mut Vec::new()).is_err());
+        assert!(read_shard(&torn, STRICT, &mut Vec::new()).is_err());
     }
 }

@@ -240,6 +240,11 @@ impl Table {
         self.segments.iter().flat_map(|s| s.slots.iter())
     }
 
+    /// Every entry, by value (recovery moves keys to the shards that own them now).
+    pub fn into_entries(self) -> impl Iterator<Item = Entry> {
+        self.segments.into_iter().flat_map(|s| s.slots.into_iter())
+    }
+
     /// Removes every entry for which `f` returns false.
     pub fn retain(&mut self, mut f: impl FnMut(&Entry) -> bool) {
         let mut removed = 0;

@@ -57,7 +57,7 @@ impl Tx {
     /// Schedules a transaction needing `plan` (locks per shard, each shard once). None when a
     /// shard is gone (shutdown).
     pub(crate) async fn begin(worker: &Rc<Worker>, plan: Vec<(usize, Vec<Lock>)>) -> Option<Tx> {
-        let shards = u32::try_from(plan.len()).unwrap_or(u32::MAX);
+        let shards = journaled_span(&plan);
         let durable_release = shards > 1 && worker.cluster.journal_always();
         if plan.len() == 1 {
             let (shard, locks) = plan.into_iter().next()?;
@@ -397,6 +397,16 @@ impl Tx {
     }
 }
 
+/// How many shards a transaction's journal records say it spans: all of its shards when it
+/// may write anywhere, 0 for a read-only one, which records nothing (no end records).
+fn journaled_span(plan: &[(usize, Vec<Lock>)]) -> u32 {
+    if plan.iter().any(|(_, locks)| locks.iter().any(Lock::writes)) {
+        u32::try_from(plan.len()).unwrap_or(u32::MAX)
+    } else {
+        0
+    }
+}
+
 /// Schedules `plan` on every shard in it, retrying with a fresh id until no shard refuses.
 /// Returns the id, the shards holding it, and whether its turn had come on all of them. None
 /// when a shard is gone (shutdown).
@@ -404,7 +414,7 @@ async fn schedule_all(
     worker: &Rc<Worker>,
     plan: &[(usize, Vec<Lock>)],
 ) -> Option<(TxId, Vec<usize>, bool)> {
-    let shards = u32::try_from(plan.len()).unwrap_or(u32::MAX);
+    let shards = journaled_span(plan);
     loop {
         let id = worker.cluster.next_txid();
         let mut waiting: Vec<(usize, ReplyWait)> = Vec::new();
