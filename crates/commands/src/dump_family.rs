@@ -115,7 +115,14 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
     if deadline != ttl {
         // The journal gets the deadline, not the time left.
         let at = deadline.to_string();
-        ctx.propagate(&[b"RESTORE", key, at.as_bytes(), args.get(3), b"REPLACE", b"ABSTTL"]);
+        ctx.propagate(&[
+            b"RESTORE",
+            key,
+            at.as_bytes(),
+            args.get(3),
+            b"REPLACE",
+            b"ABSTTL",
+        ]);
     }
     ctx.reply.ok();
 }
@@ -198,6 +205,7 @@ mod tests {
             shard_id: 0,
             num_shards: 1,
             max_bulk_len: u64::MAX,
+            effects: None,
         };
         f(&mut ctx, &Args::new(&buf, &spans));
         reply.buf

@@ -35,9 +35,9 @@ use damselfly_protocol::ReplyBuf;
 use damselfly_storage::shard_for_key;
 
 use crate::connection::Connection;
-use crate::tx::{Lock, Mode};
 use crate::messages::{ExecBatch, Payload, RemoteCmd, ShardMsg};
 use crate::reply_slots::ReplyWait;
+use crate::tx::{Lock, Mode};
 use crate::worker::{Hop, Worker};
 
 /// One blocked command, shared by the shards it waits on.

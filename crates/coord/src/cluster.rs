@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use damselfly_commands::config::Config;
 
-use crate::mailbox::MailboxSender;
 use crate::durability::ShardStart;
+use crate::mailbox::MailboxSender;
 use crate::messages::ShardMsg;
 
 /// Facts about the running server that INFO reports, fixed at start-up.

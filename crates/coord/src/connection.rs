@@ -22,8 +22,8 @@ use futures_channel::oneshot;
 
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
-use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
 use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
+use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
 use crate::worker::Worker;
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the

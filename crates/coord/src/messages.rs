@@ -225,4 +225,3 @@ pub enum ShardMsg {
     },
     ResetStats(oneshot::Sender<()>),
 }
-

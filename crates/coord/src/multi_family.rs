@@ -11,8 +11,8 @@ use damselfly_storage::{shard_for_key, WatchStamp};
 
 use crate::connection::add_to_plan;
 use crate::connection::{Connection, MultiState, WatchedKey};
-use crate::tx::{Lock, Mode, ShardWork};
 use crate::messages::{Payload, ShardMsg};
+use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::Worker;
 use damselfly_commands::keys_family::db_index;
 

@@ -11,8 +11,8 @@ use std::time::Instant;
 use damselfly_commands::stats::ThreadStats;
 use damselfly_commands::table::{Handler, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
-use damselfly_protocol::ReplyBuf;
 use damselfly_persistence::appender::FsyncPolicy;
+use damselfly_protocol::ReplyBuf;
 use damselfly_storage::{now_ms, Shard, ShardStats};
 
 use crate::blocking::{BlockedKeys, Wake};
@@ -20,9 +20,7 @@ use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
 use crate::durability::{JournalCell, TxTag};
-use crate::messages::{
-    BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport,
-};
+use crate::messages::{BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport};
 use crate::reply_slots::{ReplySlots, ReplyWait};
 use crate::tx::{plan, Lock, TxId, TxQueue};
 
@@ -360,10 +358,14 @@ impl Worker {
             ShardMsg::TxRelease(id) => self.release(id),
             ShardMsg::TxSeal { id, origin, slot } => {
                 let sealed = self.journal_tx_seal(id);
-                self.reply_to(origin, slot, Payload::Hop {
-                    id,
-                    value: Box::new(sealed),
-                });
+                self.reply_to(
+                    origin,
+                    slot,
+                    Payload::Hop {
+                        id,
+                        value: Box::new(sealed),
+                    },
+                );
             }
             ShardMsg::JournalSynced => self.journal_synced(),
             ShardMsg::Call(f) => {
@@ -692,4 +694,3 @@ impl Worker {
         self.poke_mailbox();
     }
 }
-

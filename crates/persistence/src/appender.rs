@@ -58,9 +58,15 @@ struct Shared {
 }
 
 enum Job {
-    Write { bytes: Vec<u8>, last_lsn: u64 },
+    Write {
+        bytes: Vec<u8>,
+        last_lsn: u64,
+    },
     /// Close the current segment (synced) and continue in a new one.
-    Rotate { path: PathBuf, header: SegmentHeader },
+    Rotate {
+        path: PathBuf,
+        header: SegmentHeader,
+    },
 }
 
 /// A shard's side of its journal.

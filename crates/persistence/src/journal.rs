@@ -246,6 +246,14 @@ fn next_frame(buf: &[u8], start: usize) -> Result<Option<(&[u8], usize)>, ReadEr
         });
     }
     let Some(body) = rest.get(FRAME_HEADER..FRAME_HEADER + len) else {
+        // A frame running past the end is a torn append, unless whole frames follow: then
+        // its length field is damaged.
+        if whole_frame_after(buf, start + 1) {
+            return Err(ReadError::Corrupt {
+                offset: start as u64,
+                why: "a record's length runs past the end, yet whole records follow".into(),
+            });
+        }
         return Err(torn);
     };
     if crc32fast::hash(body) != crc {
@@ -260,6 +268,20 @@ fn next_frame(buf: &[u8], start: usize) -> Result<Option<(&[u8], usize)>, ReadEr
         });
     }
     Ok(Some((body, start + FRAME_HEADER + len)))
+}
+
+/// Whether a frame with a valid checksum starts anywhere from `from` on (only read when a
+/// file ends in an incomplete frame, to tell a torn tail from a damaged length).
+fn whole_frame_after(buf: &[u8], from: usize) -> bool {
+    (from..buf.len().saturating_sub(FRAME_HEADER)).any(|at| {
+        let h = &buf[at..at + FRAME_HEADER];
+        let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+        let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        len >= RECORD_FIXED
+            && buf
+                .get(at + FRAME_HEADER..at + FRAME_HEADER + len)
+                .is_some_and(|body| crc32fast::hash(body) == crc)
+    })
 }
 
 fn decode_record(body: &[u8], offset: u64) -> Result<Record<'_>, ReadError> {
@@ -396,7 +418,10 @@ mod tests {
             records[0].entry,
             Entry::Command(vec![&b"SET"[..], b"k", b"v"])
         );
-        assert_eq!((records[1].db, records[1].txid, records[1].tx_shards), (5, 42, 2));
+        assert_eq!(
+            (records[1].db, records[1].txid, records[1].tx_shards),
+            (5, 42, 2)
+        );
         assert_eq!(
             records[2].entry,
             Entry::TxDone {
@@ -456,11 +481,15 @@ mod tests {
         let mut r = SegmentReader::new(&buf).unwrap();
         r.next().unwrap();
         let second = r.offset() as usize;
-        for at in [header_len + 10, second + 9] {
+        // In a body, and in the first record's length (which then runs past the end).
+        for at in [header_len + 10, second + 9, header_len + 2] {
             let mut bad = buf.clone();
             bad[at] ^= 0x40;
             let err = read_all(&bad).unwrap_err();
-            assert!(matches!(err, ReadError::Corrupt { .. }), "flip at {at}: {err:?}");
+            assert!(
+                matches!(err, ReadError::Corrupt { .. }),
+                "flip at {at}: {err:?}"
+            );
         }
         let mut bad = buf.clone();
         bad[3] ^= 1;

@@ -165,6 +165,9 @@ mod tests {
         );
         assert_eq!(m.remove_other_generations(dir.path()).unwrap(), 1);
         assert!(dir.path().join("unrelated").exists());
-        assert_eq!(names(old.segments(dir.path(), 0).unwrap()), Vec::<String>::new());
+        assert_eq!(
+            names(old.segments(dir.path(), 0).unwrap()),
+            Vec::<String>::new()
+        );
     }
 }

@@ -259,7 +259,11 @@ mod tests {
     fn complete_transactions_stay() {
         let a = load(&[segment(
             0,
-            &[(0, 0, Some("a1"), false), (7, 2, Some("t"), false), (7, 2, None, false)],
+            &[
+                (0, 0, Some("a1"), false),
+                (7, 2, Some("t"), false),
+                (7, 2, None, false),
+            ],
         )]);
         let b = load(&[segment(1, &[(7, 2, Some("u"), false), (7, 2, None, false)])]);
         let mut w = Vec::new();
@@ -279,7 +283,11 @@ mod tests {
         // a later write, which cannot depend on the transaction.
         let a = load(&[segment(
             0,
-            &[(7, 2, Some("t"), true), (7, 2, None, true), (0, 0, Some("later"), false)],
+            &[
+                (7, 2, Some("t"), true),
+                (7, 2, None, true),
+                (0, 0, Some("later"), false),
+            ],
         )]);
         let mut w = Vec::new();
         let mut shards = vec![read_shard(&a, STRICT, &mut w).unwrap(), Vec::new()];
@@ -303,7 +311,10 @@ mod tests {
                 (8, 2, None, false),
             ],
         )]);
-        let b = load(&[segment(1, &[(0, 0, Some("b0"), false), (7, 2, Some("u7"), false)])]);
+        let b = load(&[segment(
+            1,
+            &[(0, 0, Some("b0"), false), (7, 2, Some("u7"), false)],
+        )]);
         let c = load(&[segment(
             2,
             &[
@@ -347,7 +358,10 @@ mod tests {
             force: false,
         };
         assert!(read_shard(&segs, refuse, &mut Vec::new()).is_err());
-        assert_eq!(words(&read_shard(&segs, STRICT, &mut Vec::new()).unwrap()), ["one"]);
+        assert_eq!(
+            words(&read_shard(&segs, STRICT, &mut Vec::new()).unwrap()),
+            ["one"]
+        );
     }
 
     #[test]

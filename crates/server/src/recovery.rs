@@ -16,7 +16,7 @@ use damselfly_commands::{server_family, Args, ExecCtx};
 use damselfly_coord::{Cluster, ShardMsg, ShardStart};
 use damselfly_persistence::appender::{new_segment, Appender, FsyncPolicy};
 use damselfly_persistence::dump;
-use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader};
+use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader, SegmentReader};
 use damselfly_persistence::manifest::Manifest;
 use damselfly_persistence::replay::{
     drop_incomplete_transactions, read_shard, ReadPolicy, SegmentBytes,
@@ -188,9 +188,7 @@ fn load_generation(
         let handles: Vec<_> = records
             .iter()
             .enumerate()
-            .map(|(id, recs)| {
-                scope.spawn(move || replay(recs, id, old_shards, databases, limits))
-            })
+            .map(|(id, recs)| scope.spawn(move || replay(recs, id, old_shards, databases, limits)))
             .collect();
         handles
             .into_iter()
@@ -211,6 +209,19 @@ fn read_segments(m: &Manifest, dir: &Path, shard: u32) -> Result<Vec<SegmentByte
         .map(|p| {
             let bytes =
                 std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            // A file renamed or copied in from elsewhere says so in its header.
+            if let Ok(h) = SegmentReader::new(&bytes).map(|r| r.header()) {
+                if (h.generation, h.shard) != (m.generation, shard) {
+                    return Err(format!(
+                        "{} holds generation {} shard {}, not generation {} shard {shard} as \
+                         its name says; move it away to start",
+                        p.display(),
+                        h.generation,
+                        h.shard,
+                        m.generation
+                    ));
+                }
+            }
             Ok(SegmentBytes {
                 name: p.display().to_string(),
                 bytes,
@@ -280,7 +291,11 @@ fn replay(
         }
     }
     if failures > 0 {
-        tracing::warn!(shard = id, failures, "journal records that failed when replayed");
+        tracing::warn!(
+            shard = id,
+            failures,
+            "journal records that failed when replayed"
+        );
     }
     Ok(shard)
 }
