@@ -268,6 +268,8 @@ pub(crate) async fn drain<S: Future<Output = ()>>(
     while !shared.all_drained() && Instant::now() < deadline {
         sleep(Duration::from_millis(5)).await;
     }
+    // Every shard has finished its work: the journal's last records go to disk, synced.
+    worker.stop_journal();
 }
 
 /// Refuses a client over `maxclients` with Redis's error, written straight to the socket.

@@ -124,11 +124,12 @@ fn main() -> ExitCode {
     let described = listeners.describe();
     let pin = config.get("pin-threads") == "yes";
     let server = Server::new(config.clone(), threads, backend, pin, listeners, info);
+    // Before any other thread starts (journal writers): threads inherit the blocked signals.
+    install_signal_thread(server.cluster());
     if let Err(e) = recovered.start(&server.cluster()) {
         tracing::error!("{e}");
         return ExitCode::from(1);
     }
-    install_signal_thread(server.cluster());
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         threads,
