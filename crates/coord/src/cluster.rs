@@ -137,6 +137,14 @@ impl Cluster {
         self.starts.lock().ok()?.get_mut(id)?.take()
     }
 
+    /// When the server started, in seconds since the epoch.
+    pub fn started_unix_secs(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        now.saturating_sub(self.started.elapsed().as_secs())
+    }
+
     pub fn num_shards(&self) -> usize {
         self.mailboxes.len()
     }

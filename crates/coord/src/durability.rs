@@ -24,7 +24,7 @@ use damselfly_persistence::appender::{Appender, FsyncPolicy};
 use damselfly_persistence::dump;
 use damselfly_storage::{Shard, Value};
 
-use crate::messages::Payload;
+use crate::messages::{JournalReport, Payload};
 use crate::tx::TxId;
 use crate::worker::Worker;
 
@@ -298,6 +298,15 @@ impl Worker {
         }
         let why = j.appender.failure().unwrap_or_default();
         Some(format!("MISCONF Errors writing to the AOF file: {why}"))
+    }
+
+    pub(crate) fn journal_report(&self) -> Option<JournalReport> {
+        let journal = self.journal.borrow();
+        let j = journal.as_ref()?;
+        Some(JournalReport {
+            appended_bytes: j.appender.segment_bytes(),
+            failure: j.appender.failure(),
+        })
     }
 
     /// Why journal writes stopped, if they did (writes are refused meanwhile).

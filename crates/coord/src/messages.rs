@@ -150,6 +150,17 @@ pub struct ThreadReport {
     pub ops_per_sec: u64,
     /// Highest `used_memory` this shard has reached.
     pub peak_memory: usize,
+    /// The journal's state, while journaling.
+    pub journal: Option<JournalReport>,
+}
+
+/// One shard's journal, for INFO persistence.
+#[derive(Debug, Clone, Default)]
+pub struct JournalReport {
+    /// Bytes in the segment being appended to (the base segment aside).
+    pub appended_bytes: u64,
+    /// Why writes stopped, if they did.
+    pub failure: Option<String>,
 }
 
 /// Messages between threads.

@@ -647,6 +647,7 @@ impl Worker {
             clients: self.clients.borrow().len(),
             ops_per_sec: self.ops_per_sec(),
             peak_memory: self.peak_memory.get().max(shard.used_memory()),
+            journal: self.journal_report(),
         }
     }
 

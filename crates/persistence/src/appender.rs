@@ -8,9 +8,11 @@
 //! - `everysec`: writes at once, `fdatasync` about once a second;
 //! - `no`: writes, and leaves flushing to the kernel.
 //!
-//! A failed write or sync is never retried on the same file (a failed fsync is not reliably
-//! reported twice): the appender stops, `failure()` says why, and the shard refuses writes
-//! (MISCONF) until a new segment is opened by a successful snapshot.
+//! A failed write (a full disk) keeps the records in memory, cuts the file back to whole
+//! records and is tried again about once a second; meanwhile `failure()` says why and the
+//! shard refuses writes (MISCONF), and once a write succeeds writes are accepted again. A
+//! failed fsync is never retried on the same file (it is not reliably reported twice): the
+//! file takes nothing more and writes stay refused until the journal moves to a new file.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -231,113 +233,192 @@ pub fn new_segment(path: &Path, header: SegmentHeader) -> std::io::Result<File> 
     Ok(file)
 }
 
-fn write_loop(
-    mut file: File,
-    jobs: Receiver<Job>,
-    shared: Arc<Shared>,
-    synced: Box<dyn Fn() + Send>,
-) {
-    let mut last_sync = Instant::now();
-    let mut unsynced: Option<u64> = None;
-    let fail = |why: String| {
-        let mut f = shared.failure.lock().unwrap_or_else(|e| e.into_inner());
-        if f.is_none() {
-            tracing::error!("journal: {why}; writes are refused until a snapshot succeeds");
-            *f = Some(why);
-            shared.failed.store(true, Ordering::Release);
-        }
-        drop(f);
-        // Whoever waits for durability must learn it will not come.
-        synced();
+fn write_loop(file: File, jobs: Receiver<Job>, shared: Arc<Shared>, synced: Box<dyn Fn() + Send>) {
+    let good_len = file.metadata().map_or(0, |m| m.len());
+    let mut w = Writer {
+        file,
+        shared,
+        synced,
+        good_len,
+        backlog: Vec::new(),
+        backlog_lsn: 0,
+        unsynced: None,
+        last_sync: Instant::now(),
+        broken: false,
     };
     loop {
-        let policy = *shared.policy.lock().unwrap_or_else(|e| e.into_inner());
-        let wait = match (policy, unsynced) {
-            (FsyncPolicy::EverySec, Some(_)) => {
-                Duration::from_secs(1).saturating_sub(last_sync.elapsed())
+        let policy = w.policy();
+        let wait = if !w.backlog.is_empty() && !w.broken {
+            // A write failed (a full disk): try again about once a second.
+            RETRY
+        } else {
+            match (policy, w.unsynced) {
+                (FsyncPolicy::EverySec, Some(_)) => {
+                    Duration::from_secs(1).saturating_sub(w.last_sync.elapsed())
+                }
+                _ => Duration::from_secs(3600),
             }
-            _ => Duration::from_secs(3600),
         };
         let first = match jobs.recv_timeout(wait) {
             Ok(job) => Some(job),
             Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => {
-                // Shutting down: what was written is synced before the thread ends.
-                if let Some(lsn) = unsynced {
-                    if file.sync_data().is_ok() {
-                        shared.durable.store(lsn, Ordering::Release);
-                    }
-                }
+                // Shutting down: what was handed over is written and synced first.
+                w.write_backlog();
+                w.sync();
                 return;
             }
         };
         // Group commit: everything queued behind the first job goes out with it.
-        let mut written = None;
         for job in first.into_iter().chain(jobs.try_iter()) {
-            if shared
-                .failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some()
-            {
-                continue;
-            }
             match job {
-                Job::Write { bytes, last_lsn } => match file.write_all(&bytes) {
-                    Ok(()) => {
-                        shared
-                            .segment_bytes
-                            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                        written = Some(last_lsn);
-                    }
-                    Err(e) => fail(format!("write failed: {e}")),
-                },
-                Job::Rotate { path, header } => {
-                    if let Err(e) = file.sync_data() {
-                        fail(format!("fsync failed: {e}"));
-                        continue;
-                    }
-                    if let Some(lsn) = written.take().or(unsynced.take()) {
-                        shared.durable.store(lsn, Ordering::Release);
-                    }
-                    match new_segment(&path, header) {
-                        Ok(f) => {
-                            file = f;
-                            shared.segment_bytes.store(0, Ordering::Relaxed);
-                        }
-                        Err(e) => fail(format!("cannot create {}: {e}", path.display())),
-                    }
+                Job::Write { bytes, last_lsn } => {
+                    w.backlog.extend_from_slice(&bytes);
+                    w.backlog_lsn = last_lsn;
                 }
+                Job::Rotate { path, header } => w.rotate(&path, header),
             }
         }
-        if let Some(lsn) = written {
-            unsynced = Some(lsn);
-        }
-        let Some(lsn) = unsynced else {
-            continue;
-        };
+        w.write_backlog();
         let due = match policy {
             FsyncPolicy::Always => true,
-            FsyncPolicy::EverySec => last_sync.elapsed() >= Duration::from_secs(1),
+            FsyncPolicy::EverySec => w.last_sync.elapsed() >= Duration::from_secs(1),
             FsyncPolicy::No => {
                 // Handed to the kernel is as durable as `no` promises.
-                shared.durable.store(lsn, Ordering::Release);
-                unsynced = None;
+                if let Some(lsn) = w.unsynced.take() {
+                    w.shared.durable.store(lsn, Ordering::Release);
+                }
                 false
             }
         };
-        if due {
-            match file.sync_data() {
-                Ok(()) => {
-                    shared.durable.store(lsn, Ordering::Release);
-                    unsynced = None;
-                    last_sync = Instant::now();
-                    if policy == FsyncPolicy::Always {
-                        synced();
-                    }
-                }
-                Err(e) => fail(format!("fsync failed: {e}")),
+        if due && w.sync() && policy == FsyncPolicy::Always {
+            (w.synced)();
+        }
+    }
+}
+
+/// How often a write that failed (a full disk) is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The writer thread's state.
+struct Writer {
+    file: File,
+    shared: Arc<Shared>,
+    synced: Box<dyn Fn() + Send>,
+    /// The segment's length after the last buffer written whole.
+    good_len: u64,
+    /// Records handed over and not yet written: a write that fails (ENOSPC, EFBIG) leaves
+    /// them here, the file cut back to `good_len`, to be tried again.
+    backlog: Vec<u8>,
+    backlog_lsn: u64,
+    /// The last LSN written and not yet synced.
+    unsynced: Option<u64>,
+    last_sync: Instant,
+    /// A sync failed: what the kernel had may be lost, and a failed fsync is not reliably
+    /// reported twice, so nothing more goes into this file.
+    broken: bool,
+}
+
+impl Writer {
+    fn policy(&self) -> FsyncPolicy {
+        *self.shared.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records why writing stopped, and tells the shard (refusing writes, or under `always`
+    /// ending the process).
+    fn fail(&self, why: String) {
+        let mut f = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            tracing::error!("journal: {why}; writes are refused until the journal can write");
+        }
+        *f = Some(why);
+        self.shared.failed.store(true, Ordering::Release);
+        drop(f);
+        (self.synced)();
+    }
+
+    fn recovered(&self) {
+        let mut f = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if f.take().is_some() {
+            tracing::warn!("journal: writing again, writes are accepted");
+        }
+        self.shared.failed.store(false, Ordering::Release);
+    }
+
+    fn write_backlog(&mut self) {
+        if self.broken || self.backlog.is_empty() {
+            return;
+        }
+        match self.file.write_all(&self.backlog) {
+            Ok(()) => {
+                let n = self.backlog.len() as u64;
+                self.good_len += n;
+                self.shared.segment_bytes.fetch_add(n, Ordering::Relaxed);
+                self.unsynced = Some(self.backlog_lsn);
+                self.backlog.clear();
+                self.recovered();
             }
+            Err(e) => {
+                // Cut off whatever part of the buffer did get in, so the segment stays whole
+                // records only; the buffer is written again later.
+                if let Err(cut) = self.file.set_len(self.good_len) {
+                    self.broken = true;
+                    self.fail(format!(
+                        "write failed ({e}) and the file cannot be cut back ({cut})"
+                    ));
+                } else {
+                    self.fail(format!("write failed: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Syncs what was written; false when nothing needed it or it failed.
+    fn sync(&mut self) -> bool {
+        let Some(lsn) = self.unsynced else {
+            return false;
+        };
+        if self.broken {
+            return false;
+        }
+        match self.file.sync_data() {
+            Ok(()) => {
+                self.shared.durable.store(lsn, Ordering::Release);
+                self.unsynced = None;
+                self.last_sync = Instant::now();
+                true
+            }
+            Err(e) => {
+                self.broken = true;
+                self.fail(format!("fsync failed: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Closes the segment (written and synced) and continues in a new one; on any failure
+    /// the current one stays.
+    fn rotate(&mut self, path: &Path, header: SegmentHeader) {
+        self.write_backlog();
+        if !self.backlog.is_empty() || self.broken {
+            return;
+        }
+        self.sync();
+        match new_segment(path, header) {
+            Ok(f) => {
+                self.file = f;
+                self.good_len = self.file.metadata().map_or(0, |m| m.len());
+                self.shared.segment_bytes.store(0, Ordering::Relaxed);
+            }
+            Err(e) => self.fail(format!("cannot create {}: {e}", path.display())),
         }
     }
 }

@@ -532,3 +532,182 @@ fn files_of_another_generation_are_ignored() {
     stop(child);
     assert!(!stale.exists(), "the stale file is still there");
 }
+
+/// Starts the binary with files limited to `limit` bytes (RLIMIT_FSIZE, SIGXFSZ ignored):
+/// journal writes past it fail with EFBIG, as on a full disk.
+fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (std::process::Child, u16) {
+    use std::os::unix::process::CommandExt;
+    let port = common::free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_damselfly"));
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--threads",
+        "2",
+        "--loglevel",
+        "warning",
+    ])
+    .args(["--appendonly", "yes", "--appendfsync", fsync, "--dir"])
+    .arg(data)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The soft limit only: lifting it again needs no privilege.
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn damselfly");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Raw::try_tcp(port).map_or(true, |mut c| c.try_cmd(&["PING"]).is_err()) {
+        assert!(Instant::now() < deadline, "damselfly did not start");
+        assert!(matches!(child.try_wait(), Ok(None)), "damselfly exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, port)
+}
+
+/// Writes 1 KB values until the journal cannot take more; returns the keys acknowledged.
+fn fill(c: &mut Raw) -> (Vec<String>, Vec<u8>) {
+    let value = "v".repeat(1024);
+    let mut acked = Vec::new();
+    for i in 0..10_000 {
+        let key = format!("fill:{i}");
+        match c.try_cmd(&["SET", &key, &value]) {
+            Ok(r) if r == b"+OK\r\n" => acked.push(key),
+            Ok(r) => return (acked, r),
+            Err(_) => return (acked, Vec::new()),
+        }
+        // everysec: let the writer find out.
+        if i % 16 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    panic!("the journal never filled up");
+}
+
+/// A full disk under `everysec`: writes get MISCONF, reads keep working, INFO says so; once
+/// there is room again writes resume, and nothing acknowledged is lost.
+#[test]
+fn a_full_disk_refuses_writes_until_there_is_room() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut child, port) = start_with_file_limit(data.path(), "everysec", 64 << 10);
+    let mut c = Raw::tcp(port);
+    let (mut acked, refusal) = fill(&mut c);
+    let text = String::from_utf8_lossy(&refusal).into_owned();
+    assert!(
+        text.starts_with("-MISCONF Errors writing to the AOF file"),
+        "{text}"
+    );
+    assert!(
+        acked.len() > 20,
+        "only {} writes before the disk filled",
+        acked.len()
+    );
+    assert_eq!(c.cmd(&["EXISTS", &acked[0]]), b":1\r\n", "reads work");
+    let info = String::from_utf8_lossy(&c.cmd(&["INFO", "persistence"])).into_owned();
+    assert!(info.contains("aof_last_write_status:err"), "{info}");
+    // Room again (the file size limit lifted): writes resume within the retry interval.
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: changing a limit of our own child process.
+    let lifted = unsafe {
+        libc::prlimit(
+            child.id() as i32,
+            libc::RLIMIT_FSIZE,
+            &unlimited,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(lifted, 0, "prlimit");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::info_field(&mut c, "persistence", "aof_last_write_status").as_deref()
+        != Some("ok")
+    {
+        assert!(Instant::now() < deadline, "the journal did not resume");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Keys on every shard take writes again.
+    for i in 0..16 {
+        let key = format!("resumed:{i}");
+        assert_eq!(c.cmd(&["SET", &key, "1"]), b"+OK\r\n", "{key}");
+        acked.push(key);
+    }
+    // everysec: past the next sync, then a crash.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = child.kill();
+    let _ = child.wait();
+    let s = start(Backend::Epoll, 2, data.path(), "everysec", &[]);
+    let mut c = s.raw();
+    for key in &acked {
+        assert_eq!(c.cmd(&["EXISTS", key]), b":1\r\n", "{key} was acknowledged");
+    }
+}
+
+/// A full disk under `always`: the server exits, as Redis does, and every write it
+/// acknowledged comes back.
+#[test]
+fn a_full_disk_under_always_exits_and_loses_nothing_acknowledged() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let (mut child, port) = start_with_file_limit(data.path(), "always", 64 << 10);
+    let mut c = Raw::tcp(port);
+    let (acked, _) = fill(&mut c);
+    let status = common::wait_timeout(&mut child, Duration::from_secs(10)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    let s = start(Backend::Epoll, 2, data.path(), "always", &[]);
+    let mut c = s.raw();
+    for key in &acked {
+        assert_eq!(c.cmd(&["EXISTS", key]), b":1\r\n", "{key} was acknowledged");
+    }
+}
+
+/// INFO persistence has Redis 7.0's fields, and its aof_* ones follow the journal.
+#[test]
+fn info_persistence_describes_the_journal() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(Backend::Epoll, 2, data.path(), "always", &[]);
+    let mut c = s.raw();
+    let field = |c: &mut Raw, name: &str| common::info_field(c, "persistence", name);
+    assert_eq!(field(&mut c, "aof_enabled").as_deref(), Some("1"));
+    assert_eq!(
+        field(&mut c, "aof_last_write_status").as_deref(),
+        Some("ok")
+    );
+    assert_eq!(field(&mut c, "loading").as_deref(), Some("0"));
+    let before: u64 = field(&mut c, "aof_current_size")
+        .and_then(|v| v.parse().ok())
+        .expect("aof_current_size");
+    c.cmd(&["SET", "k", "v"]);
+    let after: u64 = field(&mut c, "aof_current_size")
+        .and_then(|v| v.parse().ok())
+        .expect("aof_current_size");
+    assert!(after > before, "{before} -> {after}");
+    let redis = Server::redis();
+    let theirs = String::from_utf8_lossy(&redis.raw().cmd(&["INFO", "persistence"])).into_owned();
+    let ours = String::from_utf8_lossy(&c.cmd(&["INFO", "persistence"])).into_owned();
+    let names = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter_map(|l| l.split_once(':').map(|(n, _)| n.to_string()))
+            .collect()
+    };
+    for name in names(&theirs) {
+        assert!(
+            names(&ours).contains(&name),
+            "INFO persistence lacks {name}"
+        );
+    }
+    let plain = Server::start(Backend::Epoll, &[]);
+    assert_eq!(
+        common::info_field(&mut plain.raw(), "persistence", "aof_enabled").as_deref(),
+        Some("0")
+    );
+}
