@@ -147,8 +147,36 @@ pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
     }
 }
 
-/// Serves a blocked client from `key` (which `ready` accepted), writing its reply.
+/// Serves a blocked client from `key` (which `ready` accepted), writing its reply. The
+/// journal records the non-blocking command that has the same effect.
 pub fn serve(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) {
+    let count = |n: &Option<usize>| n.map(|n| n.to_string());
+    match op {
+        BlockOp::ListPop { end, count: n } => {
+            let name: &[u8] = if *end == End::Head { b"LPOP" } else { b"RPOP" };
+            let n = count(n);
+            let mut args = vec![name, key];
+            args.extend(n.as_deref().map(str::as_bytes));
+            ctx.propagate(&args);
+        }
+        BlockOp::ZPop { max, count: n } => {
+            let name: &[u8] = if *max { b"ZPOPMAX" } else { b"ZPOPMIN" };
+            let n = count(n);
+            let mut args = vec![name, key];
+            args.extend(n.as_deref().map(str::as_bytes));
+            ctx.propagate(&args);
+        }
+        BlockOp::Move { from, to, dst } => {
+            let side = |e: &End| -> &[u8] {
+                if *e == End::Head {
+                    b"LEFT"
+                } else {
+                    b"RIGHT"
+                }
+            };
+            ctx.propagate(&[b"LMOVE", key, dst, side(from), side(to)]);
+        }
+    }
     match op {
         BlockOp::ListPop { end, count: None } => {
             pop_one_list(ctx, &[key], *end);

@@ -144,11 +144,16 @@ pub static PARAMS: &[Param] = &[
         false,
         Y,
     ),
+    // The journal (docs/persistence.md); `appendonly` is read at start-up.
+    p("appendonly", "no", Kind::Bool, true, Y),
+    p("appendfsync", "everysec", Kind::Enum(FSYNC), true, Y),
+    p("dir", ".", Kind::Str, true, Y),
+    p("appenddirname", "appendonlydir", Kind::Str, false, Y),
+    p("aof-load-truncated", "yes", Kind::Bool, true, Y),
+    // Damselfly's: start even when a journal is damaged, keeping what precedes the damage.
+    p("force-recovery", "no", Kind::Bool, false, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
-    p("appendonly", "no", Kind::Bool, true, A),
-    p("appendfsync", "everysec", Kind::Enum(FSYNC), true, A),
-    p("dir", ".", Kind::Str, true, A),
     p("dbfilename", "dump.rdb", Kind::Str, true, A),
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),
     p("maxmemory", "0", Kind::Memory, true, A),
@@ -296,6 +301,9 @@ pub struct Config {
     pub maxclients: AtomicU64,
     pub timeout_secs: AtomicU64,
     pub has_password: AtomicBool,
+    /// `appendonly yes` with `appendfsync always`: replies and transactions wait for the
+    /// journal to be on disk.
+    pub journal_always: AtomicBool,
     pub active_expire: AtomicBool,
     /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
     pub generation: AtomicU64,
@@ -316,6 +324,7 @@ impl Default for Config {
             maxclients: AtomicU64::new(0),
             timeout_secs: AtomicU64::new(0),
             has_password: AtomicBool::new(false),
+            journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
             generation: AtomicU64::new(0),
         };
@@ -429,6 +438,10 @@ impl Config {
             .store(self.get_u64("damselfly-output-buffer-limit"), r);
         self.maxclients.store(self.get_u64("maxclients"), r);
         self.timeout_secs.store(self.get_u64("timeout"), r);
+        self.journal_always.store(
+            self.get("appendonly") == "yes" && self.get("appendfsync") == "always",
+            r,
+        );
         self.has_password
             .store(!self.get("requirepass").is_empty(), r);
     }

@@ -10,6 +10,16 @@ use crate::errors;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WrongType;
 
+/// What the journal records of a write command. By default its own words, when it changed
+/// something; a handler whose words would not reproduce its effect when replayed (a relative
+/// time, a random pick, a float computed again) records the effect instead with
+/// [`ExecCtx::propagate`], as Redis rewrites what it propagates to the AOF and replicas.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// The commands a handler recorded in place of its own words.
+    pub rewritten: Option<Vec<Vec<Vec<u8>>>>,
+}
+
 pub struct ExecCtx<'a> {
     pub shard: &'a mut Shard,
     pub db: usize,
@@ -20,9 +30,21 @@ pub struct ExecCtx<'a> {
     pub num_shards: usize,
     /// `proto-max-bulk-len`, the cap on a string's size.
     pub max_bulk_len: u64,
+    /// Present while the journal is on: where a handler records a rewritten effect.
+    pub effects: Option<&'a mut Effects>,
 }
 
 impl<'a> ExecCtx<'a> {
+    /// Records `args` in the journal in place of the command's own words (once per call; a
+    /// handler may record several commands). Nothing happens while the journal is off.
+    pub fn propagate(&mut self, args: &[&[u8]]) {
+        if let Some(e) = &mut self.effects {
+            e.rewritten
+                .get_or_insert_with(Vec::new)
+                .push(args.iter().map(|a| a.to_vec()).collect());
+        }
+    }
+
     /// Looks a key up for reading, counting keyspace hits and misses like Redis.
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
         self.shard.get_counted(self.db, key, self.now)

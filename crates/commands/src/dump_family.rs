@@ -106,12 +106,24 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
     };
     if deadline != 0 && deadline <= now {
         // A deadline already past: REPLACE still deletes the old key, and the reply is OK.
-        if opts.replace {
-            ctx.shard.remove(ctx.db, key);
+        if opts.replace && ctx.shard.remove(ctx.db, key).is_some() {
+            ctx.propagate(&[b"DEL", key]);
         }
         return ctx.reply.ok();
     }
     ctx.shard.set(ctx.db, key, value, deadline as u64);
+    if deadline != ttl {
+        // The journal gets the deadline, not the time left.
+        let at = deadline.to_string();
+        ctx.propagate(&[
+            b"RESTORE",
+            key,
+            at.as_bytes(),
+            args.get(3),
+            b"REPLACE",
+            b"ABSTTL",
+        ]);
+    }
     ctx.reply.ok();
 }
 
@@ -193,6 +205,7 @@ mod tests {
             shard_id: 0,
             num_shards: 1,
             max_bulk_len: u64::MAX,
+            effects: None,
         };
         f(&mut ctx, &Args::new(&buf, &spans));
         reply.buf

@@ -202,6 +202,7 @@ pub fn hincrbyfloat(ctx: &mut ExecCtx, args: &Args) {
     match incr_by_float(old.as_deref(), args.get(3)) {
         Ok(text) => {
             store_field(ctx, key, field, &text);
+            ctx.propagate(&[b"HSET", key, field, &text]);
             ctx.reply.bulk(&text);
         }
         Err(IncrFloatError::ValueNotFloat) => ctx.error("ERR hash value is not a float"),

@@ -174,9 +174,12 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
     }
     if when <= ctx.now as i64 {
         ctx.shard.remove(ctx.db, key);
+        ctx.propagate(&[b"DEL", key]);
     } else {
         ctx.shard
             .update(ctx.db, key, ctx.now, |e| e.expire_at = when as u64);
+        // Absolute, so a replay sets the same deadline whenever it runs.
+        ctx.propagate(&[b"PEXPIREAT", key, when.to_string().as_bytes()]);
     }
     ctx.reply.int(1);
 }

@@ -25,5 +25,5 @@ pub mod table;
 pub mod zset_family;
 
 pub use args::Args;
-pub use ctx::ExecCtx;
+pub use ctx::{Effects, ExecCtx};
 pub use table::{lookup, CommandSpec, CoordCmd, Handler, Merge, Route, COMMANDS};

@@ -88,26 +88,43 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
             _ => ctx.reply.set(0),
         };
     }
+    // The journal records which members went (a random pick does not replay).
+    let journaling = ctx.effects.is_some();
+    let mut taken: Vec<Vec<u8>> = Vec::new();
+    let mut emptied = false;
     let popped = ctx.write_as(args.get(1), |s: &mut Set, r, _| {
         let mut rng = rand::thread_rng();
-        match count {
-            None => {
-                let i = rng.gen_range(0..s.len());
-                r.bulk(&s.take_at(i));
+        let mut take = |s: &mut Set, r: &mut ReplyBuf| {
+            let i = rng.gen_range(0..s.len());
+            let m = s.take_at(i);
+            r.bulk(&m);
+            if journaling {
+                taken.push(m);
             }
+        };
+        match count {
+            None => take(s, r),
             Some(n) if n >= s.len() as u64 => {
                 reply_members(s, r);
                 *s = Set::default();
+                emptied = true;
             }
             Some(n) => {
                 r.set(n as usize);
                 for _ in 0..n {
-                    let i = rng.gen_range(0..s.len());
-                    r.bulk(&s.take_at(i));
+                    take(s, r);
                 }
             }
         }
     });
+    let key = args.get(1);
+    if emptied {
+        ctx.propagate(&[b"DEL", key]);
+    } else if !taken.is_empty() {
+        let mut srem: Vec<&[u8]> = vec![b"SREM", key];
+        srem.extend(taken.iter().map(Vec::as_slice));
+        ctx.propagate(&srem);
+    }
     if let Ok(None) = popped {
         match count {
             None => ctx.reply.null(),

@@ -285,6 +285,14 @@ fn run(ctx: &mut ExecCtx, args: &Args, read_only: bool) {
                 );
             }
             ctx.store(dst, Value::List(Box::new(list)));
+            // The stored list itself: elements that compare equal may come out in another
+            // order from a replica of the source with another layout.
+            ctx.propagate(&[b"DEL", dst]);
+            if !out.is_empty() {
+                let mut rpush: Vec<&[u8]> = vec![b"RPUSH", dst];
+                rpush.extend(out.iter().map(|v| v.as_deref().unwrap_or_default()));
+                ctx.propagate(&rpush);
+            }
             ctx.reply.int(out.len() as i64);
         }
     }

@@ -166,6 +166,10 @@ fn set_generic(
         when = existing.unwrap_or(0);
     }
     ctx.shard.set(ctx.db, key, Value::from_bytes(val), when);
+    // Replayed later, a relative expiry would count from the wrong moment.
+    if flags & (EX | PX) != 0 {
+        ctx.propagate(&[b"SET", key, val, b"PXAT", when.to_string().as_bytes()]);
+    }
     if flags & SET_GET == 0 {
         ctx.reply.raw(replies.0.as_bytes());
     }
@@ -280,12 +284,15 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
     match when {
         Some(ms) if flags & (EXAT | PXAT) != 0 && ms <= ctx.now => {
             ctx.shard.remove(ctx.db, key);
+            ctx.propagate(&[b"DEL", key]);
         }
         Some(ms) => {
             ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = ms);
+            ctx.propagate(&[b"PEXPIREAT", key, ms.to_string().as_bytes()]);
         }
         None if flags & PERSIST != 0 => {
             ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = 0);
+            ctx.propagate(&[b"PERSIST", key]);
         }
         None => {}
     }
@@ -531,6 +538,8 @@ pub fn incrbyfloat(ctx: &mut ExecCtx, args: &Args) {
             } else {
                 ctx.shard.set(ctx.db, key, value, 0);
             }
+            // The result, not the increment: replaying float arithmetic is Redis's reason too.
+            ctx.propagate(&[b"SET", key, &text, b"KEEPTTL"]);
             ctx.reply.bulk(&text);
         }
         Err(IncrFloatError::ValueNotFloat | IncrFloatError::IncrNotFloat) => {

@@ -35,8 +35,10 @@ use damselfly_protocol::ReplyBuf;
 use damselfly_storage::shard_for_key;
 
 use crate::connection::Connection;
+use crate::messages::{ExecBatch, Payload, RemoteCmd, ShardMsg};
+use crate::reply_slots::ReplyWait;
 use crate::tx::{Lock, Mode};
-use crate::worker::{ExecBatch, Hop, Payload, RemoteCmd, ReplyWait, ShardMsg, Worker};
+use crate::worker::{Hop, Worker};
 
 /// One blocked command, shared by the shards it waits on.
 pub struct Waiter {
@@ -125,7 +127,7 @@ impl Worker {
     /// returns whether it was registered.
     pub(crate) fn block_on(&self, waiter: Arc<Waiter>, keys: &[Vec<u8>]) -> bool {
         let any_ready = keys.iter().any(|k| {
-            self.with_ctx(waiter.db, &mut ReplyBuf::new(false), |ctx| {
+            self.with_ctx(waiter.db, &mut ReplyBuf::new(false), None, |ctx| {
                 blocking::ready(ctx, &waiter.op, k)
             })
         });
@@ -203,12 +205,12 @@ impl Worker {
             };
             if !w.is_claimed() {
                 let mut reply = ReplyBuf::new(w.resp3);
-                if !self.with_ctx(db, &mut reply, |ctx| blocking::ready(ctx, &w.op, key)) {
+                if !self.with_ctx(db, &mut reply, None, |ctx| blocking::ready(ctx, &w.op, key)) {
                     return;
                 }
                 if w.claim() {
                     let wake = if w.local {
-                        self.with_ctx(db, &mut reply, |ctx| blocking::serve(ctx, &w.op, key));
+                        self.with_ctx(db, &mut reply, None, |ctx| blocking::serve(ctx, &w.op, key));
                         Wake::Served(reply.buf)
                     } else {
                         Wake::Retry

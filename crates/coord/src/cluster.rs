@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use damselfly_commands::config::Config;
 
+use crate::durability::ShardStart;
 use crate::mailbox::MailboxSender;
-use crate::worker::ShardMsg;
+use crate::messages::ShardMsg;
 
 /// Facts about the running server that INFO reports, fixed at start-up.
 #[derive(Debug, Clone, Default)]
@@ -93,9 +94,16 @@ pub struct Cluster {
     pub run_id: String,
     pub shutdown: ShutdownSignal,
     pub info: OnceLock<ServerInfo>,
+    /// What each shard thread starts from (recovered data, its journal), taken by its worker.
+    starts: Mutex<Vec<Option<ShardStart>>>,
 }
 
 impl Cluster {
+    /// True when replies and multi-shard transactions wait for the journal's disk writes.
+    pub fn journal_always(&self) -> bool {
+        self.config.journal_always.load(Ordering::Relaxed)
+    }
+
     pub fn new(config: Arc<Config>, mailboxes: Vec<MailboxSender<ShardMsg>>) -> Self {
         let databases = config.get_u64("databases").max(1) as usize;
         let run_id: String = (0..40)
@@ -113,7 +121,28 @@ impl Cluster {
             run_id,
             shutdown: ShutdownSignal::default(),
             info: OnceLock::new(),
+            starts: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Hands each shard thread its start (before the threads run): index i goes to shard i.
+    pub fn provide_starts(&self, starts: Vec<ShardStart>) {
+        if let Ok(mut s) = self.starts.lock() {
+            *s = starts.into_iter().map(Some).collect();
+        }
+    }
+
+    /// Shard `id`'s start, if one was provided (once).
+    pub(crate) fn take_start(&self, id: usize) -> Option<ShardStart> {
+        self.starts.lock().ok()?.get_mut(id)?.take()
+    }
+
+    /// When the server started, in seconds since the epoch.
+    pub fn started_unix_secs(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        now.saturating_sub(self.started.elapsed().as_secs())
     }
 
     pub fn num_shards(&self) -> usize {

@@ -9,7 +9,7 @@ use damselfly_protocol::number::parse_i64;
 
 use crate::client::KillFilter;
 use crate::connection::Connection;
-use crate::worker::ShardMsg;
+use crate::messages::ShardMsg;
 
 pub const REDIS_VERSION: &str = "7.0.15";
 

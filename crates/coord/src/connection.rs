@@ -22,8 +22,9 @@ use futures_channel::oneshot;
 
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
+use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
 use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
-use crate::worker::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg, Worker};
+use crate::worker::Worker;
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the
 /// memory one pipelining client can make the server hold for it.
@@ -160,6 +161,14 @@ impl Connection {
     /// rounds.
     pub fn poke_mailbox(&self) {
         self.worker.poke_mailbox();
+    }
+
+    /// Under `appendfsync always`, resolves once this thread's journal holds on disk every
+    /// record made so far: output that may reflect them waits for it (docs/persistence.md).
+    pub async fn until_durable(&self) {
+        if let Some(lsn) = self.worker.durability_needed() {
+            self.worker.wait_durable(lsn).await;
+        }
     }
 
     pub fn cluster(&self) -> std::sync::Arc<crate::Cluster> {
@@ -685,10 +694,10 @@ impl Connection {
     }
 
     /// Ends a transaction `enter_tx` began.
-    pub(crate) fn leave_tx(&mut self, own: bool) {
+    pub(crate) async fn leave_tx(&mut self, own: bool) {
         if own {
             if let Some(tx) = self.tx.take() {
-                tx.finish();
+                tx.end().await;
             }
         }
     }

@@ -40,6 +40,8 @@ impl ScratchBase {
             shard_id: self.shard_id,
             num_shards: self.num_shards,
             max_bulk_len: self.max_bulk_len,
+            // The scratch shard is not journaled: the write-back hops record what changed.
+            effects: None,
         }
     }
 }
@@ -160,7 +162,7 @@ impl Connection {
                 other => self.merge_simple(other, &replies),
             }
         }
-        self.leave_tx(own);
+        self.leave_tx(own).await;
         self.record_fanout(idx, started, errors_before);
     }
 
@@ -202,7 +204,11 @@ impl Connection {
                 src_shard,
                 move |w: &Worker| {
                     let now = w.now_ms();
-                    take_value(&mut w.shard.borrow_mut(), &t, &key, now)
+                    let taken = take_value(&mut w.shard.borrow_mut(), &t, &key, now);
+                    if taken.is_some() && !t.keeps_source() {
+                        w.journal_value(t.src_db, &key, None);
+                    }
+                    taken
                 },
                 false,
             )
@@ -217,6 +223,7 @@ impl Connection {
             .hop(
                 dst_shard,
                 move |w: &Worker| {
+                    w.journal_value(t.dst_db, &dst, Some((&value, expire_at)));
                     w.shard.borrow_mut().set(t.dst_db, &dst, value, expire_at);
                 },
                 own,
@@ -317,8 +324,9 @@ impl Connection {
             .into_iter()
             .map(|(shard, keys)| {
                 let work: ShardWork<()> = Box::new(move |w: &Worker| {
-                    let mut shard = w.shard.borrow_mut();
                     for (key, value) in keys {
+                        w.journal_value(db, &key, value.as_ref().map(|(v, at)| (v, *at)));
+                        let mut shard = w.shard.borrow_mut();
                         match value {
                             Some((v, expire_at)) => {
                                 shard.set(db, &key, v, expire_at);
@@ -397,7 +405,7 @@ impl Connection {
             Some(own) => {
                 let replies = self.call_shards(idx, parts, own).await;
                 self.merge_simple(merge, &replies);
-                self.leave_tx(own);
+                self.leave_tx(own).await;
             }
             None => self.reply_error("ERR shard unavailable"),
         }

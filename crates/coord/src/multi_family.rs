@@ -11,8 +11,9 @@ use damselfly_storage::{shard_for_key, WatchStamp};
 
 use crate::connection::add_to_plan;
 use crate::connection::{Connection, MultiState, WatchedKey};
+use crate::messages::{Payload, ShardMsg};
 use crate::tx::{Lock, Mode, ShardWork};
-use crate::worker::{Payload, ShardMsg, Worker};
+use crate::worker::Worker;
 use damselfly_commands::keys_family::db_index;
 
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -174,7 +175,7 @@ impl Connection {
             }
         };
         if !watching.is_empty() && !self.watches_hold(watching).await {
-            self.leave_tx(own);
+            self.leave_tx(own).await;
             self.out.null_array();
             return;
         }
@@ -190,7 +191,7 @@ impl Connection {
             }
         }
         self.flush(own).await;
-        self.leave_tx(own);
+        self.leave_tx(own).await;
     }
 
     /// EXEC's first hop: true when no watched key changed since WATCH. The watches end here

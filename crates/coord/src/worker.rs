@@ -2,27 +2,26 @@
 //! messages other threads send to this shard. The runtime layer owns the thread and its event
 //! loop; it hands every mailbox message and every timer tick to the worker.
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use damselfly_commands::stats::ThreadStats;
 use damselfly_commands::table::{Handler, COMMANDS};
-use damselfly_commands::{server_family, Args, ExecCtx};
-use damselfly_protocol::{ReplyBuf, Span};
+use damselfly_commands::{server_family, Args, Effects, ExecCtx};
+use damselfly_persistence::appender::FsyncPolicy;
+use damselfly_protocol::ReplyBuf;
 use damselfly_storage::{now_ms, Shard, ShardStats};
-use futures_channel::oneshot;
 
 use crate::blocking::{BlockedKeys, Wake};
-use crate::client::{KillFilter, Registry};
+use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
+use crate::durability::{JournalCell, TxTag};
+use crate::messages::{BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport};
+use crate::reply_slots::{ReplySlots, ReplyWait};
 use crate::tx::{plan, Lock, TxId, TxQueue};
 
 /// Keys an active-expiry tick may remove per shard (ticks run 10 times a second).
@@ -31,127 +30,6 @@ const EXPIRE_BUDGET: usize = 20_000;
 /// more than the command itself. The sampled time is scaled up, so `usec` stays an unbiased
 /// estimate.
 const TIMING_SAMPLE: u64 = 16;
-
-/// One command shipped to another shard. Its arguments are `spans[first..first + nargs]`
-/// over the batch's `data`.
-#[derive(Debug, Clone, Copy)]
-pub struct RemoteCmd {
-    pub spec: usize,
-    pub db: usize,
-    pub resp3: bool,
-    /// Count it in the executing thread's commandstats (false for parts of a fan-out, which
-    /// the coordinator counts once).
-    pub record: bool,
-    pub first: usize,
-    pub nargs: usize,
-}
-
-impl RemoteCmd {
-    /// A whole command kept for later (a MULTI queue, a blocked command): database and
-    /// protocol are filled in when it runs.
-    pub fn kept(spec: usize) -> Self {
-        RemoteCmd {
-            spec,
-            db: 0,
-            resp3: false,
-            record: true,
-            first: 0,
-            nargs: 0,
-        }
-    }
-}
-
-/// Commands for one shard, squashed into one message; replies come back together.
-#[derive(Debug)]
-pub struct ExecBatch {
-    pub data: Vec<u8>,
-    pub spans: Vec<Span>,
-    pub cmds: Vec<RemoteCmd>,
-    /// Reply bytes past which the shard stops running the batch (`ReplyBuf::limit`). Its
-    /// client is then over its output buffer limit and is dropped, so running the rest would
-    /// only grow memory; Redis too stops serving a client it is closing.
-    pub reply_limit: usize,
-}
-
-impl Default for ExecBatch {
-    fn default() -> Self {
-        ExecBatch {
-            data: Vec::new(),
-            spans: Vec::new(),
-            cmds: Vec::new(),
-            reply_limit: usize::MAX,
-        }
-    }
-}
-
-impl ExecBatch {
-    /// Appends a command, copying its arguments.
-    pub fn push(&mut self, mut cmd: RemoteCmd, args: impl Iterator<Item = impl AsRef<[u8]>>) {
-        cmd.first = self.spans.len();
-        let mut n = 0;
-        for a in args {
-            let a = a.as_ref();
-            self.spans.push(Span {
-                start: self.data.len(),
-                len: a.len(),
-            });
-            self.data.extend_from_slice(a);
-            n += 1;
-        }
-        cmd.nargs = n;
-        self.cmds.push(cmd);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cmds.is_empty()
-    }
-}
-
-/// Encoded replies of a batch; reply i is `out[ends[i-1]..ends[i]]`.
-#[derive(Debug, Default)]
-pub struct BatchReply {
-    pub out: Vec<u8>,
-    pub ends: Vec<usize>,
-}
-
-impl BatchReply {
-    pub fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.out[start..self.ends[i]]
-    }
-}
-
-/// Work a transaction does on one shard, run on the shard's thread; its result goes back to
-/// the coordinator.
-pub type HopFn = Box<dyn FnOnce(&Worker) -> Box<dyn Any + Send> + Send>;
-
-/// What comes back to a reply slot.
-pub enum Payload {
-    Batch(BatchReply),
-    /// A transaction hop's result, with the transaction's id on that shard.
-    Hop {
-        id: TxId,
-        value: Box<dyn Any + Send>,
-    },
-    /// Whether a transaction was scheduled, and whether its turn had already come.
-    Scheduled {
-        accepted: bool,
-        granted: bool,
-    },
-    /// A `TxScheduleHop` this shard refused: the hop comes back unrun.
-    Refused(HopFn),
-    /// A blocked client's wake-up.
-    Wake(Wake),
-}
-
-/// Which transaction a hop belongs to.
-pub enum HopTx {
-    /// Scheduled on this shard under this id.
-    Scheduled(TxId),
-    /// A transaction that touches only this shard: the shard assigns the id and takes these
-    /// locks when the hop arrives (no scheduling round).
-    Single(Vec<Lock>),
-}
 
 /// A hop waiting for its transaction's turn.
 pub(crate) enum Hop {
@@ -175,85 +53,6 @@ pub(crate) struct DeferredBatch {
     ends: Vec<usize>,
     origin: usize,
     slot: usize,
-}
-
-/// What a thread reports for INFO.
-#[derive(Debug, Clone, Default)]
-pub struct ThreadReport {
-    pub shard_id: usize,
-    pub stats: ThreadStats,
-    pub shard_stats: ShardStats,
-    pub used_memory: usize,
-    /// (keys, keys with TTL, avg_ttl) per database.
-    pub keyspace: Vec<(usize, usize, u64)>,
-    pub clients: usize,
-    /// Commands per second over the last ~1.6 s of ticks.
-    pub ops_per_sec: u64,
-    /// Highest `used_memory` this shard has reached.
-    pub peak_memory: usize,
-}
-
-/// Messages between threads.
-pub enum ShardMsg {
-    /// Run a batch; reply with `Reply { slot }` to the `origin` thread's mailbox.
-    Exec {
-        batch: ExecBatch,
-        origin: usize,
-        slot: usize,
-    },
-    /// The reply to something this thread sent.
-    Reply {
-        slot: usize,
-        reply: Payload,
-    },
-    /// Record a transaction's intents; reply `Scheduled`.
-    TxSchedule {
-        id: TxId,
-        locks: Vec<Lock>,
-        origin: usize,
-        slot: usize,
-    },
-    /// Run a transaction's hop when its turn comes; `conclude` releases its intents after.
-    TxHop {
-        tx: HopTx,
-        f: HopFn,
-        conclude: bool,
-        origin: usize,
-        slot: usize,
-    },
-    /// Record a transaction's intents and, if accepted, run its hop when its turn comes (the
-    /// coordinator's every other shard has already accepted); refused: reply `Refused`.
-    TxScheduleHop {
-        id: TxId,
-        locks: Vec<Lock>,
-        f: HopFn,
-        conclude: bool,
-        origin: usize,
-        slot: usize,
-    },
-    /// Drop a transaction's intents.
-    TxRelease(TxId),
-    /// Run a function now, outside any transaction; no reply.
-    Call(Box<dyn FnOnce(&Worker) + Send>),
-    /// Run a function now, outside any transaction, and reply with its result.
-    Run {
-        f: HopFn,
-        origin: usize,
-        slot: usize,
-    },
-    Report(oneshot::Sender<ThreadReport>),
-    ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
-    ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
-    /// CLIENT UNBLOCK: (client id, reply with an error) -> whether it was blocked here.
-    ClientUnblock(u64, bool, oneshot::Sender<bool>),
-    Populate {
-        db: usize,
-        count: u64,
-        prefix: Vec<u8>,
-        size: Option<usize>,
-        done: oneshot::Sender<()>,
-    },
-    ResetStats(oneshot::Sender<()>),
 }
 
 pub struct Worker {
@@ -281,6 +80,10 @@ pub struct Worker {
     /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
     ops_samples: RefCell<std::collections::VecDeque<(Instant, u64)>>,
     peak_memory: Cell<usize>,
+    /// The shard's journal, while journaling (crates/coord/src/durability.rs).
+    pub(crate) journal: JournalCell,
+    /// The transaction the records made now belong to.
+    pub(crate) current_tx: Cell<TxTag>,
     /// DEBUG PANIC TICK armed it: the next tick panics (debug builds, to test the policy).
     #[cfg(debug_assertions)]
     pub(crate) panic_on_tick: Cell<bool>,
@@ -291,8 +94,11 @@ const OPS_SAMPLES: usize = 16;
 
 impl Worker {
     pub fn new(id: usize, cluster: Arc<Cluster>) -> Rc<Self> {
-        let shard = Shard::new(cluster.databases);
-        Rc::new(Worker {
+        let (shard, journal) = match cluster.take_start(id) {
+            Some(start) => (start.shard, start.journal),
+            None => (Shard::new(cluster.databases), None),
+        };
+        let worker = Rc::new(Worker {
             id,
             cluster,
             shard: RefCell::new(shard),
@@ -308,9 +114,15 @@ impl Worker {
             limits_generation: Cell::new(u64::MAX),
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
             peak_memory: Cell::new(0),
+            journal: RefCell::new(None),
+            current_tx: Cell::new((0, 0)),
             #[cfg(debug_assertions)]
             panic_on_tick: Cell::new(false),
-        })
+        });
+        if let Some(appender) = journal {
+            worker.start_journal(appender);
+        }
+        worker
     }
 
     /// Reads the clock for the next round of commands. Commands of one round (at most a
@@ -390,13 +202,17 @@ impl Worker {
         self.cluster.num_shards()
     }
 
-    /// Copies the encoding limits into the shard when the configuration changed.
+    /// Copies the encoding limits into the shard, and `appendfsync` into its journal, when the
+    /// configuration changed.
     pub fn sync_limits(&self) {
         let config = &self.cluster.config;
         let generation = config.generation.load(Ordering::Acquire);
         if generation != self.limits_generation.get() {
             self.limits_generation.set(generation);
             self.shard.borrow_mut().limits = config.encoding_limits();
+            if let Some(policy) = FsyncPolicy::parse(&config.get("appendfsync")) {
+                self.set_fsync_policy(policy);
+            }
         }
     }
 
@@ -406,12 +222,19 @@ impl Worker {
             reply.error("ERR command cannot run on a shard");
             return;
         };
+        if COMMANDS[spec].is_write() {
+            if let Some(refusal) = self.journal_refusal() {
+                reply.error(&refusal);
+                return;
+            }
+        }
         let executed = self.executed.get().wrapping_add(1);
         self.executed.set(executed);
         let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
         let errors_before = reply.error_offsets.len();
         crash::running(COMMANDS[spec].name);
-        self.with_ctx(db, reply, |ctx| f(ctx, args));
+        let words = COMMANDS[spec].is_write().then_some(args);
+        self.with_ctx(db, reply, words, |ctx| f(ctx, args));
         crash::idle();
         if record {
             let mut stats = self.stats.borrow_mut();
@@ -421,15 +244,20 @@ impl Worker {
         }
     }
 
-    /// Runs `f` with a command context on this shard's database `db`.
+    /// Runs `f` with a command context on this shard's database `db`, and journals what it
+    /// did: `words` are the command's own, for a write (see crates/coord/src/durability.rs).
     pub(crate) fn with_ctx<R>(
         &self,
         db: usize,
         reply: &mut ReplyBuf,
+        words: Option<&Args>,
         f: impl FnOnce(&mut ExecCtx) -> R,
     ) -> R {
         self.sync_limits();
+        let journaling = self.journaling();
+        let mut effects = Effects::default();
         let mut shard = self.shard.borrow_mut();
+        let (dirty, expired) = (shard.dirty, shard.stats.expired_keys);
         let mut ctx = ExecCtx {
             shard: &mut shard,
             db,
@@ -442,8 +270,16 @@ impl Worker {
                 .config
                 .proto_max_bulk_len
                 .load(Ordering::Relaxed),
+            effects: journaling.then_some(&mut effects),
         };
-        f(&mut ctx)
+        let r = f(&mut ctx);
+        if journaling {
+            // Removing an expired key counts as a change too; those are journaled apart.
+            let expiries = shard.stats.expired_keys - expired;
+            let changed = shard.dirty - dirty > expiries;
+            self.journal_effects(&mut shard, db, words, effects, changed);
+        }
+        r
     }
 
     /// Handles one message from another thread, then serves clients blocked on keys it
@@ -451,6 +287,7 @@ impl Worker {
     pub fn handle(&self, msg: ShardMsg) {
         self.handle_message(msg);
         self.serve_blocked();
+        self.journal_flush();
     }
 
     fn handle_message(&self, msg: ShardMsg) {
@@ -476,10 +313,11 @@ impl Worker {
             ShardMsg::TxSchedule {
                 id,
                 locks,
+                shards,
                 origin,
                 slot,
             } => {
-                let (accepted, granted) = self.schedule(id, locks);
+                let (accepted, granted) = self.schedule(id, locks, shards);
                 self.reply_to(origin, slot, Payload::Scheduled { accepted, granted });
             }
             ShardMsg::TxHop {
@@ -491,25 +329,45 @@ impl Worker {
             } => {
                 let id = match tx {
                     HopTx::Scheduled(id) => id,
-                    HopTx::Single(locks) => self.schedule_here(locks),
+                    HopTx::Single(locks) => {
+                        let writes = locks.iter().any(Lock::writes);
+                        let id = self.schedule_here(locks);
+                        if writes {
+                            self.journal_tx_begin(id, 1);
+                        }
+                        id
+                    }
                 };
                 self.offer_hop(id, f, conclude, origin, slot);
             }
             ShardMsg::TxScheduleHop {
                 id,
                 locks,
+                shards,
                 f,
                 conclude,
                 origin,
                 slot,
             } => {
-                if !self.schedule(id, locks).0 {
+                if !self.schedule(id, locks, shards).0 {
                     self.reply_to(origin, slot, Payload::Refused(f));
                     return;
                 }
                 self.offer_hop(id, f, conclude, origin, slot);
             }
             ShardMsg::TxRelease(id) => self.release(id),
+            ShardMsg::TxSeal { id, origin, slot } => {
+                let sealed = self.journal_tx_seal(id);
+                self.reply_to(
+                    origin,
+                    slot,
+                    Payload::Hop {
+                        id,
+                        value: Box::new(sealed),
+                    },
+                );
+            }
+            ShardMsg::JournalSynced => self.journal_synced(),
             ShardMsg::Call(f) => {
                 self.refresh_clock();
                 f(self);
@@ -566,7 +424,13 @@ impl Worker {
         }
     }
 
+    /// Sends a reply to `origin`; under `appendfsync always` it leaves once the journal
+    /// holds, on disk, everything recorded before it.
     pub(crate) fn reply_to(&self, origin: usize, slot: usize, reply: Payload) {
+        self.reply_when_durable(origin, slot, reply);
+    }
+
+    pub(crate) fn send_reply(&self, origin: usize, slot: usize, reply: Payload) {
         if origin == self.id {
             self.replies.borrow_mut().fill(slot, reply);
         } else {
@@ -574,11 +438,17 @@ impl Worker {
         }
     }
 
-    /// Records a transaction's intents here: (accepted, its turn has already come).
-    pub(crate) fn schedule(&self, id: TxId, locks: Vec<Lock>) -> (bool, bool) {
+    /// Records the intents of a transaction spanning `shards` shards here: (accepted, its
+    /// turn has already come).
+    pub(crate) fn schedule(&self, id: TxId, locks: Vec<Lock>, shards: u32) -> (bool, bool) {
         let mut txq = self.txq.borrow_mut();
         let accepted = txq.schedule(id, locks);
-        (accepted, accepted && txq.is_granted(id))
+        let granted = accepted && txq.is_granted(id);
+        drop(txq);
+        if accepted && shards > 0 {
+            self.journal_tx_begin(id, shards);
+        }
+        (accepted, granted)
     }
 
     /// Schedules a transaction that touches only this shard under a fresh id. Every id
@@ -607,8 +477,10 @@ impl Worker {
         }
     }
 
-    /// Drops a transaction's intents here and runs the hops whose turn has come.
+    /// Drops a transaction's intents here (recording its end) and runs the hops whose turn
+    /// has come.
     pub(crate) fn release(&self, id: TxId) {
+        self.journal_tx_end(id);
         let ready = self.txq.borrow_mut().release(id);
         for (id, hop) in ready {
             self.run_hop(id, hop);
@@ -625,7 +497,9 @@ impl Worker {
                 origin,
                 slot,
             } => {
+                self.current_tx.set(self.journal_tx_tag(id));
                 let value = f(self);
+                self.current_tx.set((0, 0));
                 if conclude {
                     self.release(id);
                 }
@@ -745,8 +619,17 @@ impl Worker {
             shard_id: self.id,
             num_shards: self.num_shards(),
             max_bulk_len: u64::MAX,
+            effects: None,
         };
         server_family::populate(&mut ctx, count, prefix, size);
+        drop(shard);
+        // Replayed on this shard's data, it creates the same keys (the ones routed here).
+        let count = count.to_string();
+        let size = size.map(|n| n.to_string());
+        let mut words: Vec<&[u8]> = vec![b"DEBUG", b"POPULATE", count.as_bytes(), prefix];
+        words.extend(size.as_deref().map(str::as_bytes));
+        self.journal_words(db, &words);
+        self.journal_flush();
     }
 
     pub fn report(&self) -> ThreadReport {
@@ -764,6 +647,7 @@ impl Worker {
             clients: self.clients.borrow().len(),
             ops_per_sec: self.ops_per_sec(),
             peak_memory: self.peak_memory.get().max(shard.used_memory()),
+            journal: self.journal_report(),
         }
     }
 
@@ -807,124 +691,7 @@ impl Worker {
         // A safety net under the wake-up rule: should a signal ever be missed (an event loop
         // that reports no parking relies on its executor's cross-thread wake-ups), queued
         // messages wait at most one tick, not until some client happens to send a command.
+        self.journal_flush();
         self.poke_mailbox();
-    }
-}
-
-enum SlotState {
-    Free,
-    Waiting(Option<Waker>),
-    Ready(Payload),
-    /// The waiter went away; the slot is freed when its reply arrives.
-    Abandoned,
-}
-
-/// Replies this thread is waiting for, by slot number. Replies arrive through this thread's
-/// own mailbox, so completing a wait is a local wake-up, not a cross-thread one.
-#[derive(Default)]
-pub(crate) struct ReplySlots {
-    slots: Vec<SlotState>,
-    free: Vec<usize>,
-}
-
-impl ReplySlots {
-    fn open(&mut self) -> usize {
-        match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = SlotState::Waiting(None);
-                i
-            }
-            None => {
-                self.slots.push(SlotState::Waiting(None));
-                self.slots.len() - 1
-            }
-        }
-    }
-
-    fn fill(&mut self, slot: usize, reply: Payload) {
-        let Some(state) = self.slots.get_mut(slot) else {
-            return;
-        };
-        match std::mem::replace(state, SlotState::Ready(reply)) {
-            SlotState::Waiting(Some(w)) => w.wake(),
-            SlotState::Abandoned => {
-                *state = SlotState::Free;
-                self.free.push(slot);
-            }
-            _ => {}
-        }
-    }
-
-    fn poll(&mut self, slot: usize, cx: &mut Context<'_>) -> Poll<Payload> {
-        let state = &mut self.slots[slot];
-        match std::mem::replace(state, SlotState::Free) {
-            SlotState::Ready(r) => {
-                self.free.push(slot);
-                Poll::Ready(r)
-            }
-            _ => {
-                *state = SlotState::Waiting(Some(cx.waker().clone()));
-                Poll::Pending
-            }
-        }
-    }
-
-    fn close(&mut self, slot: usize) {
-        self.slots[slot] = SlotState::Free;
-        self.free.push(slot);
-    }
-
-    fn abandon(&mut self, slot: usize) {
-        let state = &mut self.slots[slot];
-        match state {
-            SlotState::Ready(_) => {
-                *state = SlotState::Free;
-                self.free.push(slot);
-            }
-            _ => *state = SlotState::Abandoned,
-        }
-    }
-}
-
-/// Resolves to the answer to a message; None when the shard could not be reached.
-pub(crate) struct ReplyWait {
-    worker: Rc<Worker>,
-    slot: usize,
-    done: bool,
-}
-
-impl Future for ReplyWait {
-    type Output = Option<Payload>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        let polled = self.worker.replies.borrow_mut().poll(self.slot, cx);
-        match polled {
-            Poll::Ready(r) => {
-                self.done = true;
-                Poll::Ready(Some(r))
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl ReplyWait {
-    /// Frees the slot of a wait no reply can come to any more (its waiter was taken back).
-    pub(crate) fn close(mut self) {
-        if !self.done {
-            self.done = true;
-            self.worker.replies.borrow_mut().close(self.slot);
-        }
-    }
-}
-
-impl Drop for ReplyWait {
-    fn drop(&mut self) {
-        if !self.done {
-            self.worker.replies.borrow_mut().abandon(self.slot);
-        }
     }
 }

@@ -151,6 +151,9 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         let step = conn.step().await;
         conn.poke_mailbox();
         conn.take_output(&mut pending);
+        if pending.len() > sent {
+            conn.until_durable().await;
+        }
         let unsent = (pending.len() - sent) as u64;
         if unsent > limit || conn.over_output_limit() {
             tracing::warn!(
@@ -265,6 +268,8 @@ pub(crate) async fn drain<S: Future<Output = ()>>(
     while !shared.all_drained() && Instant::now() < deadline {
         sleep(Duration::from_millis(5)).await;
     }
+    // Every shard has finished its work: the journal's last records go to disk, synced.
+    worker.stop_journal();
 }
 
 /// Refuses a client over `maxclients` with Redis's error, written straight to the socket.

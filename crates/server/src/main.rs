@@ -2,8 +2,10 @@
 //! logging, binds the listeners, picks the I/O backend and runs until SHUTDOWN, SIGTERM or
 //! SIGINT.
 
+mod check;
 mod fd_limit;
 mod options;
+mod recovery;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -65,6 +67,10 @@ fn install_signal_thread(cluster: Arc<damselfly_coord::Cluster>) {
 
 fn main() -> ExitCode {
     damselfly_coord::crash::install_panic_hook();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = check::run(&args) {
+        return code;
+    }
     let opts = options::Options::parse_from_env();
     let config = Arc::new(Config::default());
     let warnings = match opts.apply(&config) {
@@ -108,10 +114,22 @@ fn main() -> ExitCode {
             .unwrap_or_default(),
         config_file: opts.config_file.clone().unwrap_or_default(),
     };
+    let recovered = match recovery::recover(&config, threads) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(1);
+        }
+    };
     let described = listeners.describe();
     let pin = config.get("pin-threads") == "yes";
     let server = Server::new(config.clone(), threads, backend, pin, listeners, info);
+    // Before any other thread starts (journal writers): threads inherit the blocked signals.
     install_signal_thread(server.cluster());
+    if let Err(e) = recovered.start(&server.cluster()) {
+        tracing::error!("{e}");
+        return ExitCode::from(1);
+    }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         threads,

@@ -64,15 +64,27 @@ pub struct Options {
     /// Do not pin threads to cores.
     #[arg(long = "no-pin")]
     pub no_pin: bool,
-    /// Accepted for compatibility with Redis command lines (persistence is not built yet).
-    #[arg(long)]
-    pub save: Option<String>,
+    /// yes: journal every shard's changes under --dir and load them at start-up.
     #[arg(long)]
     pub appendonly: Option<String>,
+    /// always, everysec or no: when journal writes are synced (docs/persistence.md).
     #[arg(long)]
     pub appendfsync: Option<String>,
+    /// The working directory: the journal lives in its --appenddirname subdirectory.
     #[arg(long)]
     pub dir: Option<String>,
+    /// The journal's directory inside --dir.
+    #[arg(long)]
+    pub appenddirname: Option<String>,
+    /// yes: a journal's torn last record (a crash mid-append) is cut off with a warning.
+    #[arg(long = "aof-load-truncated")]
+    pub aof_load_truncated: Option<String>,
+    /// yes: start even when a journal is damaged, keeping only what precedes the damage.
+    #[arg(long = "force-recovery")]
+    pub force_recovery: Option<String>,
+    /// Accepted for compatibility with Redis command lines (snapshots are not built yet).
+    #[arg(long)]
+    pub save: Option<String>,
     #[arg(long)]
     pub dbfilename: Option<String>,
     #[arg(long)]
@@ -157,7 +169,7 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 23] = [
+        let flags: [(&str, Option<String>); 26] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
             ("unixsocket", self.unixsocket.clone()),
@@ -181,6 +193,9 @@ impl Options {
             ("appendonly", self.appendonly.clone()),
             ("appendfsync", self.appendfsync.clone()),
             ("dir", self.dir.clone()),
+            ("appenddirname", self.appenddirname.clone()),
+            ("aof-load-truncated", self.aof_load_truncated.clone()),
+            ("force-recovery", self.force_recovery.clone()),
             ("dbfilename", self.dbfilename.clone()),
             ("maxmemory", self.maxmemory.clone()),
             ("maxmemory-policy", self.maxmemory_policy.clone()),

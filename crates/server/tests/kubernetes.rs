@@ -615,8 +615,8 @@ fn probes_and_shutdown_follow_the_manifest() {
     pod_life(false);
 }
 
+/// The journal (`appendonly yes` in the ConfigMap) brings the data back.
 #[test]
-#[ignore = "needs persistence (issue 12)"]
 fn data_survives_a_restart() {
     pod_life(true);
 }

@@ -19,7 +19,7 @@ pub use hash::Hash;
 pub use limits::EncodingLimits;
 pub use list::{End, List};
 pub use set::Set;
-pub use shard::{Db, Shard, ShardStats, WatchStamp};
+pub use shard::{Db, Shard, ShardStats, SnapshotSink, WatchStamp};
 pub use table::{Entry, Table, SCAN_SHARD_BITS};
 pub use value::{Collection, Kind, Value};
 pub use zset::ZSet;

@@ -75,6 +75,23 @@ pub struct WatchStamp {
 
 type WatchMap = std::collections::HashMap<Box<[u8]>, Watch, ahash::RandomState>;
 
+/// Where a snapshot's entries go (the persistence layer writes them to the shard's file).
+pub trait SnapshotSink {
+    /// Saves one entry as it is now, in database `db`.
+    fn save(&mut self, db: usize, entry: &Entry);
+}
+
+/// A snapshot in progress: the point in time it captures is when it started. Every entry
+/// present then is saved exactly once, before anything changes it: a segment whose version
+/// is below the snapshot's is saved whole (and stamped) before any write to it, and the
+/// background walk saves the rest. Saved segments cost one comparison per write.
+struct Snapshot {
+    version: u64,
+    sink: Box<dyn SnapshotSink + Send>,
+    /// Where the walk goes on: database, segment.
+    cursor: (usize, usize),
+}
+
 /// The data of one shard.
 pub struct Shard {
     pub dbs: Vec<Db>,
@@ -89,6 +106,14 @@ pub struct Shard {
     awaited: Vec<KeySet>,
     /// Awaited keys written since the coordinator last took them (Redis's ready keys).
     ready: Vec<(usize, Box<[u8]>)>,
+    snapshot: Option<Snapshot>,
+    /// The version the last snapshot used (each new one takes the next).
+    snapshot_version: u64,
+    /// Counts changes: every write that changes a key bumps it, so the journal can tell a
+    /// write command that changed something from one that did not.
+    pub dirty: u64,
+    /// Keys removed because their deadline passed, kept for the journal while it wants them.
+    expired_log: Option<Vec<(usize, Box<[u8]>)>>,
 }
 
 type KeySet = std::collections::HashSet<Box<[u8]>, ahash::RandomState>;
@@ -108,6 +133,100 @@ impl Shard {
             limits: EncodingLimits::default(),
             awaited: (0..databases).map(|_| KeySet::default()).collect(),
             ready: Vec::new(),
+            snapshot: None,
+            snapshot_version: 0,
+            dirty: 0,
+            expired_log: None,
+        }
+    }
+
+    /// Starts a snapshot of everything present now; its entries go to `sink` as they are
+    /// saved (`snapshot_step` and writes), until `snapshot_step` says it is complete.
+    pub fn start_snapshot(&mut self, sink: Box<dyn SnapshotSink + Send>) {
+        self.snapshot_version += 1;
+        self.snapshot = Some(Snapshot {
+            version: self.snapshot_version,
+            sink,
+            cursor: (0, 0),
+        });
+    }
+
+    /// True while a snapshot runs.
+    pub fn snapshot_running(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    /// Saves unsaved segments until about `budget` entries went out. Returns the sink once
+    /// the snapshot is complete (and ends it), None while there is more to save.
+    pub fn snapshot_step(&mut self, budget: usize) -> Option<Box<dyn SnapshotSink + Send>> {
+        let snap = self.snapshot.as_mut()?;
+        let mut saved = 0;
+        while snap.cursor.0 < self.dbs.len() {
+            let (db, seg) = snap.cursor;
+            let table = &mut self.dbs[db].table;
+            if seg >= table.segment_count() {
+                snap.cursor = (db + 1, 0);
+                continue;
+            }
+            if table.segment_version(seg) < snap.version {
+                for e in table.mark_segment(seg, snap.version) {
+                    snap.sink.save(db, e);
+                    saved += 1;
+                }
+            }
+            snap.cursor.1 += 1;
+            if saved >= budget {
+                return None;
+            }
+        }
+        self.snapshot.take().map(|s| s.sink)
+    }
+
+    /// Abandons a running snapshot (its file is discarded), returning its sink.
+    pub fn abort_snapshot(&mut self) -> Option<Box<dyn SnapshotSink + Send>> {
+        self.snapshot.take().map(|s| s.sink)
+    }
+
+    /// Saves the segment holding `key` first if the running snapshot has not saved it: the
+    /// snapshot keeps the state from its start, whatever is about to change.
+    #[inline]
+    fn before_change(&mut self, db: usize, key: &[u8]) {
+        if let Some(snap) = &mut self.snapshot {
+            let table = &mut self.dbs[db].table;
+            let seg = table.segment_of_key(key);
+            if table.segment_version(seg) < snap.version {
+                for e in table.mark_segment(seg, snap.version) {
+                    snap.sink.save(db, e);
+                }
+            }
+        }
+    }
+
+    /// Saves every unsaved segment of `db` (before a change to the whole database).
+    fn before_db_change(&mut self, db: usize) {
+        if let Some(snap) = &mut self.snapshot {
+            let table = &mut self.dbs[db].table;
+            for seg in 0..table.segment_count() {
+                if table.segment_version(seg) < snap.version {
+                    for e in table.mark_segment(seg, snap.version) {
+                        snap.sink.save(db, e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps the keys removed because their deadline passed, for `take_expired` (the journal
+    /// records their deletion, as Redis propagates a DEL).
+    pub fn log_expired(&mut self, on: bool) {
+        self.expired_log = on.then(Vec::new);
+    }
+
+    /// Keys removed by expiry since the last call, as (db, key).
+    pub fn take_expired(&mut self) -> Vec<(usize, Box<[u8]>)> {
+        match &mut self.expired_log {
+            Some(log) => std::mem::take(log),
+            None => Vec::new(),
         }
     }
 
@@ -183,7 +302,9 @@ impl Shard {
         f: impl FnOnce(&mut Entry) -> R,
     ) -> Option<R> {
         self.expire_if_needed(db, key, now);
+        self.before_change(db, key);
         let e = self.dbs[db].table.get_mut(key)?;
+        self.dirty += 1;
         Self::touch(&mut self.watched[db], key);
         let before = e.mem_size();
         let had_ttl = e.expire_at;
@@ -207,6 +328,9 @@ impl Shard {
         kind: Kind,
         f: impl FnOnce(&mut Entry) -> R,
     ) -> Result<Option<R>, Kind> {
+        // Saving the segment first is harmless if nothing changes after all; checking first
+        // would cost a second lookup on every write.
+        self.before_change(db, key);
         let Some(e) = self.dbs[db].table.get_mut(key) else {
             return Ok(None);
         };
@@ -218,6 +342,7 @@ impl Shard {
         if actual != kind {
             return Err(actual);
         }
+        self.dirty += 1;
         let before = e.mem_size();
         let had_ttl = e.expire_at;
         let r = f(e);
@@ -244,6 +369,8 @@ impl Shard {
 
     /// Sets a key, replacing any value; returns the old entry.
     pub fn set(&mut self, db: usize, key: &[u8], value: Value, expire_at: u64) -> Option<Entry> {
+        self.before_change(db, key);
+        self.dirty += 1;
         let entry = Entry {
             key: key.into(),
             value,
@@ -263,7 +390,9 @@ impl Shard {
 
     /// Removes a key (no expiry check: the caller decides what counts as existing).
     pub fn remove(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        self.before_change(db, key);
         let old = self.dbs[db].table.remove(key)?;
+        self.dirty += 1;
         Self::touch(&mut self.watched[db], key);
         self.used_memory -= old.mem_size().min(self.used_memory);
         if old.expire_at != 0 {
@@ -279,6 +408,8 @@ impl Shard {
     }
 
     pub fn flush_db(&mut self, db: usize, now: u64) {
+        self.before_db_change(db);
+        self.dirty += 1;
         for (key, w) in self.watched[db].iter_mut() {
             if let Some(e) = self.dbs[db].table.get(key) {
                 w.version += 1;
@@ -287,9 +418,13 @@ impl Shard {
                 }
             }
         }
+        let version = self.snapshot.as_ref().map_or(0, |s| s.version);
         let d = &mut self.dbs[db];
         let freed: usize = d.table.iter().map(Entry::mem_size).sum();
-        *d = Db::default();
+        *d = Db {
+            table: Table::with_version(version),
+            ..Db::default()
+        };
         self.used_memory -= freed.min(self.used_memory);
     }
 
@@ -301,6 +436,10 @@ impl Shard {
 
     /// Swaps two databases' contents (SWAPDB within this shard).
     pub fn swap_dbs(&mut self, a: usize, b: usize) {
+        // A snapshot saves each entry under the database it was in when the snapshot began.
+        self.before_db_change(a);
+        self.before_db_change(b);
+        self.dirty += 1;
         self.touch_existing(a, b);
         self.touch_existing(b, a);
         self.dbs.swap(a, b);
@@ -327,6 +466,9 @@ impl Shard {
                 w.expired_removals += 1;
             }
             self.stats.expired_keys += 1;
+            if let Some(log) = &mut self.expired_log {
+                log.push((db, key.into()));
+            }
         }
     }
 

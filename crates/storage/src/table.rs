@@ -37,6 +37,10 @@ impl Entry {
 
 struct Segment {
     depth: u32,
+    /// The last snapshot that saved this segment's entries (see `Shard`'s snapshot hooks):
+    /// a snapshot saves a segment whose version is below its own before anything in it
+    /// changes. A split's two halves keep it, so entries carry their state with them.
+    version: u64,
     slots: HashTable<Entry>,
 }
 
@@ -75,12 +79,19 @@ fn dir_index(hash: u64, depth: u32) -> usize {
 
 impl Table {
     pub fn new() -> Self {
+        Self::with_version(0)
+    }
+
+    /// An empty table whose segments count as saved by snapshot `version` (a table created
+    /// while that snapshot runs holds nothing it must save).
+    pub fn with_version(version: u64) -> Self {
         Table {
             hasher: hasher(),
             global_depth: 0,
             dir: vec![0],
             segments: vec![Segment {
                 depth: 0,
+                version,
                 slots: HashTable::new(),
             }],
             len: 0,
@@ -184,8 +195,10 @@ impl Table {
             .slots
             .shrink_to_fit(|e| hasher.hash_one(&*e.key));
         let new_id = self.segments.len() as u32;
+        let version = self.segments[seg].version;
         self.segments.push(Segment {
             depth,
+            version,
             slots: moved,
         });
         // Directory slots of the old segment whose bit at `depth` is set now point to the new one.
@@ -201,8 +214,35 @@ impl Table {
         *self = Table::new();
     }
 
+    /// The segment holding `key` (or where it would go).
+    pub fn segment_of_key(&self, key: &[u8]) -> usize {
+        self.segment_of(self.hash(key))
+    }
+
+    /// Segments in the table; they are only ever added (by splits).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The last snapshot that saved segment `seg`.
+    pub fn segment_version(&self, seg: usize) -> u64 {
+        self.segments[seg].version
+    }
+
+    /// Marks segment `seg` saved by snapshot `version`, returning its entries for saving.
+    pub fn mark_segment(&mut self, seg: usize, version: u64) -> impl Iterator<Item = &Entry> {
+        let s = &mut self.segments[seg];
+        s.version = version;
+        s.slots.iter()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Entry> {
         self.segments.iter().flat_map(|s| s.slots.iter())
+    }
+
+    /// Every entry, by value (recovery moves keys to the shards that own them now).
+    pub fn into_entries(self) -> impl Iterator<Item = Entry> {
+        self.segments.into_iter().flat_map(|s| s.slots.into_iter())
     }
 
     /// Removes every entry for which `f` returns false.

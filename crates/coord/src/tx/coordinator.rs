@@ -6,7 +6,9 @@ use std::any::Any;
 use std::rc::Rc;
 
 use super::locks::{Lock, TxId};
-use crate::worker::{HopFn, HopTx, Payload, ReplyWait, ShardMsg, Worker};
+use crate::messages::{HopFn, HopTx, Payload, ShardMsg};
+use crate::reply_slots::ReplyWait;
+use crate::worker::Worker;
 
 /// Work for one shard, returning `T` to the coordinator.
 pub(crate) type ShardWork<T> = Box<dyn FnOnce(&Worker) -> T + Send>;
@@ -43,12 +45,20 @@ pub(crate) struct Tx {
     /// Its turn had come on every shard when it was scheduled, so it holds all its locks
     /// already and may release each shard right after its last hop there.
     granted_everywhere: bool,
+    /// How many shards it spans (its journal records say so).
+    shards: u32,
+    /// Under `appendfsync always`, a transaction over several shards releases its intents
+    /// only once every shard has its end record on disk (`end`), so no later command can
+    /// depend on a transaction a crash could still leave incomplete.
+    durable_release: bool,
 }
 
 impl Tx {
     /// Schedules a transaction needing `plan` (locks per shard, each shard once). None when a
     /// shard is gone (shutdown).
     pub(crate) async fn begin(worker: &Rc<Worker>, plan: Vec<(usize, Vec<Lock>)>) -> Option<Tx> {
+        let shards = journaled_span(&plan);
+        let durable_release = shards > 1 && worker.cluster.journal_always();
         if plan.len() == 1 {
             let (shard, locks) = plan.into_iter().next()?;
             return Some(Tx {
@@ -60,6 +70,8 @@ impl Tx {
                 },
                 held: vec![shard],
                 granted_everywhere: true,
+                shards,
+                durable_release,
             });
         }
         worker.stats.borrow_mut().multi_shard_txs += 1;
@@ -82,6 +94,8 @@ impl Tx {
                 },
                 held: Vec::new(),
                 granted_everywhere: false,
+                shards,
+                durable_release,
             });
         }
         let (id, held, granted_everywhere) = schedule_all(worker, &plan).await?;
@@ -90,6 +104,8 @@ impl Tx {
             scheduling: Scheduling::Shared(id),
             held,
             granted_everywhere,
+            shards,
+            durable_release,
         })
     }
 
@@ -130,7 +146,7 @@ impl Tx {
         let mut remote_value = None;
         loop {
             let id = worker.cluster.next_txid();
-            let (accepted, local_granted) = worker.schedule(id, local.clone());
+            let (accepted, local_granted) = worker.schedule(id, local.clone(), self.shards);
             if !accepted {
                 worker.stats.borrow_mut().tx_retries += 1;
                 continue;
@@ -139,12 +155,14 @@ impl Tx {
                 worker.release(id);
                 break;
             };
-            let remote_concludes = conclude && local_granted;
+            let remote_concludes = conclude && local_granted && !self.durable_release;
             let locks = remote_locks.clone();
+            let shards = self.shards;
             let answer = worker
                 .ask(remote, |origin, slot| ShardMsg::TxScheduleHop {
                     id,
                     locks,
+                    shards,
                     f,
                     conclude: remote_concludes,
                     origin,
@@ -193,7 +211,7 @@ impl Tx {
             }
         }
         if conclude {
-            self.release_held();
+            self.end_held().await;
         }
         let (mut remote_value, mut local_value) = (remote_value, local_value);
         order
@@ -253,7 +271,7 @@ impl Tx {
             }
         }
         let release_after = conclude;
-        let conclude = conclude && self.granted_everywhere;
+        let conclude = conclude && self.granted_everywhere && !self.durable_release;
         if matches!(
             self.scheduling,
             Scheduling::LocalFirst { .. } | Scheduling::Gone
@@ -317,7 +335,7 @@ impl Tx {
             }
         }
         if release_after {
-            self.release_held();
+            self.end_held().await;
         }
         out
     }
@@ -335,8 +353,30 @@ impl Tx {
             .flatten()
     }
 
-    /// Releases the transaction on every shard it still holds.
-    pub(crate) fn finish(mut self) {
+    /// Ends the transaction: releases it on every shard it still holds, under
+    /// `durable_release` once each of them has its end record on disk.
+    pub(crate) async fn end(mut self) {
+        self.end_held().await;
+    }
+
+    async fn end_held(&mut self) {
+        if self.durable_release {
+            let id = match self.scheduling {
+                Scheduling::Shared(id) | Scheduling::Single { id: Some(id), .. } => id,
+                _ => return self.release_held(),
+            };
+            let seals: Vec<ReplyWait> = self
+                .held
+                .iter()
+                .map(|&shard| {
+                    self.worker
+                        .ask(shard, |origin, slot| ShardMsg::TxSeal { id, origin, slot })
+                })
+                .collect();
+            for seal in seals {
+                seal.await;
+            }
+        }
         self.release_held();
     }
 
@@ -357,6 +397,16 @@ impl Tx {
     }
 }
 
+/// How many shards a transaction's journal records say it spans: all of its shards when it
+/// may write anywhere, 0 for a read-only one, which records nothing (no end records).
+fn journaled_span(plan: &[(usize, Vec<Lock>)]) -> u32 {
+    if plan.iter().any(|(_, locks)| locks.iter().any(Lock::writes)) {
+        u32::try_from(plan.len()).unwrap_or(u32::MAX)
+    } else {
+        0
+    }
+}
+
 /// Schedules `plan` on every shard in it, retrying with a fresh id until no shard refuses.
 /// Returns the id, the shards holding it, and whether its turn had come on all of them. None
 /// when a shard is gone (shutdown).
@@ -364,6 +414,7 @@ async fn schedule_all(
     worker: &Rc<Worker>,
     plan: &[(usize, Vec<Lock>)],
 ) -> Option<(TxId, Vec<usize>, bool)> {
+    let shards = journaled_span(plan);
     loop {
         let id = worker.cluster.next_txid();
         let mut waiting: Vec<(usize, ReplyWait)> = Vec::new();
@@ -372,7 +423,7 @@ async fn schedule_all(
         let mut granted_everywhere = true;
         for (shard, locks) in plan {
             if *shard == worker.id {
-                match worker.schedule(id, locks.clone()) {
+                match worker.schedule(id, locks.clone(), shards) {
                     (true, granted) => {
                         accepted.push(*shard);
                         granted_everywhere &= granted;
@@ -387,6 +438,7 @@ async fn schedule_all(
                 worker.ask(*shard, |origin, slot| ShardMsg::TxSchedule {
                     id,
                     locks,
+                    shards,
                     origin,
                     slot,
                 }),

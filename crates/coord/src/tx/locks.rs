@@ -49,6 +49,11 @@ pub enum Lock {
 }
 
 impl Lock {
+    /// Whether the transaction holding it may write (its records then go to the journal).
+    pub(crate) fn writes(&self) -> bool {
+        self.mode() == Mode::Exclusive
+    }
+
     /// The database it covers; None for every database.
     fn scope(&self) -> Option<usize> {
         match self {
@@ -57,7 +62,7 @@ impl Lock {
         }
     }
 
-    fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         match self {
             Lock::Key { mode, .. } | Lock::Db { mode, .. } | Lock::AllDbs { mode } => *mode,
         }

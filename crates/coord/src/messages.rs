@@ -1,0 +1,238 @@
+//! The messages between shard threads: squashed command batches and their replies,
+//! transaction scheduling and hops, and the rare control messages (INFO reports, CLIENT
+//! LIST/KILL, DEBUG POPULATE). Kept apart from the worker that handles them, so every module
+//! that sends a message need not reach into the worker.
+
+use std::any::Any;
+
+use damselfly_commands::stats::ThreadStats;
+use damselfly_protocol::Span;
+use damselfly_storage::ShardStats;
+use futures_channel::oneshot;
+
+use crate::blocking::Wake;
+use crate::client::KillFilter;
+use crate::tx::{Lock, TxId};
+use crate::worker::Worker;
+
+/// One command shipped to another shard. Its arguments are `spans[first..first + nargs]`
+/// over the batch's `data`.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteCmd {
+    pub spec: usize,
+    pub db: usize,
+    pub resp3: bool,
+    /// Count it in the executing thread's commandstats (false for parts of a fan-out, which
+    /// the coordinator counts once).
+    pub record: bool,
+    pub first: usize,
+    pub nargs: usize,
+}
+
+impl RemoteCmd {
+    /// A whole command kept for later (a MULTI queue, a blocked command): database and
+    /// protocol are filled in when it runs.
+    pub fn kept(spec: usize) -> Self {
+        RemoteCmd {
+            spec,
+            db: 0,
+            resp3: false,
+            record: true,
+            first: 0,
+            nargs: 0,
+        }
+    }
+}
+
+/// Commands for one shard, squashed into one message; replies come back together.
+#[derive(Debug)]
+pub struct ExecBatch {
+    pub data: Vec<u8>,
+    pub spans: Vec<Span>,
+    pub cmds: Vec<RemoteCmd>,
+    /// Reply bytes past which the shard stops running the batch (`ReplyBuf::limit`). Its
+    /// client is then over its output buffer limit and is dropped, so running the rest would
+    /// only grow memory; Redis too stops serving a client it is closing.
+    pub reply_limit: usize,
+}
+
+impl Default for ExecBatch {
+    fn default() -> Self {
+        ExecBatch {
+            data: Vec::new(),
+            spans: Vec::new(),
+            cmds: Vec::new(),
+            reply_limit: usize::MAX,
+        }
+    }
+}
+
+impl ExecBatch {
+    /// Appends a command, copying its arguments.
+    pub fn push(&mut self, mut cmd: RemoteCmd, args: impl Iterator<Item = impl AsRef<[u8]>>) {
+        cmd.first = self.spans.len();
+        let mut n = 0;
+        for a in args {
+            let a = a.as_ref();
+            self.spans.push(Span {
+                start: self.data.len(),
+                len: a.len(),
+            });
+            self.data.extend_from_slice(a);
+            n += 1;
+        }
+        cmd.nargs = n;
+        self.cmds.push(cmd);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+}
+
+/// Encoded replies of a batch; reply i is `out[ends[i-1]..ends[i]]`.
+#[derive(Debug, Default)]
+pub struct BatchReply {
+    pub out: Vec<u8>,
+    pub ends: Vec<usize>,
+}
+
+impl BatchReply {
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.out[start..self.ends[i]]
+    }
+}
+
+/// Work a transaction does on one shard, run on the shard's thread; its result goes back to
+/// the coordinator.
+pub type HopFn = Box<dyn FnOnce(&Worker) -> Box<dyn Any + Send> + Send>;
+
+/// What comes back to a reply slot.
+pub enum Payload {
+    Batch(BatchReply),
+    /// A transaction hop's result, with the transaction's id on that shard.
+    Hop {
+        id: TxId,
+        value: Box<dyn Any + Send>,
+    },
+    /// Whether a transaction was scheduled, and whether its turn had already come.
+    Scheduled {
+        accepted: bool,
+        granted: bool,
+    },
+    /// A `TxScheduleHop` this shard refused: the hop comes back unrun.
+    Refused(HopFn),
+    /// A blocked client's wake-up.
+    Wake(Wake),
+}
+
+/// Which transaction a hop belongs to.
+pub enum HopTx {
+    /// Scheduled on this shard under this id.
+    Scheduled(TxId),
+    /// A transaction that touches only this shard: the shard assigns the id and takes these
+    /// locks when the hop arrives (no scheduling round).
+    Single(Vec<Lock>),
+}
+
+/// What a thread reports for INFO.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadReport {
+    pub shard_id: usize,
+    pub stats: ThreadStats,
+    pub shard_stats: ShardStats,
+    pub used_memory: usize,
+    /// (keys, keys with TTL, avg_ttl) per database.
+    pub keyspace: Vec<(usize, usize, u64)>,
+    pub clients: usize,
+    /// Commands per second over the last ~1.6 s of ticks.
+    pub ops_per_sec: u64,
+    /// Highest `used_memory` this shard has reached.
+    pub peak_memory: usize,
+    /// The journal's state, while journaling.
+    pub journal: Option<JournalReport>,
+}
+
+/// One shard's journal, for INFO persistence.
+#[derive(Debug, Clone, Default)]
+pub struct JournalReport {
+    /// Bytes in the segment being appended to (the base segment aside).
+    pub appended_bytes: u64,
+    /// Why writes stopped, if they did.
+    pub failure: Option<String>,
+}
+
+/// Messages between threads.
+pub enum ShardMsg {
+    /// Run a batch; reply with `Reply { slot }` to the `origin` thread's mailbox.
+    Exec {
+        batch: ExecBatch,
+        origin: usize,
+        slot: usize,
+    },
+    /// The reply to something this thread sent.
+    Reply {
+        slot: usize,
+        reply: Payload,
+    },
+    /// Record the intents of a transaction spanning `shards` shards; reply `Scheduled`.
+    TxSchedule {
+        id: TxId,
+        locks: Vec<Lock>,
+        shards: u32,
+        origin: usize,
+        slot: usize,
+    },
+    /// Run a transaction's hop when its turn comes; `conclude` releases its intents after.
+    TxHop {
+        tx: HopTx,
+        f: HopFn,
+        conclude: bool,
+        origin: usize,
+        slot: usize,
+    },
+    /// Record a transaction's intents and, if accepted, run its hop when its turn comes (the
+    /// coordinator's every other shard has already accepted); refused: reply `Refused`.
+    TxScheduleHop {
+        id: TxId,
+        locks: Vec<Lock>,
+        shards: u32,
+        f: HopFn,
+        conclude: bool,
+        origin: usize,
+        slot: usize,
+    },
+    /// Drop a transaction's intents.
+    TxRelease(TxId),
+    /// Record the end of a transaction's part here (appendfsync always: before its intents
+    /// are released); reply once it is durable.
+    TxSeal {
+        id: TxId,
+        origin: usize,
+        slot: usize,
+    },
+    /// The journal's writer made records durable: release the replies waiting for them.
+    JournalSynced,
+    /// Run a function now, outside any transaction; no reply.
+    Call(Box<dyn FnOnce(&Worker) + Send>),
+    /// Run a function now, outside any transaction, and reply with its result.
+    Run {
+        f: HopFn,
+        origin: usize,
+        slot: usize,
+    },
+    Report(oneshot::Sender<ThreadReport>),
+    ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
+    ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
+    /// CLIENT UNBLOCK: (client id, reply with an error) -> whether it was blocked here.
+    ClientUnblock(u64, bool, oneshot::Sender<bool>),
+    Populate {
+        db: usize,
+        count: u64,
+        prefix: Vec<u8>,
+        size: Option<usize>,
+        done: oneshot::Sender<()>,
+    },
+    ResetStats(oneshot::Sender<()>),
+}

@@ -1,0 +1,511 @@
+//! Writing a shard's journal. The shard's thread encodes records into a buffer (no system
+//! call per command) and hands the buffer over once per unit of work; a writer thread of the
+//! shard's own puts buffers into the current segment file and syncs it as `appendfsync` says:
+//!
+//! - `always`: every buffer it takes, and every buffer queued behind it, then one
+//!   `fdatasync` for all of them (group commit); the durable LSN then covers them and the
+//!   shard is told, so it can release the replies that waited for it;
+//! - `everysec`: writes at once, `fdatasync` about once a second;
+//! - `no`: writes, and leaves flushing to the kernel.
+//!
+//! A failed write (a full disk) keeps the records in memory, cuts the file back to whole
+//! records and is tried again about once a second; meanwhile `failure()` says why and the
+//! shard refuses writes (MISCONF), and once a write succeeds writes are accepted again. A
+//! failed fsync is never retried on the same file (it is not reliably reported twice): the
+//! file takes nothing more and writes stay refused until the journal moves to a new file.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use crate::journal::{self, SegmentHeader};
+
+/// `appendfsync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    Always,
+    EverySec,
+    No,
+}
+
+impl FsyncPolicy {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "always" => Some(FsyncPolicy::Always),
+            "everysec" => Some(FsyncPolicy::EverySec),
+            "no" => Some(FsyncPolicy::No),
+            _ => None,
+        }
+    }
+}
+
+/// What the shard and the writer thread share.
+struct Shared {
+    /// Every record up to this LSN is on disk (synced); under `no`, written to the kernel.
+    durable: AtomicU64,
+    /// The policy, changeable at run time (CONFIG SET appendfsync).
+    policy: Mutex<FsyncPolicy>,
+    /// Why writing stopped, once it has.
+    failure: Mutex<Option<String>>,
+    /// Whether `failure` is set: read on every write command, so it is not behind the lock.
+    failed: AtomicBool,
+    /// Bytes written to the current segment.
+    segment_bytes: AtomicU64,
+}
+
+enum Job {
+    Write {
+        bytes: Vec<u8>,
+        last_lsn: u64,
+    },
+    /// Close the current segment (synced) and continue in a new one.
+    Rotate {
+        path: PathBuf,
+        header: SegmentHeader,
+    },
+}
+
+/// A shard's side of its journal.
+pub struct Appender {
+    buf: Vec<u8>,
+    next_lsn: u64,
+    /// The last LSN handed to the writer.
+    handed: u64,
+    shared: Arc<Shared>,
+    jobs: Option<Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Appender {
+    /// Opens (creating) the segment at `path` and starts its writer thread. `first_lsn` is
+    /// the LSN the next record gets; `synced` is called on the writer thread whenever the
+    /// durable LSN moves under `always` (the shard then releases replies that waited).
+    pub fn open(
+        path: &Path,
+        header: SegmentHeader,
+        policy: FsyncPolicy,
+        synced: Box<dyn Fn() + Send>,
+    ) -> std::io::Result<Appender> {
+        let file = new_segment(path, header)?;
+        let shared = Arc::new(Shared {
+            durable: AtomicU64::new(header.first_lsn.saturating_sub(1)),
+            policy: Mutex::new(policy),
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
+            segment_bytes: AtomicU64::new(0),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let writer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("damselfly-journal-{}", header.shard))
+                .spawn(move || write_loop(file, rx, shared, synced))?
+        };
+        Ok(Appender {
+            buf: Vec::new(),
+            next_lsn: header.first_lsn,
+            handed: header.first_lsn.saturating_sub(1),
+            shared,
+            jobs: Some(tx),
+            writer: Some(writer),
+        })
+    }
+
+    /// Appends a command record; returns its LSN.
+    pub fn command<A: AsRef<[u8]>>(&mut self, db: u32, tx: (u64, u32), args: &[A]) -> u64 {
+        let lsn = self.next_lsn;
+        journal::encode_command(&mut self.buf, lsn, db, tx, args);
+        self.next_lsn += 1;
+        lsn
+    }
+
+    /// Appends the end of this shard's part of transaction `tx`; returns its LSN.
+    pub fn tx_done(&mut self, tx: (u64, u32), durable_release: bool) -> u64 {
+        let lsn = self.next_lsn;
+        journal::encode_tx_done(&mut self.buf, lsn, tx, durable_release);
+        self.next_lsn += 1;
+        lsn
+    }
+
+    /// The LSN of the last record appended (0 before any).
+    pub fn last_lsn(&self) -> u64 {
+        self.next_lsn - 1
+    }
+
+    /// Every record up to this LSN is durable (as the policy defines it).
+    pub fn durable_lsn(&self) -> u64 {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Hands the buffered records to the writer thread.
+    pub fn flush(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let bytes = std::mem::take(&mut self.buf);
+        let last_lsn = self.last_lsn();
+        self.handed = last_lsn;
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(Job::Write { bytes, last_lsn });
+        }
+    }
+
+    /// True when records were appended since the last flush.
+    pub fn has_buffered(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    pub fn policy(&self) -> FsyncPolicy {
+        *self.shared.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_policy(&self, policy: FsyncPolicy) {
+        *self.shared.policy.lock().unwrap_or_else(|e| e.into_inner()) = policy;
+    }
+
+    /// Why the journal stopped writing, if it did.
+    /// Whether writing stopped (cheap; `failure` says why).
+    pub fn failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Bytes in the current segment.
+    pub fn segment_bytes(&self) -> u64 {
+        self.shared.segment_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Continues in a new segment at `path` (the old one is synced and closed first); the
+    /// records buffered so far go to the old one.
+    pub fn rotate(&mut self, path: &Path, generation: u64, shard: u32, seq: u64) {
+        self.flush();
+        let header = SegmentHeader {
+            generation,
+            shard,
+            seq,
+            first_lsn: self.next_lsn,
+        };
+        if let Some(jobs) = &self.jobs {
+            let _ = jobs.send(Job::Rotate {
+                path: path.to_path_buf(),
+                header,
+            });
+        }
+    }
+}
+
+impl Drop for Appender {
+    /// Hands over what is buffered and waits for the writer to put it on disk.
+    fn drop(&mut self) {
+        self.flush();
+        self.jobs = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Creates a segment file holding just its header, synced (and its directory, so the file
+/// itself survives a crash).
+pub fn new_segment(path: &Path, header: SegmentHeader) -> std::io::Result<File> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(&header.encode())?;
+    file.sync_data()?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(file)
+}
+
+fn write_loop(file: File, jobs: Receiver<Job>, shared: Arc<Shared>, synced: Box<dyn Fn() + Send>) {
+    let good_len = file.metadata().map_or(0, |m| m.len());
+    let mut w = Writer {
+        file,
+        shared,
+        synced,
+        good_len,
+        backlog: Vec::new(),
+        backlog_lsn: 0,
+        unsynced: None,
+        last_sync: Instant::now(),
+        broken: false,
+    };
+    loop {
+        let policy = w.policy();
+        let wait = if !w.backlog.is_empty() && !w.broken {
+            // A write failed (a full disk): try again about once a second.
+            RETRY
+        } else {
+            match (policy, w.unsynced) {
+                (FsyncPolicy::EverySec, Some(_)) => {
+                    Duration::from_secs(1).saturating_sub(w.last_sync.elapsed())
+                }
+                _ => Duration::from_secs(3600),
+            }
+        };
+        let first = match jobs.recv_timeout(wait) {
+            Ok(job) => Some(job),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                // Shutting down: what was handed over is written and synced first.
+                w.write_backlog();
+                w.sync();
+                return;
+            }
+        };
+        // Group commit: everything queued behind the first job goes out with it.
+        for job in first.into_iter().chain(jobs.try_iter()) {
+            match job {
+                Job::Write { bytes, last_lsn } => {
+                    w.backlog.extend_from_slice(&bytes);
+                    w.backlog_lsn = last_lsn;
+                }
+                Job::Rotate { path, header } => w.rotate(&path, header),
+            }
+        }
+        w.write_backlog();
+        let due = match policy {
+            FsyncPolicy::Always => true,
+            FsyncPolicy::EverySec => w.last_sync.elapsed() >= Duration::from_secs(1),
+            FsyncPolicy::No => {
+                // Handed to the kernel is as durable as `no` promises.
+                if let Some(lsn) = w.unsynced.take() {
+                    w.shared.durable.store(lsn, Ordering::Release);
+                }
+                false
+            }
+        };
+        if due && w.sync() && policy == FsyncPolicy::Always {
+            (w.synced)();
+        }
+    }
+}
+
+/// How often a write that failed (a full disk) is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The writer thread's state.
+struct Writer {
+    file: File,
+    shared: Arc<Shared>,
+    synced: Box<dyn Fn() + Send>,
+    /// The segment's length after the last buffer written whole.
+    good_len: u64,
+    /// Records handed over and not yet written: a write that fails (ENOSPC, EFBIG) leaves
+    /// them here, the file cut back to `good_len`, to be tried again.
+    backlog: Vec<u8>,
+    backlog_lsn: u64,
+    /// The last LSN written and not yet synced.
+    unsynced: Option<u64>,
+    last_sync: Instant,
+    /// A sync failed: what the kernel had may be lost, and a failed fsync is not reliably
+    /// reported twice, so nothing more goes into this file.
+    broken: bool,
+}
+
+impl Writer {
+    fn policy(&self) -> FsyncPolicy {
+        *self.shared.policy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records why writing stopped, and tells the shard (refusing writes, or under `always`
+    /// ending the process).
+    fn fail(&self, why: String) {
+        let mut f = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            tracing::error!("journal: {why}; writes are refused until the journal can write");
+        }
+        *f = Some(why);
+        self.shared.failed.store(true, Ordering::Release);
+        drop(f);
+        (self.synced)();
+    }
+
+    fn recovered(&self) {
+        let mut f = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if f.take().is_some() {
+            tracing::warn!("journal: writing again, writes are accepted");
+        }
+        self.shared.failed.store(false, Ordering::Release);
+    }
+
+    fn write_backlog(&mut self) {
+        if self.broken || self.backlog.is_empty() {
+            return;
+        }
+        match self.file.write_all(&self.backlog) {
+            Ok(()) => {
+                let n = self.backlog.len() as u64;
+                self.good_len += n;
+                self.shared.segment_bytes.fetch_add(n, Ordering::Relaxed);
+                self.unsynced = Some(self.backlog_lsn);
+                self.backlog.clear();
+                self.recovered();
+            }
+            Err(e) => {
+                // Cut off whatever part of the buffer did get in, so the segment stays whole
+                // records only; the buffer is written again later.
+                if let Err(cut) = self.file.set_len(self.good_len) {
+                    self.broken = true;
+                    self.fail(format!(
+                        "write failed ({e}) and the file cannot be cut back ({cut})"
+                    ));
+                } else {
+                    self.fail(format!("write failed: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Syncs what was written; false when nothing needed it or it failed.
+    fn sync(&mut self) -> bool {
+        let Some(lsn) = self.unsynced else {
+            return false;
+        };
+        if self.broken {
+            return false;
+        }
+        match self.file.sync_data() {
+            Ok(()) => {
+                self.shared.durable.store(lsn, Ordering::Release);
+                self.unsynced = None;
+                self.last_sync = Instant::now();
+                true
+            }
+            Err(e) => {
+                self.broken = true;
+                self.fail(format!("fsync failed: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Closes the segment (written and synced) and continues in a new one; on any failure
+    /// the current one stays.
+    fn rotate(&mut self, path: &Path, header: SegmentHeader) {
+        self.write_backlog();
+        if !self.backlog.is_empty() || self.broken {
+            return;
+        }
+        self.sync();
+        match new_segment(path, header) {
+            Ok(f) => {
+                self.file = f;
+                self.good_len = self.file.metadata().map_or(0, |m| m.len());
+                self.shared.segment_bytes.store(0, Ordering::Relaxed);
+            }
+            Err(e) => self.fail(format!("cannot create {}: {e}", path.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Entry, SegmentReader};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A command record: its LSN and words.
+    type Logged = (u64, Vec<Vec<u8>>);
+
+    fn read(path: &Path) -> (SegmentHeader, Vec<Logged>) {
+        let bytes = std::fs::read(path).unwrap();
+        let mut r = SegmentReader::new(&bytes).unwrap();
+        let mut out = Vec::new();
+        while let Some(rec) = r.next().unwrap() {
+            if let Entry::Command(args) = rec.entry {
+                out.push((rec.lsn, args.iter().map(|a| a.to_vec()).collect()));
+            }
+        }
+        (r.header(), out)
+    }
+
+    #[test]
+    fn always_syncs_each_flush_and_reports_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.0.1.journal");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let header = SegmentHeader {
+            generation: 1,
+            shard: 0,
+            seq: 1,
+            first_lsn: 10,
+        };
+        let mut a = Appender::open(
+            &path,
+            header,
+            FsyncPolicy::Always,
+            Box::new(move || {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+        assert_eq!(a.durable_lsn(), 9);
+        assert_eq!(a.command(0, (0, 0), &[&b"SET"[..], b"k", b"v"]), 10);
+        assert_eq!(a.command(1, (0, 0), &[&b"DEL"[..], b"k"]), 11);
+        a.flush();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.durable_lsn() < 11 {
+            assert!(Instant::now() < deadline, "never synced");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(calls.load(Ordering::SeqCst) >= 1);
+        // Rotation: the next records go to a new segment that starts at their LSN.
+        let next = dir.path().join("a.0.2.journal");
+        a.rotate(&next, 1, 0, 2);
+        a.command(0, (0, 0), &[&b"INCR"[..], b"n"]);
+        drop(a);
+        let (h1, r1) = read(&path);
+        assert_eq!(h1, header);
+        assert_eq!(
+            r1,
+            vec![
+                (10, vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]),
+                (11, vec![b"DEL".to_vec(), b"k".to_vec()])
+            ]
+        );
+        let (h2, r2) = read(&next);
+        assert_eq!((h2.seq, h2.first_lsn), (2, 12));
+        assert_eq!(r2, vec![(12, vec![b"INCR".to_vec(), b"n".to_vec()])]);
+    }
+
+    #[test]
+    fn a_segment_name_taken_is_refused_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.journal");
+        std::fs::write(&path, b"precious").unwrap();
+        let header = SegmentHeader {
+            generation: 1,
+            shard: 0,
+            seq: 1,
+            first_lsn: 1,
+        };
+        assert!(Appender::open(&path, header, FsyncPolicy::No, Box::new(|| {})).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    }
+}

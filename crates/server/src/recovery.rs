@@ -1,0 +1,427 @@
+//! Start-up with the journal on (docs/persistence.md, "Recovery"): loads the current
+//! generation's journals, one thread per shard of the run that wrote them, replays each
+//! shard's records into that shard's data with the command handlers the records came from,
+//! routes every key to the shard that owns it now (the thread count may have changed), drops
+//! keys whose deadline passed, and starts a new generation whose first segment per shard
+//! holds the recovered keys. Only once that generation is on disk and named by the manifest
+//! are the old files deleted, so a crash at any point leaves one complete generation.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use damselfly_commands::config::Config;
+use damselfly_commands::table::{lookup, Handler, COMMANDS};
+use damselfly_commands::{server_family, Args, ExecCtx};
+use damselfly_coord::{Cluster, ShardMsg, ShardStart};
+use damselfly_persistence::appender::{new_segment, Appender, FsyncPolicy};
+use damselfly_persistence::dump;
+use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader, SegmentReader};
+use damselfly_persistence::manifest::Manifest;
+use damselfly_persistence::replay::{
+    drop_incomplete_transactions, read_shard, ReadPolicy, SegmentBytes,
+};
+use damselfly_protocol::{ReplyBuf, Span};
+use damselfly_storage::{shard_for_key, EncodingLimits, Shard};
+
+/// What start-up recovered, before the shard threads run.
+pub struct Recovered {
+    shards: Vec<Shard>,
+    journal: Option<JournalPlan>,
+}
+
+/// Where each shard's journal continues.
+struct JournalPlan {
+    dir: PathBuf,
+    manifest: Manifest,
+    policy: FsyncPolicy,
+    /// Per shard, the LSN its next record gets (after its base records).
+    next_lsn: Vec<u64>,
+}
+
+/// The base segment is sequence 0 of a generation; appending continues in 1.
+const FIRST_APPEND_SEQ: u64 = 1;
+
+/// Loads what the journal holds (when `appendonly` is on) into `threads` shards.
+pub fn recover(config: &Config, threads: usize) -> Result<Recovered, String> {
+    let databases = usize::try_from(config.get_u64("databases").max(1)).unwrap_or(usize::MAX);
+    let limits = config.encoding_limits();
+    let empty = |n: usize| -> Vec<Shard> { (0..n).map(|_| new_shard(databases, limits)).collect() };
+    if config.get("appendonly") != "yes" {
+        return Ok(Recovered {
+            shards: empty(threads),
+            journal: None,
+        });
+    }
+    let dir = Path::new(&config.get("dir")).join(config.get("appenddirname"));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the journal directory {}: {e}", dir.display()))?;
+    let started = Instant::now();
+    let old = Manifest::read(&dir)?;
+    let policy = ReadPolicy {
+        load_truncated: config.get("aof-load-truncated") == "yes",
+        force: config.get("force-recovery") == "yes",
+    };
+    let loaded = match old {
+        Some(m) => load_generation(&dir, m, databases, limits, policy)?,
+        None => Vec::new(),
+    };
+    let keys_loaded: usize = loaded.iter().map(key_count).sum();
+    let mut shards = if loaded.is_empty() {
+        empty(threads)
+    } else {
+        route(loaded, threads, databases, limits, now_ms())
+    };
+    let manifest = Manifest {
+        generation: old.map_or(1, |m| m.generation + 1),
+        shards: u32::try_from(threads).map_err(|_| "too many threads".to_string())?,
+    };
+    let next_lsn = write_bases(&dir, manifest, &mut shards)?;
+    manifest
+        .write(&dir)
+        .map_err(|e| format!("cannot write the manifest in {}: {e}", dir.display()))?;
+    match manifest.remove_other_generations(&dir) {
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot delete an older generation's files: {e}"),
+    }
+    if old.is_some() {
+        tracing::info!(
+            keys = keys_loaded,
+            seconds = started.elapsed().as_secs_f64(),
+            generation = manifest.generation,
+            "DB loaded from the journal"
+        );
+    }
+    let fsync = FsyncPolicy::parse(&config.get("appendfsync")).unwrap_or(FsyncPolicy::EverySec);
+    Ok(Recovered {
+        shards,
+        journal: Some(JournalPlan {
+            dir,
+            manifest,
+            policy: fsync,
+            next_lsn,
+        }),
+    })
+}
+
+impl Recovered {
+    /// Opens each shard's journal (its writer tells the shard's mailbox when records became
+    /// durable) and hands the shards to the threads that will run them.
+    pub fn start(self, cluster: &Arc<Cluster>) -> Result<(), String> {
+        let mut starts = Vec::with_capacity(self.shards.len());
+        for (i, shard) in self.shards.into_iter().enumerate() {
+            let journal = match &self.journal {
+                None => None,
+                Some(plan) => Some(plan.open(i, cluster)?),
+            };
+            starts.push(ShardStart { shard, journal });
+        }
+        cluster.provide_starts(starts);
+        Ok(())
+    }
+}
+
+impl JournalPlan {
+    fn open(&self, shard: usize, cluster: &Arc<Cluster>) -> Result<Appender, String> {
+        let id = u32::try_from(shard).unwrap_or(u32::MAX);
+        let path = self.manifest.segment_path(&self.dir, id, FIRST_APPEND_SEQ);
+        let header = SegmentHeader {
+            generation: self.manifest.generation,
+            shard: id,
+            seq: FIRST_APPEND_SEQ,
+            first_lsn: self.next_lsn[shard],
+        };
+        let mailbox = cluster.mailboxes[shard].clone();
+        let synced = Box::new(move || {
+            mailbox.send(ShardMsg::JournalSynced);
+        });
+        Appender::open(&path, header, self.policy, synced)
+            .map_err(|e| format!("cannot open the journal {}: {e}", path.display()))
+    }
+}
+
+fn new_shard(databases: usize, limits: EncodingLimits) -> Shard {
+    let mut s = Shard::new(databases);
+    s.limits = limits;
+    s
+}
+
+fn key_count(s: &Shard) -> usize {
+    s.dbs.iter().map(|d| d.table.len()).sum()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Reads and replays every shard's journal of generation `m`, each shard on its own thread;
+/// one data set per shard of the run that wrote them.
+fn load_generation(
+    dir: &Path,
+    m: Manifest,
+    databases: usize,
+    limits: EncodingLimits,
+    policy: ReadPolicy,
+) -> Result<Vec<Shard>, String> {
+    let files: Vec<Vec<SegmentBytes>> = (0..m.shards)
+        .map(|s| read_segments(&m, dir, s))
+        .collect::<Result<_, _>>()?;
+    let mut warnings = Vec::new();
+    let mut records: Vec<Vec<Record<'_>>> = Vec::with_capacity(files.len());
+    for segs in &files {
+        records.push(read_shard(segs, policy, &mut warnings).map_err(|e| e.to_string())?);
+    }
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let dropped = drop_incomplete_transactions(&mut records);
+    if dropped > 0 {
+        tracing::warn!(
+            transactions = dropped,
+            "dropped multi-shard transactions a crash left incomplete"
+        );
+    }
+    let old_shards = records.len();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = records
+            .iter()
+            .enumerate()
+            .map(|(id, recs)| scope.spawn(move || replay(recs, id, old_shards, databases, limits)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a recovery thread panicked".into()))
+            })
+            .collect()
+    })
+}
+
+fn read_segments(m: &Manifest, dir: &Path, shard: u32) -> Result<Vec<SegmentBytes>, String> {
+    let paths = m
+        .segments(dir, shard)
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    paths
+        .into_iter()
+        .map(|p| {
+            let bytes =
+                std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            // A file renamed or copied in from elsewhere says so in its header.
+            if let Ok(h) = SegmentReader::new(&bytes).map(|r| r.header()) {
+                if (h.generation, h.shard) != (m.generation, shard) {
+                    return Err(format!(
+                        "{} holds generation {} shard {}, not generation {} shard {shard} as \
+                         its name says; move it away to start",
+                        p.display(),
+                        h.generation,
+                        h.shard,
+                        m.generation
+                    ));
+                }
+            }
+            Ok(SegmentBytes {
+                name: p.display().to_string(),
+                bytes,
+            })
+        })
+        .collect()
+}
+
+/// Applies one shard's records to a fresh shard, as shard `id` of `shards` (so DEBUG
+/// POPULATE creates the keys it created then). The clock reads 0: nothing expires while
+/// replaying, deadlines are absolute in the records, and expired keys go afterwards.
+fn replay(
+    records: &[Record<'_>],
+    id: usize,
+    shards: usize,
+    databases: usize,
+    limits: EncodingLimits,
+) -> Result<Shard, String> {
+    let mut shard = new_shard(databases, limits);
+    let mut buf = Vec::new();
+    let mut spans = Vec::new();
+    let mut failures = 0u64;
+    for r in records {
+        let Entry::Command(words) = &r.entry else {
+            continue;
+        };
+        let db = usize::try_from(r.db).unwrap_or(usize::MAX);
+        if db >= databases {
+            return Err(format!(
+                "the journal of shard {id} writes to database {db}, but `databases` is \
+                 {databases}: start with at least {} databases",
+                db + 1
+            ));
+        }
+        buf.clear();
+        spans.clear();
+        for w in words {
+            spans.push(Span {
+                start: buf.len(),
+                len: w.len(),
+            });
+            buf.extend_from_slice(w);
+        }
+        let args = Args::new(&buf, &spans);
+        let mut reply = ReplyBuf::new(false);
+        let mut ctx = ExecCtx {
+            shard: &mut shard,
+            db,
+            now: 0,
+            reply: &mut reply,
+            shard_id: id,
+            num_shards: shards,
+            max_bulk_len: u64::MAX,
+            effects: None,
+        };
+        if !apply(&mut ctx, &args) || !reply.error_offsets.is_empty() {
+            failures += 1;
+            if failures <= 5 {
+                tracing::warn!(
+                    shard = id,
+                    lsn = r.lsn,
+                    command = %String::from_utf8_lossy(words.first().copied().unwrap_or(b"")),
+                    reply = %String::from_utf8_lossy(&reply.buf).trim_end(),
+                    "a journal record failed when replayed"
+                );
+            }
+        }
+    }
+    if failures > 0 {
+        tracing::warn!(
+            shard = id,
+            failures,
+            "journal records that failed when replayed"
+        );
+    }
+    Ok(shard)
+}
+
+/// Runs one journaled command; false when no shard handler takes it.
+fn apply(ctx: &mut ExecCtx, args: &Args) -> bool {
+    if args.len() >= 3 && args.is(0, "debug") && args.is(1, "populate") {
+        let count = std::str::from_utf8(args.get(2))
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let prefix = if args.len() > 3 { args.get(3) } else { b"key" };
+        let size = (args.len() > 4)
+            .then(|| std::str::from_utf8(args.get(4)).ok()?.parse().ok())
+            .flatten();
+        server_family::populate(ctx, count, prefix, size);
+        return true;
+    }
+    match lookup(args.get(0)).map(|spec| &COMMANDS[spec].handler) {
+        Some(Handler::Shard(f)) => {
+            f(ctx, args);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The loaded shards as `threads` shards: each key on the shard that owns it now, keys whose
+/// deadline passed dropped.
+fn route(
+    loaded: Vec<Shard>,
+    threads: usize,
+    databases: usize,
+    limits: EncodingLimits,
+    now: u64,
+) -> Vec<Shard> {
+    let expired = |at: u64| at != 0 && at <= now;
+    if loaded.len() == threads {
+        return loaded
+            .into_iter()
+            .map(|mut s| {
+                for db in 0..databases {
+                    let gone: Vec<Box<[u8]>> = s.dbs[db]
+                        .table
+                        .iter()
+                        .filter(|e| expired(e.expire_at))
+                        .map(|e| e.key.clone())
+                        .collect();
+                    for key in gone {
+                        s.remove(db, &key);
+                    }
+                }
+                s
+            })
+            .collect();
+    }
+    let mut shards: Vec<Shard> = (0..threads).map(|_| new_shard(databases, limits)).collect();
+    for mut old in loaded {
+        for db in 0..databases {
+            let table = std::mem::take(&mut old.dbs[db].table);
+            for e in table.into_entries() {
+                if !expired(e.expire_at) {
+                    shards[shard_for_key(&e.key, threads)].set(db, &e.key, e.value, e.expire_at);
+                }
+            }
+        }
+    }
+    shards
+}
+
+/// Writes each shard's base segment (sequence 0 of the new generation): a RESTORE with an
+/// absolute deadline for every key, synced. Returns each shard's next LSN.
+fn write_bases(dir: &Path, m: Manifest, shards: &mut [Shard]) -> Result<Vec<u64>, String> {
+    // `&mut`: a shard is Send, not Sync.
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = shards
+            .iter_mut()
+            .enumerate()
+            .map(|(i, shard)| scope.spawn(move || write_base(dir, m, i, shard)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a recovery thread panicked".into()))
+            })
+            .collect()
+    })
+}
+
+fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u64, String> {
+    use std::io::Write;
+    let id = u32::try_from(index).unwrap_or(u32::MAX);
+    let path = m.segment_path(dir, id, 0);
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let header = SegmentHeader {
+        generation: m.generation,
+        shard: id,
+        seq: 0,
+        first_lsn: 1,
+    };
+    let mut file = new_segment(&path, header).map_err(fail)?;
+    let mut lsn = 1;
+    let mut buf = Vec::new();
+    for (db, d) in shard.dbs.iter().enumerate() {
+        let db = u32::try_from(db).unwrap_or(u32::MAX);
+        for e in d.table.iter() {
+            let payload = dump::encode(&e.value, &Default::default());
+            let at = e.expire_at.to_string();
+            let args: [&[u8]; 6] = [
+                b"RESTORE",
+                &e.key,
+                at.as_bytes(),
+                &payload,
+                b"REPLACE",
+                b"ABSTTL",
+            ];
+            encode_command(&mut buf, lsn, db, (0, 0), &args);
+            lsn += 1;
+            if buf.len() >= 1 << 20 {
+                file.write_all(&buf).map_err(fail)?;
+                buf.clear();
+            }
+        }
+    }
+    file.write_all(&buf).map_err(fail)?;
+    file.sync_data().map_err(fail)?;
+    Ok(lsn)
+}
