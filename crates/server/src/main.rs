@@ -4,6 +4,7 @@
 
 mod check;
 mod fd_limit;
+mod loading;
 mod options;
 mod recovery;
 
@@ -114,7 +115,12 @@ fn main() -> ExitCode {
             .unwrap_or_default(),
         config_file: opts.config_file.clone().unwrap_or_default(),
     };
-    let recovered = match recovery::recover(&config, threads) {
+    // Clients and probes connecting while the data loads get -LOADING, as from Redis.
+    let progress = std::sync::Arc::new(loading::Progress::default());
+    let responder = loading::Responder::start(&listeners, progress.clone());
+    let recovered = recovery::recover(&config, threads, &progress);
+    responder.finish();
+    let recovered = match recovered {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("{e}");

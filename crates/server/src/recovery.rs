@@ -7,8 +7,9 @@
 //! are the old files deleted, so a crash at any point leaves one complete generation.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use damselfly_commands::config::Config;
 use damselfly_commands::table::{lookup, Handler, COMMANDS};
@@ -23,6 +24,8 @@ use damselfly_persistence::replay::{
 };
 use damselfly_protocol::{ReplyBuf, Span};
 use damselfly_storage::{shard_for_key, EncodingLimits, Shard};
+
+use crate::loading::Progress;
 
 /// What start-up recovered, before the shard threads run.
 pub struct Recovered {
@@ -39,11 +42,15 @@ struct JournalPlan {
     next_lsn: Vec<u64>,
 }
 
+/// Records replayed between updates of the loading progress.
+const PROGRESS_EVERY: usize = 4096;
+
 /// The base segment is sequence 0 of a generation; appending continues in 1.
 const FIRST_APPEND_SEQ: u64 = 1;
 
-/// Loads what the journal holds (when `appendonly` is on) into `threads` shards.
-pub fn recover(config: &Config, threads: usize) -> Result<Recovered, String> {
+/// Loads what the journal holds (when `appendonly` is on) into `threads` shards, reporting
+/// how far it got in `progress`.
+pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<Recovered, String> {
     let databases = usize::try_from(config.get_u64("databases").max(1)).unwrap_or(usize::MAX);
     let limits = config.encoding_limits();
     let empty = |n: usize| -> Vec<Shard> { (0..n).map(|_| new_shard(databases, limits)).collect() };
@@ -63,7 +70,10 @@ pub fn recover(config: &Config, threads: usize) -> Result<Recovered, String> {
         force: config.get("force-recovery") == "yes",
     };
     let loaded = match old {
-        Some(m) => load_generation(&dir, m, databases, limits, policy)?,
+        Some(m) => {
+            let delay = Duration::from_micros(config.get_u64("key-load-delay"));
+            load_generation(&dir, m, (databases, limits), policy, delay, progress)?
+        }
         None => Vec::new(),
     };
     let keys_loaded: usize = loaded.iter().map(key_count).sum();
@@ -161,13 +171,16 @@ fn now_ms() -> u64 {
 fn load_generation(
     dir: &Path,
     m: Manifest,
-    databases: usize,
-    limits: EncodingLimits,
+    (databases, limits): (usize, EncodingLimits),
     policy: ReadPolicy,
+    delay: Duration,
+    progress: &Progress,
 ) -> Result<Vec<Shard>, String> {
     let files: Vec<Vec<SegmentBytes>> = (0..m.shards)
         .map(|s| read_segments(&m, dir, s))
         .collect::<Result<_, _>>()?;
+    let bytes: usize = files.iter().flatten().map(|f| f.bytes.len()).sum();
+    progress.total_bytes.store(bytes as u64, Ordering::Relaxed);
     let mut warnings = Vec::new();
     let mut records: Vec<Vec<Record<'_>>> = Vec::with_capacity(files.len());
     for segs in &files {
@@ -184,11 +197,19 @@ fn load_generation(
         );
     }
     let old_shards = records.len();
+    let total: usize = records.iter().map(Vec::len).sum();
+    progress
+        .total_records
+        .store(total as u64, Ordering::Relaxed);
     std::thread::scope(|scope| {
         let handles: Vec<_> = records
             .iter()
             .enumerate()
-            .map(|(id, recs)| scope.spawn(move || replay(recs, id, old_shards, databases, limits)))
+            .map(|(id, recs)| {
+                scope.spawn(move || {
+                    replay(recs, (id, old_shards), (databases, limits), delay, progress)
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -235,19 +256,27 @@ fn read_segments(m: &Manifest, dir: &Path, shard: u32) -> Result<Vec<SegmentByte
 /// replaying, deadlines are absolute in the records, and expired keys go afterwards.
 fn replay(
     records: &[Record<'_>],
-    id: usize,
-    shards: usize,
-    databases: usize,
-    limits: EncodingLimits,
+    (id, shards): (usize, usize),
+    (databases, limits): (usize, EncodingLimits),
+    delay: Duration,
+    progress: &Progress,
 ) -> Result<Shard, String> {
     let mut shard = new_shard(databases, limits);
     let mut buf = Vec::new();
     let mut spans = Vec::new();
     let mut failures = 0u64;
-    for r in records {
+    for (i, r) in records.iter().enumerate() {
+        if i % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
+            progress
+                .done_records
+                .fetch_add(PROGRESS_EVERY as u64, Ordering::Relaxed);
+        }
         let Entry::Command(words) = &r.entry else {
             continue;
         };
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let db = usize::try_from(r.db).unwrap_or(usize::MAX);
         if db >= databases {
             return Err(format!(

@@ -711,3 +711,76 @@ fn info_persistence_describes_the_journal() {
         Some("0")
     );
 }
+
+/// While the journal loads, commands get -LOADING and INFO says loading:1 with progress, as
+/// Redis does; once loaded, the data is there and loading:0.
+#[test]
+fn clients_get_loading_while_the_journal_loads() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(Backend::Epoll, 2, data.path(), "everysec", &[]);
+    let mut c = s.raw();
+    let wire: Vec<u8> = (0..4000)
+        .flat_map(|i| common::encode(&["SET", &format!("k{i}"), "v"]))
+        .collect();
+    c.send(&wire);
+    for _ in 0..4000 {
+        c.reply();
+    }
+    drop(c);
+    // A clean shutdown syncs the journal (a kill under everysec could lose the last second).
+    let mut s = s;
+    assert!(s.terminate().success());
+    // Redis's testing knob slows loading: 500 us per record, about a second here.
+    let conf = data.path().join("slow.conf");
+    std::fs::write(&conf, "key-load-delay 500\n").expect("config");
+    let port = common::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .arg(&conf)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--threads",
+            "2",
+            "--loglevel",
+            "warning",
+        ])
+        .args(["--appendonly", "yes", "--dir"])
+        .arg(data.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn damselfly");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut saw_loading, mut saw_info) = (false, false);
+    loop {
+        assert!(Instant::now() < deadline, "never loaded");
+        if let Ok(mut c) = Raw::try_tcp(port) {
+            match c.try_cmd(&["PING"]) {
+                Ok(r) if r == b"+PONG\r\n" => break,
+                Ok(r) => {
+                    assert_eq!(r, b"-LOADING Redis is loading the dataset in memory\r\n");
+                    saw_loading = true;
+                    let info =
+                        String::from_utf8_lossy(&c.cmd(&["INFO", "persistence"])).into_owned();
+                    if info.contains("loading:1") && info.contains("loading_loaded_perc:") {
+                        saw_info = true;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        saw_loading && saw_info,
+        "LOADING {saw_loading}, INFO {saw_info}"
+    );
+    let mut c = Raw::tcp(port);
+    assert_eq!(c.cmd(&["DBSIZE"]), b":4000\r\n");
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "loading").as_deref(),
+        Some("0")
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
