@@ -397,6 +397,16 @@ fn start_logged(data: &Path, extra: &[&str]) -> (Option<std::process::Child>, u1
     panic!("damselfly neither started nor exited");
 }
 
+/// A server process killed when the test ends, also when an assertion fails first.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn stop(child: Option<std::process::Child>) {
     if let Some(mut c) = child {
         let _ = c.kill();
@@ -535,7 +545,7 @@ fn files_of_another_generation_are_ignored() {
 
 /// Starts the binary with files limited to `limit` bytes (RLIMIT_FSIZE, SIGXFSZ ignored):
 /// journal writes past it fail with EFBIG, as on a full disk.
-fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (std::process::Child, u16) {
+fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (Running, u16) {
     use std::os::unix::process::CommandExt;
     let port = common::free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_damselfly"));
@@ -564,11 +574,11 @@ fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (std::process:
             Ok(())
         });
     }
-    let mut child = cmd.spawn().expect("spawn damselfly");
+    let mut child = Running(cmd.spawn().expect("spawn damselfly"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while Raw::try_tcp(port).map_or(true, |mut c| c.try_cmd(&["PING"]).is_err()) {
         assert!(Instant::now() < deadline, "damselfly did not start");
-        assert!(matches!(child.try_wait(), Ok(None)), "damselfly exited");
+        assert!(matches!(child.0.try_wait(), Ok(None)), "damselfly exited");
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, port)
@@ -598,7 +608,7 @@ fn fill(c: &mut Raw) -> (Vec<String>, Vec<u8>) {
 #[test]
 fn a_full_disk_refuses_writes_until_there_is_room() {
     let data = tempfile::tempdir().expect("tempdir");
-    let (mut child, port) = start_with_file_limit(data.path(), "everysec", 64 << 10);
+    let (child, port) = start_with_file_limit(data.path(), "everysec", 64 << 10);
     let mut c = Raw::tcp(port);
     let (mut acked, refusal) = fill(&mut c);
     let text = String::from_utf8_lossy(&refusal).into_owned();
@@ -622,7 +632,7 @@ fn a_full_disk_refuses_writes_until_there_is_room() {
     // SAFETY: changing a limit of our own child process.
     let lifted = unsafe {
         libc::prlimit(
-            child.id() as i32,
+            child.0.id() as i32,
             libc::RLIMIT_FSIZE,
             &unlimited,
             std::ptr::null_mut(),
@@ -644,8 +654,7 @@ fn a_full_disk_refuses_writes_until_there_is_room() {
     }
     // everysec: past the next sync, then a crash.
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let s = start(Backend::Epoll, 2, data.path(), "everysec", &[]);
     let mut c = s.raw();
     for key in &acked {
@@ -661,7 +670,7 @@ fn a_full_disk_under_always_exits_and_loses_nothing_acknowledged() {
     let (mut child, port) = start_with_file_limit(data.path(), "always", 64 << 10);
     let mut c = Raw::tcp(port);
     let (acked, _) = fill(&mut c);
-    let status = common::wait_timeout(&mut child, Duration::from_secs(10)).expect("exits");
+    let status = common::wait_timeout(&mut child.0, Duration::from_secs(10)).expect("exits");
     assert_eq!(status.code(), Some(1));
     let s = start(Backend::Epoll, 2, data.path(), "always", &[]);
     let mut c = s.raw();
@@ -734,22 +743,24 @@ fn clients_get_loading_while_the_journal_loads() {
     let conf = data.path().join("slow.conf");
     std::fs::write(&conf, "key-load-delay 500\n").expect("config");
     let port = common::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_damselfly"))
-        .arg(&conf)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--threads",
-            "2",
-            "--loglevel",
-            "warning",
-        ])
-        .args(["--appendonly", "yes", "--dir"])
-        .arg(data.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn damselfly");
+    let _server = Running(
+        Command::new(env!("CARGO_BIN_EXE_damselfly"))
+            .arg(&conf)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--threads",
+                "2",
+                "--loglevel",
+                "warning",
+            ])
+            .args(["--appendonly", "yes", "--dir"])
+            .arg(data.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn damselfly"),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut saw_loading, mut saw_info) = (false, false);
     loop {
@@ -781,6 +792,4 @@ fn clients_get_loading_while_the_journal_loads() {
         common::info_field(&mut c, "persistence", "loading").as_deref(),
         Some("0")
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
