@@ -793,3 +793,58 @@ fn clients_get_loading_while_the_journal_loads() {
         Some("0")
     );
 }
+
+fn checker(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .args(args)
+        .output()
+        .expect("run the checker");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// `check-journal` says a segment is whole, finds a torn tail, and `--fix` cuts it so that
+/// the segment is whole again.
+#[test]
+fn check_journal_finds_and_fixes_a_torn_tail() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let seg = journal_with_keys(data.path(), 5);
+    let path = seg.to_str().expect("utf-8");
+    let (ok, text) = checker(&["check-journal", path]);
+    assert!(ok && text.contains("OK,"), "{text}");
+    let bytes = std::fs::read(&seg).expect("segment");
+    std::fs::write(&seg, &bytes[..bytes.len() - 3]).expect("tear");
+    let (ok, text) = checker(&["check-journal", path]);
+    assert!(!ok && text.contains("--fix"), "{text}");
+    let (ok, text) = checker(&["check-journal", "--fix", path]);
+    assert!(ok && text.contains("cut at byte"), "{text}");
+    let (ok, text) = checker(&["check-journal", "--dump", path]);
+    assert!(ok && text.contains("\"SET\""), "{text}");
+}
+
+/// `check-snapshot` reads a redis-server dump.rdb to its checksum, and names the offset of
+/// damage.
+#[test]
+fn check_snapshot_reads_a_redis_dump_and_finds_damage() {
+    let redis = Server::redis();
+    let mut c = redis.raw();
+    c.cmd(&["DEBUG", "POPULATE", "1000"]);
+    c.cmd(&["SELECT", "2"]);
+    c.cmd(&["SET", "x", "y", "EX", "100"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    let dump = redis.dir.path().join("dump.rdb");
+    let path = dump.to_str().expect("utf-8");
+    let (ok, text) = checker(&["check-snapshot", path]);
+    assert!(
+        ok && text.contains("OK, 1001 keys") && text.contains("db2: keys=1 expires=1"),
+        "{text}"
+    );
+    let mut bytes = std::fs::read(&dump).expect("dump");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x21;
+    let damaged = redis.dir.path().join("damaged.rdb");
+    std::fs::write(&damaged, &bytes).expect("write");
+    let (ok, text) = checker(&["check-snapshot", damaged.to_str().expect("utf-8")]);
+    assert!(!ok && text.contains("at byte"), "{text}");
+}
