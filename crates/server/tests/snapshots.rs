@@ -373,7 +373,40 @@ fn replies_match_redis(b: Backend) {
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
 }
 
+/// With `appendonly yes` and no journal yet, start-up loads the snapshot, and its keys go
+/// into the journal's first generation (the next start reads them from the journal).
+fn appendonly_without_a_journal_starts_from_the_snapshot(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8 path");
+    let s = start(b, 2, data.path());
+    let mut c = s.raw();
+    fill(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    drop(s);
+    let aof = [
+        "--dir",
+        dir,
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ];
+    let s = Server::start_with(b, 3, &aof);
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_eq!(c.cmd(&["SET", "journaled", "1"]), b"+OK\r\n");
+    drop(s);
+    // The snapshot is still there, but the journal now has a generation: it is what loads.
+    let s = Server::start_with(b, 2, &aof);
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["GET", "journaled"]), b"$1\r\n1\r\n");
+    c.cmd(&["DEL", "journaled"]);
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+}
+
 backend_tests!(
+    appendonly_without_a_journal_starts_from_the_snapshot,
     bgsave_under_transfers_is_a_point_in_time,
     restart_with_other_thread_counts_keeps_the_digest,
     redis_dump_loads_with_the_same_digest,
