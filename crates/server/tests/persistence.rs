@@ -387,7 +387,10 @@ fn start_logged(data: &Path, extra: &[&str]) -> (Option<std::process::Child>, u1
         if let Ok(Some(_)) = child.try_wait() {
             return (None, port, log);
         }
-        if Raw::try_tcp(port).is_ok_and(|mut c| c.try_cmd(&["PING"]).is_ok()) {
+        // PONG once loaded (-LOADING before).
+        if Raw::try_tcp(port)
+            .is_ok_and(|mut c| c.try_cmd(&["PING"]).is_ok_and(|r| r == b"+PONG\r\n"))
+        {
             return (Some(child), port, log);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -576,7 +579,9 @@ fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (Running, u16)
     }
     let mut child = Running(cmd.spawn().expect("spawn damselfly"));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while Raw::try_tcp(port).map_or(true, |mut c| c.try_cmd(&["PING"]).is_err()) {
+    while Raw::try_tcp(port).map_or(true, |mut c| {
+        !c.try_cmd(&["PING"]).is_ok_and(|r| r == b"+PONG\r\n")
+    }) {
         assert!(Instant::now() < deadline, "damselfly did not start");
         assert!(matches!(child.0.try_wait(), Ok(None)), "damselfly exited");
         std::thread::sleep(Duration::from_millis(20));
