@@ -156,7 +156,8 @@ pub static PARAMS: &[Param] = &[
     p("key-load-delay", "0", NONNEG, true, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
-    p("dbfilename", "dump.rdb", Kind::Str, true, A),
+    // Read at start-up: a Redis dump.rdb to load when there is no Damselfly snapshot.
+    p("dbfilename", "dump.rdb", Kind::Str, true, Y),
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),
     p("maxmemory", "0", Kind::Memory, true, A),
     p(

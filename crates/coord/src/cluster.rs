@@ -94,6 +94,8 @@ pub struct Cluster {
     pub run_id: String,
     pub shutdown: ShutdownSignal,
     pub info: OnceLock<ServerInfo>,
+    /// SAVE/BGSAVE state (crates/coord/src/snapshots.rs).
+    pub saves: crate::snapshots::Saves,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
 }
@@ -106,6 +108,9 @@ impl Cluster {
 
     pub fn new(config: Arc<Config>, mailboxes: Vec<MailboxSender<ShardMsg>>) -> Self {
         let databases = config.get_u64("databases").max(1) as usize;
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let run_id: String = (0..40)
             .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
             .collect();
@@ -122,6 +127,7 @@ impl Cluster {
             shutdown: ShutdownSignal::default(),
             info: OnceLock::new(),
             starts: Mutex::new(Vec::new()),
+            saves: crate::snapshots::Saves::new(started_unix),
         }
     }
 

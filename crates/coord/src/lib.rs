@@ -21,6 +21,7 @@ pub mod messages;
 mod multi_family;
 mod reply_slots;
 mod server_family;
+mod snapshots;
 pub mod tx;
 pub mod worker;
 
@@ -29,4 +30,5 @@ pub use connection::{Connection, PeerInfo, Step};
 pub use durability::ShardStart;
 pub use mailbox::{mailbox, Mailbox, MailboxSender};
 pub use messages::ShardMsg;
+pub use snapshots::{SaveState, Saves};
 pub use worker::Worker;

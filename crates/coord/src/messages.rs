@@ -152,6 +152,8 @@ pub struct ThreadReport {
     pub peak_memory: usize,
     /// The journal's state, while journaling.
     pub journal: Option<JournalReport>,
+    /// The shard's change counter (INFO's `rdb_changes_since_last_save`).
+    pub dirty: u64,
 }
 
 /// One shard's journal, for INFO persistence.
@@ -214,6 +216,8 @@ pub enum ShardMsg {
     },
     /// The journal's writer made records durable: release the replies waiting for them.
     JournalSynced,
+    /// Continue this shard's running snapshot (the worker sends it to itself).
+    SnapshotStep,
     /// Run a function now, outside any transaction; no reply.
     Call(Box<dyn FnOnce(&Worker) + Send>),
     /// Run a function now, outside any transaction, and reply with its result.

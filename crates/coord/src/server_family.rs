@@ -17,21 +17,30 @@ use crate::messages::{ShardMsg, ThreadReport};
 use crate::tx::ShardWork;
 use crate::worker::Worker;
 
-/// INFO persistence, with every field Redis 7.0 prints. Snapshots are not built yet, so the
-/// rdb_* fields say no save ran (Redis's values at start-up without an RDB file); the aof_*
-/// fields describe the journals (sizes summed over shards).
+/// INFO persistence, with every field Redis 7.0 prints. The rdb_* fields describe
+/// SAVE/BGSAVE (crates/coord/src/snapshots.rs); the aof_* fields describe the journals (sizes
+/// summed over shards).
 fn persistence_info(cluster: &crate::Cluster, reports: &[ThreadReport]) -> String {
     let journals: Vec<_> = reports.iter().filter_map(|r| r.journal.as_ref()).collect();
     let enabled = !journals.is_empty();
     let failed = journals.iter().any(|j| j.failure.is_some());
-    let started = cluster.started_unix_secs();
+    let saves = cluster.saves.state();
+    let dirty: u64 = reports.iter().map(|r| r.dirty).sum();
+    let changes = dirty.saturating_sub(saves.dirty_base);
+    let in_progress = u8::from(saves.running.is_some());
+    let current = saves.running.map_or(-1, |t| {
+        i64::try_from(t.elapsed().as_secs()).unwrap_or(i64::MAX)
+    });
+    let last_save = saves.last_save_unix;
+    let status = if saves.last_ok { "ok" } else { "err" };
+    let (last_secs, count) = (saves.last_secs, saves.saves);
     let mut s = format!(
         "loading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\n\
          current_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\n\
-         current_save_keys_total:0\r\nrdb_changes_since_last_save:0\r\n\
-         rdb_bgsave_in_progress:0\r\nrdb_last_save_time:{started}\r\n\
-         rdb_last_bgsave_status:ok\r\nrdb_last_bgsave_time_sec:-1\r\n\
-         rdb_current_bgsave_time_sec:-1\r\nrdb_saves:0\r\nrdb_last_cow_size:0\r\n\
+         current_save_keys_total:0\r\nrdb_changes_since_last_save:{changes}\r\n\
+         rdb_bgsave_in_progress:{in_progress}\r\nrdb_last_save_time:{last_save}\r\n\
+         rdb_last_bgsave_status:{status}\r\nrdb_last_bgsave_time_sec:{last_secs}\r\n\
+         rdb_current_bgsave_time_sec:{current}\r\nrdb_saves:{count}\r\nrdb_last_cow_size:0\r\n\
          rdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:{}\r\n\
          aof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\n\
          aof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\n\
@@ -159,6 +168,9 @@ impl Connection {
             CoordCmd::Discard => self.discard(),
             CoordCmd::Watch => self.watch(args).await,
             CoordCmd::Unwatch => self.unwatch(),
+            CoordCmd::Save => self.save_cmd(args, true).await,
+            CoordCmd::Bgsave => self.save_cmd(args, false).await,
+            CoordCmd::Lastsave => self.lastsave_cmd(),
         }
     }
 
@@ -510,8 +522,20 @@ impl Connection {
         parts: Vec<(usize, ShardWork<T>)>,
     ) -> Option<Vec<T>> {
         let debug = lookup(b"debug").expect("debug is in the table");
+        self.all_shard_hops(debug, args, parts).await
+    }
+
+    /// Runs `parts` as hops of a transaction holding the intents command `spec` plans for
+    /// `args` (or of the EXEC running it, whose plan holds them). None when a shard is
+    /// unavailable.
+    pub(crate) async fn all_shard_hops<T: Send + 'static>(
+        &mut self,
+        spec: usize,
+        args: &Args<'_>,
+        parts: Vec<(usize, ShardWork<T>)>,
+    ) -> Option<Vec<T>> {
         let mut plan = Vec::new();
-        self.plan(debug, self.info.db.get(), args, &mut plan);
+        self.plan(spec, self.info.db.get(), args, &mut plan);
         let own = self.enter_tx(plan).await?;
         // Earlier commands of this EXEC go first.
         self.flush_remote().await;

@@ -84,6 +84,9 @@ pub struct Worker {
     pub(crate) journal: JournalCell,
     /// The transaction the records made now belong to.
     pub(crate) current_tx: Cell<TxTag>,
+    /// Where the running snapshot's finished sink goes (crates/coord/src/snapshots.rs).
+    pub(crate) snapshot_done:
+        RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
     /// DEBUG PANIC TICK armed it: the next tick panics (debug builds, to test the policy).
     #[cfg(debug_assertions)]
     pub(crate) panic_on_tick: Cell<bool>,
@@ -116,6 +119,7 @@ impl Worker {
             peak_memory: Cell::new(0),
             journal: RefCell::new(None),
             current_tx: Cell::new((0, 0)),
+            snapshot_done: RefCell::new(None),
             #[cfg(debug_assertions)]
             panic_on_tick: Cell::new(false),
         });
@@ -368,6 +372,7 @@ impl Worker {
                 );
             }
             ShardMsg::JournalSynced => self.journal_synced(),
+            ShardMsg::SnapshotStep => self.snapshot_step(),
             ShardMsg::Call(f) => {
                 self.refresh_clock();
                 f(self);
@@ -648,6 +653,7 @@ impl Worker {
             ops_per_sec: self.ops_per_sec(),
             peak_memory: self.peak_memory.get().max(shard.used_memory()),
             journal: self.journal_report(),
+            dirty: shard.dirty,
         }
     }
 

@@ -290,8 +290,15 @@ fn refuse(fd: i32) {
 pub(crate) async fn mailbox_loop(worker: Rc<Worker>, mailbox: Mailbox<ShardMsg>) {
     let mut msgs = Vec::with_capacity(64);
     while mailbox.recv_all(&mut msgs).await {
+        let mut stepped = false;
         for m in msgs.drain(..) {
+            stepped |= matches!(m, ShardMsg::SnapshotStep);
             worker.handle(m);
+        }
+        // A snapshot step asks for the next one at once: let the thread's connections run
+        // in between, or the walk would keep the mailbox busy until it ends.
+        if stepped {
+            yield_now().await;
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod lzf;
 pub mod manifest;
 pub mod rdb;
 pub mod replay;
+pub mod snapshot;
 
 pub use error::{Error, ErrorKind};
 pub mod digest;

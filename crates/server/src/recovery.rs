@@ -19,9 +19,11 @@ use damselfly_persistence::appender::{new_segment, Appender, FsyncPolicy};
 use damselfly_persistence::dump;
 use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader, SegmentReader};
 use damselfly_persistence::manifest::Manifest;
+use damselfly_persistence::rdb::{Event, RdbReader};
 use damselfly_persistence::replay::{
     drop_incomplete_transactions, read_shard, ReadPolicy, SegmentBytes,
 };
+use damselfly_persistence::snapshot::{SnapshotManifest, SHARD_AUX, SNAPSHOT_ID_AUX};
 use damselfly_protocol::{ReplyBuf, Span};
 use damselfly_storage::{shard_for_key, EncodingLimits, Shard};
 
@@ -55,8 +57,9 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     let limits = config.encoding_limits();
     let empty = |n: usize| -> Vec<Shard> { (0..n).map(|_| new_shard(databases, limits)).collect() };
     if config.get("appendonly") != "yes" {
+        let shards = load_snapshot(config, threads, databases, limits)?;
         return Ok(Recovered {
-            shards: empty(threads),
+            shards: shards.unwrap_or_else(|| empty(threads)),
             journal: None,
         });
     }
@@ -77,7 +80,11 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
         None => Vec::new(),
     };
     let keys_loaded: usize = loaded.iter().map(key_count).sum();
-    let mut shards = if loaded.is_empty() {
+    let mut shards = if old.is_none() {
+        // No journal yet: start from the snapshot, if there is one; the new generation's
+        // base segments then hold its keys.
+        load_snapshot(config, threads, databases, limits)?.unwrap_or_else(|| empty(threads))
+    } else if loaded.is_empty() {
         empty(threads)
     } else {
         route(loaded, threads, databases, limits, now_ms())
@@ -119,7 +126,9 @@ impl Recovered {
     /// durable) and hands the shards to the threads that will run them.
     pub fn start(self, cluster: &Arc<Cluster>) -> Result<(), String> {
         let mut starts = Vec::with_capacity(self.shards.len());
-        for (i, shard) in self.shards.into_iter().enumerate() {
+        for (i, mut shard) in self.shards.into_iter().enumerate() {
+            // Loading is not a change: `rdb_changes_since_last_save` starts at 0, as Redis's.
+            shard.dirty = 0;
             let journal = match &self.journal {
                 None => None,
                 Some(plan) => Some(plan.open(i, cluster)?),
@@ -453,4 +462,140 @@ fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u6
     file.write_all(&buf).map_err(fail)?;
     file.sync_data().map_err(fail)?;
     Ok(lsn)
+}
+
+/// Loads the current snapshot (docs/persistence.md, "Snapshots") into `threads` shards: the
+/// files the snapshot manifest in `dir` names, each read on its own thread, every key routed
+/// to the shard that owns it now, keys whose deadline passed dropped. Without a manifest,
+/// `dir/dbfilename` (a Redis `dump.rdb`) is loaded the same way. Ok(None): neither exists.
+fn load_snapshot(
+    config: &Config,
+    threads: usize,
+    databases: usize,
+    limits: EncodingLimits,
+) -> Result<Option<Vec<Shard>>, String> {
+    let dir = PathBuf::from(config.get("dir"));
+    let started = Instant::now();
+    let (files, id) = match SnapshotManifest::read(&dir)? {
+        Some(m) => (m.paths(&dir), Some(m.id)),
+        None => {
+            let dump = dir.join(config.get("dbfilename"));
+            if !dump.exists() {
+                return Ok(None);
+            }
+            (vec![dump], None)
+        }
+    };
+    let loaded: Vec<Shard> = std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(i, path)| {
+                scope.spawn(move || load_rdb_file(path, id.map(|id| (id, i)), databases, limits))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a loading thread panicked".into()))
+            })
+            .collect::<Result<_, String>>()
+    })?;
+    let keys: usize = loaded.iter().map(key_count).sum();
+    let shards = route(loaded, threads, databases, limits, now_ms());
+    let kept: usize = shards.iter().map(key_count).sum();
+    tracing::info!(
+        keys = kept,
+        expired = keys - kept,
+        files = files.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "DB loaded from disk"
+    );
+    Ok(Some(shards))
+}
+
+/// Reads one RDB file into one shard (as the shard of the run that wrote it). `snapshot`:
+/// the snapshot id and shard number the file must say it holds (None for a Redis file).
+fn load_rdb_file(
+    path: &Path,
+    snapshot: Option<(u64, usize)>,
+    databases: usize,
+    limits: EncodingLimits,
+) -> Result<Shard, String> {
+    let name = path.display();
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
+    let mut reader = RdbReader::new(std::io::BufReader::with_capacity(1 << 20, file), limits)
+        .map_err(|e| format!("cannot load {name}: {e}"))?;
+    let mut shard = new_shard(databases, limits);
+    let (mut id_seen, mut shard_seen) = (None, None);
+    let mut functions = 0u64;
+    loop {
+        let event = reader
+            .next()
+            .map_err(|e| format!("cannot load {name}: {e}"))?;
+        let Some(event) = event else { break };
+        match event {
+            Event::Aux { key, value } if key == SNAPSHOT_ID_AUX => {
+                id_seen = String::from_utf8_lossy(&value).parse::<u64>().ok();
+            }
+            Event::Aux { key, value } if key == SHARD_AUX => {
+                shard_seen = String::from_utf8_lossy(&value).parse::<usize>().ok();
+            }
+            Event::Function { .. } => functions += 1,
+            Event::Entry(e) => {
+                if let Some((want, index)) = snapshot {
+                    // The AUX fields come first: a file of another snapshot stops here.
+                    if id_seen != Some(want) || shard_seen != Some(index) {
+                        return Err(format!(
+                            "{name} does not hold shard {index} of snapshot {want} (it says \
+                             snapshot {id_seen:?}, shard {shard_seen:?}); move it away to start"
+                        ));
+                    }
+                }
+                let db = usize::try_from(e.db).unwrap_or(usize::MAX);
+                if db >= databases {
+                    return Err(format!(
+                        "{name} has keys in database {db}, but `databases` is {databases}: \
+                         start with at least {} databases",
+                        db.saturating_add(1)
+                    ));
+                }
+                if shard.dbs[db].table.get(&e.key).is_some() {
+                    return Err(format!(
+                        "{name} holds key {:?} of database {db} twice",
+                        String::from_utf8_lossy(&e.key)
+                    ));
+                }
+                // A deadline at or before the epoch has passed: 1 keeps it a deadline.
+                let at = e
+                    .expire_ms
+                    .map_or(0, |ms| u64::try_from(ms).unwrap_or(0).max(1));
+                shard.set(db, &e.key, e.value, at);
+            }
+            _ => {}
+        }
+    }
+    if let Some((want, index)) = snapshot {
+        if id_seen != Some(want) || shard_seen != Some(index) {
+            return Err(format!(
+                "{name} does not hold shard {index} of snapshot {want}; move it away to start"
+            ));
+        }
+    }
+    if functions > 0 {
+        tracing::warn!(
+            file = %name,
+            libraries = functions,
+            "function libraries in the file were skipped: Damselfly has no functions"
+        );
+    }
+    if reader.empty_keys_skipped() > 0 {
+        tracing::warn!(
+            file = %name,
+            keys = reader.empty_keys_skipped(),
+            "empty keys skipped"
+        );
+    }
+    Ok(shard)
 }

@@ -387,7 +387,10 @@ fn start_logged(data: &Path, extra: &[&str]) -> (Option<std::process::Child>, u1
         if let Ok(Some(_)) = child.try_wait() {
             return (None, port, log);
         }
-        if Raw::try_tcp(port).is_ok_and(|mut c| c.try_cmd(&["PING"]).is_ok()) {
+        // PONG once loaded (-LOADING before).
+        if Raw::try_tcp(port)
+            .is_ok_and(|mut c| c.try_cmd(&["PING"]).is_ok_and(|r| r == b"+PONG\r\n"))
+        {
             return (Some(child), port, log);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -395,6 +398,16 @@ fn start_logged(data: &Path, extra: &[&str]) -> (Option<std::process::Child>, u1
     let _ = child.kill();
     let _ = child.wait();
     panic!("damselfly neither started nor exited");
+}
+
+/// A server process killed when the test ends, also when an assertion fails first.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn stop(child: Option<std::process::Child>) {
@@ -535,7 +548,7 @@ fn files_of_another_generation_are_ignored() {
 
 /// Starts the binary with files limited to `limit` bytes (RLIMIT_FSIZE, SIGXFSZ ignored):
 /// journal writes past it fail with EFBIG, as on a full disk.
-fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (std::process::Child, u16) {
+fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (Running, u16) {
     use std::os::unix::process::CommandExt;
     let port = common::free_port();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_damselfly"));
@@ -564,11 +577,13 @@ fn start_with_file_limit(data: &Path, fsync: &str, limit: u64) -> (std::process:
             Ok(())
         });
     }
-    let mut child = cmd.spawn().expect("spawn damselfly");
+    let mut child = Running(cmd.spawn().expect("spawn damselfly"));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while Raw::try_tcp(port).map_or(true, |mut c| c.try_cmd(&["PING"]).is_err()) {
+    while Raw::try_tcp(port).map_or(true, |mut c| {
+        !c.try_cmd(&["PING"]).is_ok_and(|r| r == b"+PONG\r\n")
+    }) {
         assert!(Instant::now() < deadline, "damselfly did not start");
-        assert!(matches!(child.try_wait(), Ok(None)), "damselfly exited");
+        assert!(matches!(child.0.try_wait(), Ok(None)), "damselfly exited");
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, port)
@@ -598,7 +613,7 @@ fn fill(c: &mut Raw) -> (Vec<String>, Vec<u8>) {
 #[test]
 fn a_full_disk_refuses_writes_until_there_is_room() {
     let data = tempfile::tempdir().expect("tempdir");
-    let (mut child, port) = start_with_file_limit(data.path(), "everysec", 64 << 10);
+    let (child, port) = start_with_file_limit(data.path(), "everysec", 64 << 10);
     let mut c = Raw::tcp(port);
     let (mut acked, refusal) = fill(&mut c);
     let text = String::from_utf8_lossy(&refusal).into_owned();
@@ -622,7 +637,7 @@ fn a_full_disk_refuses_writes_until_there_is_room() {
     // SAFETY: changing a limit of our own child process.
     let lifted = unsafe {
         libc::prlimit(
-            child.id() as i32,
+            child.0.id() as i32,
             libc::RLIMIT_FSIZE,
             &unlimited,
             std::ptr::null_mut(),
@@ -644,8 +659,7 @@ fn a_full_disk_refuses_writes_until_there_is_room() {
     }
     // everysec: past the next sync, then a crash.
     std::thread::sleep(Duration::from_millis(1500));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     let s = start(Backend::Epoll, 2, data.path(), "everysec", &[]);
     let mut c = s.raw();
     for key in &acked {
@@ -661,7 +675,7 @@ fn a_full_disk_under_always_exits_and_loses_nothing_acknowledged() {
     let (mut child, port) = start_with_file_limit(data.path(), "always", 64 << 10);
     let mut c = Raw::tcp(port);
     let (acked, _) = fill(&mut c);
-    let status = common::wait_timeout(&mut child, Duration::from_secs(10)).expect("exits");
+    let status = common::wait_timeout(&mut child.0, Duration::from_secs(10)).expect("exits");
     assert_eq!(status.code(), Some(1));
     let s = start(Backend::Epoll, 2, data.path(), "always", &[]);
     let mut c = s.raw();
@@ -734,22 +748,24 @@ fn clients_get_loading_while_the_journal_loads() {
     let conf = data.path().join("slow.conf");
     std::fs::write(&conf, "key-load-delay 500\n").expect("config");
     let port = common::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_damselfly"))
-        .arg(&conf)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--threads",
-            "2",
-            "--loglevel",
-            "warning",
-        ])
-        .args(["--appendonly", "yes", "--dir"])
-        .arg(data.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn damselfly");
+    let _server = Running(
+        Command::new(env!("CARGO_BIN_EXE_damselfly"))
+            .arg(&conf)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--threads",
+                "2",
+                "--loglevel",
+                "warning",
+            ])
+            .args(["--appendonly", "yes", "--dir"])
+            .arg(data.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn damselfly"),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut saw_loading, mut saw_info) = (false, false);
     loop {
@@ -781,6 +797,59 @@ fn clients_get_loading_while_the_journal_loads() {
         common::info_field(&mut c, "persistence", "loading").as_deref(),
         Some("0")
     );
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+fn checker(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .args(args)
+        .output()
+        .expect("run the checker");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// `check-journal` says a segment is whole, finds a torn tail, and `--fix` cuts it so that
+/// the segment is whole again.
+#[test]
+fn check_journal_finds_and_fixes_a_torn_tail() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let seg = journal_with_keys(data.path(), 5);
+    let path = seg.to_str().expect("utf-8");
+    let (ok, text) = checker(&["check-journal", path]);
+    assert!(ok && text.contains("OK,"), "{text}");
+    let bytes = std::fs::read(&seg).expect("segment");
+    std::fs::write(&seg, &bytes[..bytes.len() - 3]).expect("tear");
+    let (ok, text) = checker(&["check-journal", path]);
+    assert!(!ok && text.contains("--fix"), "{text}");
+    let (ok, text) = checker(&["check-journal", "--fix", path]);
+    assert!(ok && text.contains("cut at byte"), "{text}");
+    let (ok, text) = checker(&["check-journal", "--dump", path]);
+    assert!(ok && text.contains("\"SET\""), "{text}");
+}
+
+/// `check-snapshot` reads a redis-server dump.rdb to its checksum, and names the offset of
+/// damage.
+#[test]
+fn check_snapshot_reads_a_redis_dump_and_finds_damage() {
+    let redis = Server::redis();
+    let mut c = redis.raw();
+    c.cmd(&["DEBUG", "POPULATE", "1000"]);
+    c.cmd(&["SELECT", "2"]);
+    c.cmd(&["SET", "x", "y", "EX", "100"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    let dump = redis.dir.path().join("dump.rdb");
+    let path = dump.to_str().expect("utf-8");
+    let (ok, text) = checker(&["check-snapshot", path]);
+    assert!(
+        ok && text.contains("OK, 1001 keys") && text.contains("db2: keys=1 expires=1"),
+        "{text}"
+    );
+    let mut bytes = std::fs::read(&dump).expect("dump");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x21;
+    let damaged = redis.dir.path().join("damaged.rdb");
+    std::fs::write(&damaged, &bytes).expect("write");
+    let (ok, text) = checker(&["check-snapshot", damaged.to_str().expect("utf-8")]);
+    assert!(!ok && text.contains("at byte"), "{text}");
 }

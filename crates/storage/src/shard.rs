@@ -79,6 +79,13 @@ type WatchMap = std::collections::HashMap<Box<[u8]>, Watch, ahash::RandomState>;
 pub trait SnapshotSink {
     /// Saves one entry as it is now, in database `db`.
     fn save(&mut self, db: usize, entry: &Entry);
+
+    /// Ends the output once every entry was saved (`snapshot_step` returned the sink): the
+    /// persistence layer writes its trailer and syncs its file here. Errors met while saving
+    /// are reported here too.
+    fn finish(self: Box<Self>) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A snapshot in progress: the point in time it captures is when it started. Every entry

@@ -424,6 +424,15 @@ impl<W: Write> RdbWriter<W> {
         self.stream.breathe()
     }
 
+    /// SELECTDB alone: the keys that follow belong to database `db` again (a stream may
+    /// move between databases; Redis's loader and redis-check-rdb take SELECTDB anywhere).
+    pub fn switch_db(&mut self, db: u64) -> io::Result<()> {
+        let buf = &mut self.stream.buf;
+        buf.push(opcodes::SELECTDB);
+        put_len(buf, db);
+        self.stream.breathe()
+    }
+
     /// One key: its deadline (absolute Unix time in milliseconds) if it has one, its type,
     /// name and value.
     pub fn write_entry(

@@ -1,0 +1,317 @@
+//! SAVE, BGSAVE and LASTSAVE (docs/persistence.md, "Snapshots").
+//!
+//! The cut: one transaction with shared intents on every database of every shard (DEBUG
+//! DIGEST's pattern), whose hop on each shard opens that shard's temporary RDB file and calls
+//! `Shard::start_snapshot` with it. No write can fall between two shards' hops, so the files
+//! together hold one point in time. Each shard then walks the rest of its data in steps of
+//! `STEP_BUDGET` entries, one step per pass of its mailbox loop (the worker sends itself a
+//! `SnapshotStep` message after each step, and the mailbox loop yields to the thread's
+//! other tasks after handling one), so clients keep being served between steps; a write
+//! saves the segment it touches first if the walk has not reached it.
+//!
+//! Each shard hands its finished sink to a finishing thread, which writes the trailers and
+//! syncs the files (off the shard threads), renames them to `.rdb`, syncs the directory and
+//! then names the snapshot in the manifest. Any error makes the save fail
+//! (`rdb_last_bgsave_status:err`); the temporary files are deleted and the previous snapshot
+//! stays current.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
+use damselfly_commands::lookup;
+use damselfly_commands::Args;
+use damselfly_persistence::rdb::WriteOptions;
+use damselfly_persistence::snapshot::{
+    shard_file_name, sync_dir, temp_file_name, RdbFileSink, SnapshotManifest,
+};
+use damselfly_storage::SnapshotSink;
+use futures_channel::oneshot;
+
+use crate::connection::Connection;
+use crate::messages::ShardMsg;
+use crate::tx::ShardWork;
+use crate::worker::Worker;
+
+/// Entries one snapshot step saves before the shard serves anything else. A step of 1000
+/// small entries takes well under a millisecond, so clients wait little between steps, and a
+/// million keys take a thousand passes of the mailbox loop (about a second).
+pub(crate) const STEP_BUDGET: usize = 1000;
+
+/// A finished shard: its id and its sink (to finish on the finishing thread).
+pub(crate) type Finished = (usize, Box<dyn SnapshotSink + Send>);
+
+/// The server's saves, for SAVE/BGSAVE/LASTSAVE and INFO persistence.
+pub struct Saves {
+    state: Mutex<SaveState>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SaveState {
+    /// When the running save started.
+    pub running: Option<Instant>,
+    pub last_ok: bool,
+    /// Unix seconds of the last successful save (the start time before any).
+    pub last_save_unix: u64,
+    /// Seconds the last save took, -1 before any.
+    pub last_secs: i64,
+    /// Successful saves.
+    pub saves: u64,
+    /// The shards' summed `dirty` at the cut of the last successful save.
+    pub dirty_base: u64,
+    last_id: u64,
+}
+
+impl Saves {
+    pub fn new(started_unix: u64) -> Self {
+        Saves {
+            state: Mutex::new(SaveState {
+                running: None,
+                last_ok: true,
+                last_save_unix: started_unix,
+                last_secs: -1,
+                saves: 0,
+                dirty_base: 0,
+                last_id: 0,
+            }),
+        }
+    }
+
+    pub fn state(&self) -> SaveState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Marks a save as running and returns its id; None when one runs already.
+    fn begin(&self) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.running.is_some() {
+            return None;
+        }
+        s.running = Some(Instant::now());
+        let id = unix_ms().max(s.last_id + 1);
+        s.last_id = id;
+        Some(id)
+    }
+
+    fn end(&self, ok: bool, dirty_at_cut: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let took = s.running.take().map_or(0, |t| t.elapsed().as_secs());
+        s.last_ok = ok;
+        s.last_secs = i64::try_from(took).unwrap_or(i64::MAX);
+        if ok {
+            s.saves += 1;
+            s.last_save_unix = unix_ms() / 1000;
+            s.dirty_base = dirty_at_cut;
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Worker {
+    /// The cut on this shard: opens its temporary file and starts the snapshot. Returns the
+    /// shard's change counter at the cut.
+    fn begin_snapshot(&self, id: u64, dir: &Path, done: Sender<Finished>) -> Result<u64, String> {
+        let mut shard = self.shard.borrow_mut();
+        if shard.snapshot_running() {
+            return Err("a snapshot is already running on this shard".into());
+        }
+        let sizes = shard
+            .dbs
+            .iter()
+            .map(|d| (d.len() as u64, d.volatile_count() as u64))
+            .collect();
+        let opts = WriteOptions {
+            list_max_listpack_size: shard.limits.list_max_listpack_size,
+            ..WriteOptions::default()
+        };
+        let number = u32::try_from(self.id).unwrap_or(u32::MAX);
+        let path = dir.join(temp_file_name(id, number));
+        let ctime = i64::try_from(unix_ms() / 1000).unwrap_or(0);
+        let used = shard.used_memory() as u64;
+        let sink = RdbFileSink::create(&path, id, number, sizes, &opts, ctime, used)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        shard.start_snapshot(Box::new(sink));
+        let dirty = shard.dirty;
+        drop(shard);
+        *self.snapshot_done.borrow_mut() = Some(done);
+        self.cluster.mailboxes[self.id].send(ShardMsg::SnapshotStep);
+        Ok(dirty)
+    }
+
+    /// One step of the walk; asks for the next one, or hands the finished sink over.
+    pub(crate) fn snapshot_step(&self) {
+        let mut shard = self.shard.borrow_mut();
+        let finished = shard.snapshot_step(STEP_BUDGET);
+        let running = shard.snapshot_running();
+        drop(shard);
+        match finished {
+            Some(sink) => {
+                if let Some(done) = self.snapshot_done.borrow_mut().take() {
+                    let _ = done.send((self.id, sink));
+                }
+            }
+            None if running => {
+                self.cluster.mailboxes[self.id].send(ShardMsg::SnapshotStep);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Finishes a snapshot on its own thread: waits for `started` shards, then trailers, syncs,
+/// renames and the manifest. Reports the outcome to `saves` and `waiter`.
+struct Finisher {
+    id: u64,
+    dir: PathBuf,
+    shards: usize,
+    /// Why the cut failed on some shard, if it did.
+    cut_error: Option<String>,
+    started: usize,
+}
+
+impl Finisher {
+    fn run(&self, rx: Receiver<Finished>) -> Result<(), String> {
+        let mut error = self.cut_error.clone();
+        for _ in 0..self.started {
+            match rx.recv() {
+                Ok((shard, sink)) => {
+                    if let Err(e) = sink.finish() {
+                        let name = temp_file_name(self.id, shard as u32);
+                        error.get_or_insert(format!("writing {name}: {e}"));
+                    }
+                }
+                Err(_) => {
+                    error.get_or_insert("a shard stopped before its snapshot ended".into());
+                    break;
+                }
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let shards = u32::try_from(self.shards).map_err(|_| "too many shards".to_string())?;
+        for s in 0..shards {
+            let from = self.dir.join(temp_file_name(self.id, s));
+            let to = self.dir.join(shard_file_name(self.id, s));
+            std::fs::rename(&from, &to)
+                .map_err(|e| format!("cannot rename {}: {e}", from.display()))?;
+        }
+        let manifest = SnapshotManifest::new(self.id, shards);
+        sync_dir(&self.dir).map_err(|e| format!("cannot sync {}: {e}", self.dir.display()))?;
+        manifest
+            .write(&self.dir)
+            .map_err(|e| format!("cannot write the snapshot manifest: {e}"))?;
+        if let Err(e) = manifest.remove_others(&self.dir) {
+            tracing::warn!("cannot delete an earlier snapshot's files: {e}");
+        }
+        Ok(())
+    }
+
+    /// Deletes this snapshot's temporary files (after a failure).
+    fn discard(&self) {
+        for s in 0..self.shards {
+            let path = self.dir.join(temp_file_name(self.id, s as u32));
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl Connection {
+    /// SAVE (`wait`: reply once the snapshot is on disk) or BGSAVE [SCHEDULE].
+    pub(crate) async fn save_cmd(&mut self, args: &Args<'_>, wait: bool) {
+        if !wait && args.len() > 1 && !(args.len() == 2 && args.is(1, "schedule")) {
+            return self.reply_error(damselfly_commands::errors::SYNTAX);
+        }
+        // Inside EXEC Redis defers a BGSAVE and says so; here the cut is taken at once, in
+        // the transaction, and the reply is Redis's.
+        let in_exec = self.tx.is_some();
+        let cluster = self.worker.cluster.clone();
+        let Some(id) = cluster.saves.begin() else {
+            return self.reply_error("ERR Background save already in progress");
+        };
+        let dir = PathBuf::from(cluster.config.get("dir"));
+        let shards = self.worker.num_shards();
+        let (tx, rx) = crossbeam_channel::unbounded::<Finished>();
+        let parts = (0..shards)
+            .map(|shard| {
+                let (dir, tx) = (dir.clone(), tx.clone());
+                let work: ShardWork<Result<u64, String>> =
+                    Box::new(move |w: &Worker| w.begin_snapshot(id, &dir, tx));
+                (shard, work)
+            })
+            .collect();
+        drop(tx);
+        let spec = lookup(if wait { b"save" } else { b"bgsave" }).unwrap_or(0);
+        let results = self.all_shard_hops(spec, args, parts).await;
+        let (mut started, mut dirty_at_cut, mut cut_error) = (0, 0, None);
+        match results {
+            Some(results) => {
+                for r in results {
+                    match r {
+                        Ok(d) => {
+                            started += 1;
+                            dirty_at_cut += d;
+                        }
+                        Err(e) => {
+                            cut_error.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            None => cut_error = Some("a shard is unavailable".into()),
+        }
+        let finisher = Finisher {
+            id,
+            dir,
+            shards,
+            cut_error,
+            started,
+        };
+        let (done_tx, done_rx) = oneshot::channel::<bool>();
+        let owner = cluster.clone();
+        let spawned = std::thread::Builder::new()
+            .name("damselfly-save".into())
+            .spawn(move || {
+                let ok = match finisher.run(rx) {
+                    Ok(()) => {
+                        tracing::info!(id = finisher.id, "DB saved on disk");
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(id = finisher.id, "Background saving error: {e}");
+                        finisher.discard();
+                        false
+                    }
+                };
+                owner.saves.end(ok, dirty_at_cut);
+                let _ = done_tx.send(ok);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("Background saving error: cannot start a thread: {e}");
+            cluster.saves.end(false, 0);
+            return self.reply_error("ERR");
+        }
+        if wait {
+            match done_rx.await {
+                Ok(true) => self.out.ok(),
+                _ => self.reply_error("ERR"),
+            }
+        } else if in_exec {
+            self.out.simple("Background saving scheduled");
+        } else {
+            self.out.simple("Background saving started");
+        }
+    }
+
+    /// LASTSAVE: Unix time of the last successful save (the start time before any).
+    pub(crate) fn lastsave_cmd(&mut self) {
+        let at = self.worker.cluster.saves.state().last_save_unix;
+        self.out.int(i64::try_from(at).unwrap_or(i64::MAX));
+    }
+}

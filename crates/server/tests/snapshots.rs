@@ -1,0 +1,423 @@
+//! Snapshots with the real binary (docs/persistence.md, "Snapshots"): BGSAVE under a load of
+//! cross-shard transfers is one point in time; a snapshot loads under any thread count with
+//! the same DEBUG DIGEST; redis-check-rdb accepts every shard file; a dump.rdb written by
+//! redis-server loads with the same DEBUG DIGEST; files of another snapshot are never loaded;
+//! replies and INFO fields match Redis 7.0's.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{info_field, Backend, Raw, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A server keeping its snapshots in `data` (a directory that outlives it).
+fn start(b: Backend, threads: usize, data: &Path) -> Server {
+    let dir = data.to_str().expect("utf-8 path");
+    Server::start_with(b, threads, &["--dir", dir])
+}
+
+/// A bulk reply holding an integer (GET of a counter).
+fn bulk_int(reply: &[u8]) -> i64 {
+    let text = String::from_utf8_lossy(reply);
+    text.split("\r\n")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("not an integer: {text:?}"))
+}
+
+fn int(reply: &[u8]) -> i64 {
+    std::str::from_utf8(&reply[1..reply.len() - 2])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an integer: {:?}", String::from_utf8_lossy(reply)))
+}
+
+/// Waits until no save runs; returns `rdb_last_bgsave_status`.
+fn wait_saved(c: &mut Raw) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let running = info_field(c, "persistence", "rdb_bgsave_in_progress");
+        if running.as_deref() == Some("0") {
+            return info_field(c, "persistence", "rdb_last_bgsave_status").unwrap_or_default();
+        }
+        assert!(Instant::now() < deadline, "the save did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The snapshot files (and manifest) in `from`, copied to a fresh directory.
+fn copy_snapshot(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().expect("tempdir");
+    let manifest = from.join("damselfly-snapshot.manifest");
+    let text = std::fs::read_to_string(&manifest).expect("a snapshot manifest");
+    std::fs::copy(&manifest, to.path().join("damselfly-snapshot.manifest")).expect("copy");
+    for name in text.lines().filter_map(|l| l.strip_prefix("file ")) {
+        std::fs::copy(from.join(name), to.path().join(name)).expect("copy a shard file");
+    }
+    to
+}
+
+/// The shard files the manifest in `dir` names.
+fn shard_files(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("damselfly-snapshot.manifest"))
+        .expect("a snapshot manifest");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("file "))
+        .map(|n| dir.join(n))
+        .collect()
+}
+
+const ACCOUNTS: usize = 16;
+const TOTAL: i64 = 16_000;
+
+/// Transfers between accounts on every shard (MULTI: DECRBY one, INCRBY another) run while
+/// BGSAVE walks 100 000 other keys; each snapshot, loaded into a fresh server with another
+/// thread count, holds the exact total.
+fn bgsave_under_transfers_is_a_point_in_time(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 3, data.path());
+    let mut c = s.raw();
+    c.cmd(&["DEBUG", "POPULATE", "100000", "bulk", "50"]);
+    for a in 0..ACCOUNTS {
+        c.cmd(&[
+            "SET",
+            &format!("acct:{a}"),
+            &(TOTAL / ACCOUNTS as i64).to_string(),
+        ]);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let movers: Vec<_> = (0..3)
+        .map(|m| {
+            let (stop, done, port) = (stop.clone(), done.clone(), s.port);
+            std::thread::spawn(move || {
+                let mut c = Raw::tcp(port);
+                let mut rng = StdRng::seed_from_u64(m);
+                while !stop.load(Ordering::Relaxed) {
+                    let from = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
+                    let to = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
+                    let amount = rng.gen_range(1..50).to_string();
+                    let wire: Vec<u8> = [
+                        common::encode(&["MULTI"]),
+                        common::encode(&["DECRBY", &from, &amount]),
+                        common::encode(&["INCRBY", &to, &amount]),
+                        common::encode(&["EXEC"]),
+                    ]
+                    .concat();
+                    c.send(&wire);
+                    for _ in 0..4 {
+                        c.reply();
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for round in 0..3 {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = done.load(Ordering::Relaxed);
+        assert_eq!(c.cmd(&["BGSAVE"]), b"+Background saving started\r\n");
+        assert_eq!(wait_saved(&mut c), "ok", "round {round}");
+        let during = done.load(Ordering::Relaxed) - before;
+        assert!(during > 0, "round {round}: no transfer ran during the save");
+        let copy = copy_snapshot(data.path());
+        let fresh = start(b, 1 + round, copy.path());
+        let mut f = fresh.raw();
+        let total: i64 = (0..ACCOUNTS)
+            .map(|a| bulk_int(&f.cmd(&["GET", &format!("acct:{a}")])))
+            .sum();
+        assert_eq!(total, TOTAL, "round {round}: the snapshot is not one point");
+        assert_eq!(int(&f.cmd(&["DBSIZE"])), 100_000 + ACCOUNTS as i64);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for m in movers {
+        m.join().expect("mover");
+    }
+}
+
+/// Keys of every type and encoding, in several databases, some with deadlines.
+fn fill(c: &mut Raw) {
+    let mut rng = StdRng::seed_from_u64(12);
+    for db in ["0", "3", "9"] {
+        c.cmd(&["SELECT", db]);
+        for i in 0..200 {
+            let n = rng.gen_range(0..100_000).to_string();
+            c.cmd(&["SET", &format!("s{i}"), &n]);
+            c.cmd(&["SET", &format!("long{i}"), &"abc".repeat(i + 10)]);
+            c.cmd(&["RPUSH", &format!("l{}", i % 7), &n, "x"]);
+            c.cmd(&["SADD", &format!("iset{}", i % 5), &n]);
+            c.cmd(&["SADD", &format!("set{}", i % 3), &format!("m{n}")]);
+            c.cmd(&["HSET", &format!("h{}", i % 9), &format!("f{n}"), &n]);
+            c.cmd(&["ZADD", &format!("z{}", i % 4), &format!("{n}.5"), &n]);
+        }
+        for i in 0..600 {
+            c.cmd(&["RPUSH", "biglist", &i.to_string()]);
+            c.cmd(&["HSET", "bighash", &format!("f{i}"), &"v".repeat(i % 90)]);
+            c.cmd(&["ZADD", "bigzset", &i.to_string(), &format!("m{i}")]);
+            c.cmd(&["SADD", "bigiset", &i.to_string()]);
+        }
+        c.cmd(&["SET", "ttl", "v", "EX", "100000"]);
+        c.cmd(&["HSET", "httl", "a", "1"]);
+        c.cmd(&["PEXPIRE", "httl", "90000000"]);
+        c.cmd(&["SET", "soon", "v", "PX", "1"]);
+    }
+    // DEBUG DIGEST counts a key past its deadline until it is removed: remove them.
+    std::thread::sleep(Duration::from_millis(5));
+    for db in ["0", "3", "9"] {
+        c.cmd(&["SELECT", db]);
+        assert_eq!(c.cmd(&["EXISTS", "soon"]), b":0\r\n");
+    }
+    c.cmd(&["SELECT", "0"]);
+}
+
+/// SAVE, then restarts with 1, 4 and 2 threads give the same DEBUG DIGEST; redis-check-rdb
+/// accepts every shard file.
+fn restart_with_other_thread_counts_keeps_the_digest(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 3, data.path());
+    let mut c = s.raw();
+    fill(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    drop(s);
+    let files = shard_files(data.path());
+    assert_eq!(files.len(), 3);
+    for f in &files {
+        let out = Command::new("redis-check-rdb")
+            .arg(f)
+            .output()
+            .expect("redis-check-rdb is installed with redis-server");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("RDB looks OK"),
+            "redis-check-rdb refused {}: {text}",
+            f.display()
+        );
+    }
+    for threads in [1, 4, 2] {
+        let s = start(b, threads, data.path());
+        let mut c = s.raw();
+        assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest, "{threads} threads");
+        assert_eq!(c.cmd(&["EXISTS", "soon"]), b":0\r\n");
+        // A save under this thread count replaces the snapshot; the next start reads it.
+        assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+        assert_eq!(shard_files(data.path()).len(), threads);
+    }
+}
+
+/// A dump.rdb written by redis-server 7.0 (SAVE) loads into Damselfly with the same DEBUG
+/// DIGEST, under any thread count.
+fn redis_dump_loads_with_the_same_digest(b: Backend) {
+    let redis = Server::redis();
+    let mut r = redis.raw();
+    fill(&mut r);
+    let digest = r.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(r.cmd(&["SAVE"]), b"+OK\r\n");
+    r.cmd(&["SELECT", "3"]);
+    for threads in [1, 3] {
+        let data = tempfile::tempdir().expect("tempdir");
+        std::fs::copy(
+            redis.dir.path().join("dump.rdb"),
+            data.path().join("dump.rdb"),
+        )
+        .expect("copy dump.rdb");
+        let s = start(b, threads, data.path());
+        let mut c = s.raw();
+        assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest, "{threads} threads");
+        assert_eq!(c.cmd(&["SELECT", "3"]), b"+OK\r\n");
+        for (key, encoding) in [
+            ("bigzset", "skiplist"),
+            ("z1", "listpack"),
+            ("iset1", "intset"),
+            ("bighash", "hashtable"),
+            ("h1", "listpack"),
+        ] {
+            let got = c.cmd(&["OBJECT", "ENCODING", key]);
+            assert_eq!(got, r.cmd(&["OBJECT", "ENCODING", key]), "{key}");
+            assert!(String::from_utf8_lossy(&got).contains(encoding), "{key}");
+        }
+    }
+}
+
+/// Files of another snapshot (a run with more threads, a save a crash interrupted) lying in
+/// the directory are not loaded, and the next save deletes them.
+fn stale_snapshot_files_are_not_loaded(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let old = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 4, data.path());
+    let mut c = s.raw();
+    for i in 0..100 {
+        c.cmd(&["SET", &format!("old{i}"), "1"]);
+    }
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    let stale = shard_files(data.path());
+    for f in &stale {
+        std::fs::copy(f, old.path().join(f.file_name().expect("name"))).expect("copy");
+    }
+    drop(s);
+    let s = start(b, 2, data.path());
+    let mut c = s.raw();
+    c.cmd(&["FLUSHALL"]);
+    c.cmd(&["SET", "new", "1"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    for f in &stale {
+        assert!(!f.exists(), "{} was kept", f.display());
+    }
+    drop(s);
+    // Put the 4-shard snapshot's files back, and a temporary file of an interrupted one.
+    for f in &stale {
+        std::fs::copy(old.path().join(f.file_name().expect("name")), f).expect("copy");
+    }
+    std::fs::copy(&stale[0], data.path().join("damselfly-1-0.rdb.tmp")).expect("copy");
+    let s = start(b, 3, data.path());
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["DBSIZE"]), b":1\r\n");
+    assert_eq!(c.cmd(&["GET", "new"]), b"$1\r\n1\r\n");
+    // A file renamed to the current snapshot's name says it is another: start-up refuses it.
+    drop(s);
+    let current = shard_files(data.path());
+    std::fs::copy(&stale[0], &current[0]).expect("copy");
+    let port = common::free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .args(["--port", &port.to_string(), "--threads", "2", "--dir"])
+        .arg(data.path())
+        .output()
+        .expect("run damselfly");
+    assert!(!out.status.success(), "a foreign file was loaded");
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains("does not hold shard 0 of snapshot"), "{log}");
+}
+
+/// Sends `cmds` and returns the replies.
+fn replies(c: &mut Raw, cmds: &[&[&str]]) -> Vec<Vec<u8>> {
+    cmds.iter().map(|cmd| c.cmd(cmd)).collect()
+}
+
+/// Replies match redis-server's, including while a save runs, and INFO persistence moves as
+/// Redis's does.
+fn replies_match_redis(b: Backend) {
+    let redis = Server::redis();
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 2, data.path());
+    let errors: &[&[&str]] = &[
+        &["BGSAVE", "NOW"],
+        &["BGSAVE", "SCHEDULE", "X"],
+        &["SAVE", "X"],
+        &["LASTSAVE", "X"],
+        &["MULTI"],
+        &["SAVE"],
+        &["EXEC"],
+        &["MULTI"],
+        &["BGSAVE"],
+        &["EXEC"],
+    ];
+    let mut r = redis.raw();
+    let mut c = s.raw();
+    assert_eq!(replies(&mut c, errors), replies(&mut r, errors));
+    // Redis runs the BGSAVE it scheduled in EXEC from its next cron (10 times a second, or
+    // later on a busy machine); rdb_saves counts it once it starts.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while info_field(&mut r, "persistence", "rdb_saves").as_deref() == Some("0") {
+        assert!(
+            Instant::now() < deadline,
+            "Redis never ran the scheduled BGSAVE"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_saved(&mut r);
+    wait_saved(&mut c);
+
+    // While a save runs. Redis's is slowed down by a delay per key, Damselfly's by its size.
+    r.cmd(&["DEBUG", "POPULATE", "2000"]);
+    r.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
+    c.cmd(&["DEBUG", "POPULATE", "400000"]);
+    let running: &[&[&str]] = &[
+        &["BGSAVE"],
+        &["BGSAVE"],
+        &["BGSAVE", "SCHEDULE"],
+        &["SAVE"],
+        &["INFO", "persistence"],
+    ];
+    let got = replies(&mut c, running);
+    let want = replies(&mut r, running);
+    assert_eq!(got[..4], want[..4]);
+    for reply in [&got[4], &want[4]] {
+        let text = String::from_utf8_lossy(reply);
+        assert!(text.contains("rdb_bgsave_in_progress:1"), "{text}");
+    }
+    r.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    assert_eq!(wait_saved(&mut c), "ok");
+    wait_saved(&mut r);
+
+    let field = |c: &mut Raw, f: &str| info_field(c, "persistence", f).unwrap_or_default();
+    assert_eq!(field(&mut c, "rdb_changes_since_last_save"), "0");
+    let saves: u64 = field(&mut c, "rdb_saves").parse().expect("rdb_saves");
+    assert!(saves >= 2, "rdb_saves {saves}");
+    let last = int(&c.cmd(&["LASTSAVE"]));
+    assert_eq!(field(&mut c, "rdb_last_save_time"), last.to_string());
+    c.cmd(&["SET", "a", "1"]);
+    c.cmd(&["SET", "b", "1"]);
+    assert_eq!(field(&mut c, "rdb_changes_since_last_save"), "2");
+    assert_eq!(field(&mut c, "rdb_current_bgsave_time_sec"), "-1");
+    assert_ne!(field(&mut c, "rdb_last_bgsave_time_sec"), "-1");
+
+    // A directory that cannot be written: the save fails, the server carries on.
+    let dir = data.path().join("gone");
+    std::fs::create_dir(&dir).expect("mkdir");
+    c.cmd(&["CONFIG", "SET", "dir", dir.to_str().expect("utf-8")]);
+    std::fs::remove_dir(&dir).expect("rmdir");
+    assert_eq!(c.cmd(&["SAVE"]), b"-ERR\r\n");
+    assert_eq!(c.cmd(&["BGSAVE"]), b"+Background saving started\r\n");
+    assert_eq!(wait_saved(&mut c), "err");
+    assert_eq!(int(&c.cmd(&["LASTSAVE"])), last);
+    assert_eq!(field(&mut c, "rdb_changes_since_last_save"), "2");
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+}
+
+/// With `appendonly yes` and no journal yet, start-up loads the snapshot, and its keys go
+/// into the journal's first generation (the next start reads them from the journal).
+fn appendonly_without_a_journal_starts_from_the_snapshot(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8 path");
+    let s = start(b, 2, data.path());
+    let mut c = s.raw();
+    fill(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    drop(s);
+    let aof = [
+        "--dir",
+        dir,
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ];
+    let s = Server::start_with(b, 3, &aof);
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_eq!(c.cmd(&["SET", "journaled", "1"]), b"+OK\r\n");
+    drop(s);
+    // The snapshot is still there, but the journal now has a generation: it is what loads.
+    let s = Server::start_with(b, 2, &aof);
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["GET", "journaled"]), b"$1\r\n1\r\n");
+    c.cmd(&["DEL", "journaled"]);
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+}
+
+backend_tests!(
+    appendonly_without_a_journal_starts_from_the_snapshot,
+    bgsave_under_transfers_is_a_point_in_time,
+    restart_with_other_thread_counts_keeps_the_digest,
+    redis_dump_loads_with_the_same_digest,
+    stale_snapshot_files_are_not_loaded,
+    replies_match_redis,
+);
