@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -421,3 +421,71 @@ backend_tests!(
     stale_snapshot_files_are_not_loaded,
     replies_match_redis,
 );
+
+/// `damselfly export-rdb` writes the snapshot of 3 shards as one dump.rdb: redis-server 7.0
+/// starts from it with the same DEBUG DIGEST, and redis-check-rdb accepts it.
+#[test]
+fn export_rdb_gives_redis_the_same_dataset() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(Backend::Epoll, 3, data.path());
+    let mut c = s.raw();
+    fill(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    drop(s);
+    let redis_dir = tempfile::tempdir().expect("tempdir");
+    let dump = redis_dir.path().join("dump.rdb");
+    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .args(["export-rdb", "--dir"])
+        .arg(data.path())
+        .arg(&dump)
+        .output()
+        .expect("run export-rdb");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check = Command::new("redis-check-rdb")
+        .arg(&dump)
+        .output()
+        .expect("redis-check-rdb");
+    assert!(
+        String::from_utf8_lossy(&check.stdout).contains("RDB looks OK"),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let port = common::free_port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--enable-debug-command",
+            "yes",
+        ])
+        .arg("--dir")
+        .arg(redis_dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut r = loop {
+        if let Ok(mut r) = Raw::try_tcp(port) {
+            if r.try_cmd(&["PING"]).is_ok_and(|p| p == b"+PONG\r\n") {
+                break r;
+            }
+        }
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let theirs = r.cmd(&["DEBUG", "DIGEST"]);
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&theirs),
+        String::from_utf8_lossy(&digest)
+    );
+}
