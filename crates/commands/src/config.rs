@@ -152,8 +152,9 @@ pub static PARAMS: &[Param] = &[
     p("aof-load-truncated", "yes", Kind::Bool, true, Y),
     // Damselfly's: start even when a journal is damaged, keeping what precedes the damage.
     p("force-recovery", "no", Kind::Bool, false, Y),
-    // Redis's testing knob: microseconds of sleep per record loaded.
+    // Redis's testing knobs: microseconds of sleep per record loaded, per key saved.
     p("key-load-delay", "0", NONNEG, true, Y),
+    p("rdb-key-save-delay", "0", NONNEG, true, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
     // Read at start-up: a Redis dump.rdb to load when there is no Damselfly snapshot.

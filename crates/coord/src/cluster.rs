@@ -96,6 +96,8 @@ pub struct Cluster {
     pub info: OnceLock<ServerInfo>,
     /// SAVE/BGSAVE state (crates/coord/src/snapshots.rs).
     pub saves: crate::snapshots::Saves,
+    /// The save made while the server stops (SHUTDOWN [SAVE|NOSAVE], SIGTERM).
+    pub final_save: crate::snapshots::FinalSave,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
 }
@@ -128,6 +130,7 @@ impl Cluster {
             info: OnceLock::new(),
             starts: Mutex::new(Vec::new()),
             saves: crate::snapshots::Saves::new(started_unix),
+            final_save: crate::snapshots::FinalSave::default(),
         }
     }
 

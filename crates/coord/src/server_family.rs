@@ -14,6 +14,7 @@ use damselfly_storage::shard_for_key;
 use crate::conn_family::REDIS_VERSION;
 use crate::connection::Connection;
 use crate::messages::{ShardMsg, ThreadReport};
+use crate::snapshots::ShutdownSave;
 use crate::tx::ShardWork;
 use crate::worker::Worker;
 
@@ -204,6 +205,15 @@ impl Connection {
         }
         // Earlier commands of this client complete before the server stops.
         self.flush_remote().await;
+        let has = |word: &[u8]| args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(word));
+        let mode = if has(b"nosave") {
+            ShutdownSave::NoSave
+        } else if has(b"save") {
+            ShutdownSave::Save
+        } else {
+            ShutdownSave::Default
+        };
+        self.worker.cluster.final_save.set_mode(mode);
         tracing::warn!("User requested shutdown...");
         self.worker.cluster.shutdown.trigger();
         // Like Redis, a successful SHUTDOWN closes the connection without a reply.

@@ -146,8 +146,17 @@ impl Worker {
 
     /// One step of the walk; asks for the next one, or hands the finished sink over.
     pub(crate) fn snapshot_step(&self) {
+        // Redis's testing knob: microseconds per key saved; one key per step then, so the
+        // shard keeps serving between the pauses.
+        let delay = self.cluster.config.get_u64("rdb-key-save-delay");
+        let budget = if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+            1
+        } else {
+            STEP_BUDGET
+        };
         let mut shard = self.shard.borrow_mut();
-        let finished = shard.snapshot_step(STEP_BUDGET);
+        let finished = shard.snapshot_step(budget);
         let running = shard.snapshot_running();
         drop(shard);
         match finished {
@@ -195,22 +204,7 @@ impl Finisher {
         if let Some(e) = error {
             return Err(e);
         }
-        let shards = u32::try_from(self.shards).map_err(|_| "too many shards".to_string())?;
-        for s in 0..shards {
-            let from = self.dir.join(temp_file_name(self.id, s));
-            let to = self.dir.join(shard_file_name(self.id, s));
-            std::fs::rename(&from, &to)
-                .map_err(|e| format!("cannot rename {}: {e}", from.display()))?;
-        }
-        let manifest = SnapshotManifest::new(self.id, shards);
-        sync_dir(&self.dir).map_err(|e| format!("cannot sync {}: {e}", self.dir.display()))?;
-        manifest
-            .write(&self.dir)
-            .map_err(|e| format!("cannot write the snapshot manifest: {e}"))?;
-        if let Err(e) = manifest.remove_others(&self.dir) {
-            tracing::warn!("cannot delete an earlier snapshot's files: {e}");
-        }
-        Ok(())
+        publish(&self.dir, self.id, self.shards)
     }
 
     /// Deletes this snapshot's temporary files (after a failure).
@@ -218,6 +212,124 @@ impl Finisher {
         for s in 0..self.shards {
             let path = self.dir.join(temp_file_name(self.id, s as u32));
             let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Makes snapshot `id` current once every shard's temporary file is complete and synced:
+/// renames the files, syncs the directory, names the snapshot in the manifest, and only then
+/// deletes other snapshots' files.
+fn publish(dir: &Path, id: u64, shards: usize) -> Result<(), String> {
+    let shards = u32::try_from(shards).map_err(|_| "too many shards".to_string())?;
+    for s in 0..shards {
+        let from = dir.join(temp_file_name(id, s));
+        let to = dir.join(shard_file_name(id, s));
+        std::fs::rename(&from, &to)
+            .map_err(|e| format!("cannot rename {}: {e}", from.display()))?;
+    }
+    let manifest = SnapshotManifest::new(id, shards);
+    sync_dir(dir).map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
+    manifest
+        .write(dir)
+        .map_err(|e| format!("cannot write the snapshot manifest: {e}"))?;
+    if let Err(e) = manifest.remove_others(dir) {
+        tracing::warn!("cannot delete an earlier snapshot's files: {e}");
+    }
+    Ok(())
+}
+
+/// Whether SHUTDOWN asked to save, not to save, or left it to the save points (SIGTERM too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownSave {
+    Default,
+    Save,
+    NoSave,
+}
+
+/// The save made while the server stops: once every thread has finished its clients' work
+/// nothing changes any more, so each shard writes its file on its own thread with no cut
+/// to take, and the last one to finish names the snapshot.
+pub struct FinalSave {
+    mode: Mutex<ShutdownSave>,
+    id: std::sync::OnceLock<u64>,
+    done: std::sync::atomic::AtomicUsize,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Default for FinalSave {
+    fn default() -> Self {
+        FinalSave {
+            mode: Mutex::new(ShutdownSave::Default),
+            id: std::sync::OnceLock::new(),
+            done: std::sync::atomic::AtomicUsize::new(0),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl FinalSave {
+    /// SHUTDOWN SAVE / NOSAVE (before it triggers the shutdown).
+    pub fn set_mode(&self, mode: ShutdownSave) {
+        *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+    }
+
+    /// True when the final save failed (the process then exits with an error).
+    pub fn failed(&self) -> bool {
+        self.failed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Worker {
+    /// This shard's part of the save at shutdown (called by every thread once its clients are
+    /// gone and every other thread got there too): with save points configured, or SHUTDOWN
+    /// SAVE, unless SHUTDOWN NOSAVE, as Redis decides.
+    pub fn save_at_shutdown(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let cluster = &self.cluster;
+        let fin = &cluster.final_save;
+        let mode = *fin.mode.lock().unwrap_or_else(|e| e.into_inner());
+        let points = !cluster.config.get("save").trim().is_empty();
+        if mode == ShutdownSave::NoSave || (mode == ShutdownSave::Default && !points) {
+            return;
+        }
+        if cluster.saves.state().running.is_some() {
+            // A running BGSAVE's walk stops with the threads; its files are discarded.
+            self.shard.borrow_mut().abort_snapshot();
+        }
+        let id = *fin
+            .id
+            .get_or_init(|| unix_ms().max(cluster.saves.state().last_id + 1));
+        let dir = PathBuf::from(cluster.config.get("dir"));
+        let (tx, _rx) = crossbeam_channel::bounded::<Finished>(1);
+        let result = self.begin_snapshot(id, &dir, tx).and_then(|_| {
+            // Walk everything now: no client is left to serve.
+            let sink = loop {
+                if let Some(sink) = self.shard.borrow_mut().snapshot_step(usize::MAX) {
+                    break sink;
+                }
+            };
+            sink.finish()
+                .map_err(|e| format!("writing shard {}'s file: {e}", self.id))
+        });
+        self.snapshot_done.borrow_mut().take();
+        if let Err(e) = result {
+            tracing::error!("Error trying to save the DB at shutdown: {e}");
+            fin.failed.store(true, SeqCst);
+        }
+        if fin.done.fetch_add(1, SeqCst) + 1 == self.num_shards() {
+            if fin.failed() {
+                for s in 0..self.num_shards() {
+                    let _ = std::fs::remove_file(dir.join(temp_file_name(id, s as u32)));
+                }
+                return;
+            }
+            match publish(&dir, id, self.num_shards()) {
+                Ok(()) => tracing::info!(id, "DB saved on disk"),
+                Err(e) => {
+                    tracing::error!("Error trying to save the DB at shutdown: {e}");
+                    fin.failed.store(true, SeqCst);
+                }
+            }
         }
     }
 }

@@ -144,7 +144,12 @@ fn main() -> ExitCode {
         listeners = %described,
         "Damselfly ready to accept connections"
     );
+    let cluster = server.cluster();
     match server.run() {
+        Ok(()) if cluster.final_save.failed() => {
+            tracing::error!("exiting without the save at shutdown: see the error above");
+            ExitCode::from(1)
+        }
         Ok(()) => {
             tracing::info!("Damselfly is now ready to exit, bye bye...");
             ExitCode::SUCCESS

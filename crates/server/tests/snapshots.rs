@@ -334,10 +334,11 @@ fn replies_match_redis(b: Backend) {
     wait_saved(&mut r);
     wait_saved(&mut c);
 
-    // While a save runs. Redis's is slowed down by a delay per key, Damselfly's by its size.
-    r.cmd(&["DEBUG", "POPULATE", "2000"]);
-    r.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
-    c.cmd(&["DEBUG", "POPULATE", "400000"]);
+    // While a save runs, slowed down by a delay per key on both servers.
+    for server in [&mut r, &mut c] {
+        server.cmd(&["DEBUG", "POPULATE", "2000"]);
+        server.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
+    }
     let running: &[&[&str]] = &[
         &["BGSAVE"],
         &["BGSAVE"],
@@ -352,7 +353,9 @@ fn replies_match_redis(b: Backend) {
         let text = String::from_utf8_lossy(reply);
         assert!(text.contains("rdb_bgsave_in_progress:1"), "{text}");
     }
-    r.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    for server in [&mut r, &mut c] {
+        server.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    }
     assert_eq!(wait_saved(&mut c), "ok");
     wait_saved(&mut r);
 
@@ -489,3 +492,47 @@ fn export_rdb_gives_redis_the_same_dataset() {
         String::from_utf8_lossy(&digest)
     );
 }
+
+/// SIGTERM with save points configured saves (writes since the last save are kept); SHUTDOWN
+/// NOSAVE does not; SHUTDOWN SAVE saves even without save points; `save ""` at SIGTERM does
+/// not.
+fn shutdown_saves_as_redis(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    // Default save points, SIGTERM: saved.
+    let mut s = start(b, 2, data.path());
+    s.raw().cmd(&["SET", "a", "1"]);
+    assert!(s.terminate().success());
+    let s2 = start(b, 2, data.path());
+    assert_eq!(s2.raw().cmd(&["GET", "a"]), b"$1\r\n1\r\n");
+    // SHUTDOWN NOSAVE: the write after the last save is gone.
+    let mut c = s2.raw();
+    c.cmd(&["SET", "b", "2"]);
+    c.send(&common::encode(&["SHUTDOWN", "NOSAVE"]));
+    assert!(c.closed(), "SHUTDOWN closes the connection");
+    let mut s2 = s2;
+    let status = common::wait_timeout(s2.child.as_mut().expect("running"), Duration::from_secs(15));
+    assert!(status.expect("exits").success());
+    drop(s2);
+    let dir = data.path().to_str().expect("utf-8");
+    let s3 = Server::start_with(b, 2, &["--dir", dir, "--save", ""]);
+    let mut c = s3.raw();
+    assert_eq!(c.cmd(&["EXISTS", "a", "b"]), b":1\r\n");
+    // No save points, SHUTDOWN SAVE: saved.
+    c.cmd(&["SET", "c", "3"]);
+    c.send(&common::encode(&["SHUTDOWN", "SAVE"]));
+    assert!(c.closed());
+    let mut s3 = s3;
+    let status = common::wait_timeout(s3.child.as_mut().expect("running"), Duration::from_secs(15));
+    assert!(status.expect("exits").success());
+    drop(s3);
+    // No save points, SIGTERM: not saved.
+    let mut s4 = Server::start_with(b, 2, &["--dir", dir, "--save", ""]);
+    let mut c = s4.raw();
+    assert_eq!(c.cmd(&["EXISTS", "a", "b", "c"]), b":2\r\n");
+    c.cmd(&["SET", "d", "4"]);
+    assert!(s4.terminate().success());
+    let s5 = start(b, 2, data.path());
+    assert_eq!(s5.raw().cmd(&["EXISTS", "a", "c", "d"]), b":2\r\n");
+}
+
+backend_tests!(shutdown_saves_as_redis);
