@@ -155,8 +155,8 @@ pub static PARAMS: &[Param] = &[
     // Redis's testing knobs: microseconds of sleep per record loaded, per key saved.
     p("key-load-delay", "0", NONNEG, true, Y),
     p("rdb-key-save-delay", "0", NONNEG, true, Y),
+    p("save", "3600 1 300 100 60 10000", Kind::Str, true, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
-    p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
     // Read at start-up: a Redis dump.rdb to load when there is no Damselfly snapshot.
     p("dbfilename", "dump.rdb", Kind::Str, true, Y),
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),

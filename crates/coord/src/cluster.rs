@@ -98,6 +98,8 @@ pub struct Cluster {
     pub saves: crate::snapshots::Saves,
     /// The save made while the server stops (SHUTDOWN [SAVE|NOSAVE], SIGTERM).
     pub final_save: crate::snapshots::FinalSave,
+    /// Each shard's change counter as of its last tick, for the `save` schedule.
+    shard_changes: Vec<AtomicU64>,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
 }
@@ -109,6 +111,7 @@ impl Cluster {
     }
 
     pub fn new(config: Arc<Config>, mailboxes: Vec<MailboxSender<ShardMsg>>) -> Self {
+        let shards = mailboxes.len();
         let databases = config.get_u64("databases").max(1) as usize;
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -131,6 +134,7 @@ impl Cluster {
             starts: Mutex::new(Vec::new()),
             saves: crate::snapshots::Saves::new(started_unix),
             final_save: crate::snapshots::FinalSave::default(),
+            shard_changes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -144,6 +148,21 @@ impl Cluster {
     /// Shard `id`'s start, if one was provided (once).
     pub(crate) fn take_start(&self, id: usize) -> Option<ShardStart> {
         self.starts.lock().ok()?.get_mut(id)?.take()
+    }
+
+    /// A shard's tick reports its change counter.
+    pub(crate) fn note_changes(&self, shard: usize, dirty: u64) {
+        if let Some(c) = self.shard_changes.get(shard) {
+            c.store(dirty, Ordering::Relaxed);
+        }
+    }
+
+    /// Changes made over all shards (as of their last ticks).
+    pub fn changes(&self) -> u64 {
+        self.shard_changes
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// When the server started, in seconds since the epoch.

@@ -30,5 +30,5 @@ pub use connection::{Connection, PeerInfo, Step};
 pub use durability::ShardStart;
 pub use mailbox::{mailbox, Mailbox, MailboxSender};
 pub use messages::ShardMsg;
-pub use snapshots::{SaveState, Saves};
+pub use snapshots::{save_schedule, SaveState, Saves};
 pub use worker::Worker;

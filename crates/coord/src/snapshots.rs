@@ -31,7 +31,8 @@ use futures_channel::oneshot;
 
 use crate::connection::Connection;
 use crate::messages::ShardMsg;
-use crate::tx::ShardWork;
+use crate::tx::coordinator::Tx;
+use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::Worker;
 
 /// Entries one snapshot step saves before the shard serves anything else. A step of 1000
@@ -60,6 +61,8 @@ pub struct SaveState {
     pub saves: u64,
     /// The shards' summed `dirty` at the cut of the last successful save.
     pub dirty_base: u64,
+    /// Unix seconds when the last save started (ok or not).
+    pub last_try_unix: u64,
     last_id: u64,
 }
 
@@ -73,6 +76,7 @@ impl Saves {
                 last_secs: -1,
                 saves: 0,
                 dirty_base: 0,
+                last_try_unix: 0,
                 last_id: 0,
             }),
         }
@@ -89,6 +93,7 @@ impl Saves {
             return None;
         }
         s.running = Some(Instant::now());
+        s.last_try_unix = unix_ms() / 1000;
         let id = unix_ms().max(s.last_id + 1);
         s.last_id = id;
         Some(id)
@@ -334,33 +339,54 @@ impl Worker {
     }
 }
 
-impl Connection {
-    /// SAVE (`wait`: reply once the snapshot is on disk) or BGSAVE [SCHEDULE].
-    pub(crate) async fn save_cmd(&mut self, args: &Args<'_>, wait: bool) {
-        if !wait && args.len() > 1 && !(args.len() == 2 && args.is(1, "schedule")) {
-            return self.reply_error(damselfly_commands::errors::SYNTAX);
-        }
-        // Inside EXEC Redis defers a BGSAVE and says so; here the cut is taken at once, in
-        // the transaction, and the reply is Redis's.
-        let in_exec = self.tx.is_some();
-        let cluster = self.worker.cluster.clone();
-        let Some(id) = cluster.saves.begin() else {
-            return self.reply_error("ERR Background save already in progress");
-        };
+/// One save from its cut to its manifest: the parts the cut runs on each shard, then the
+/// finishing thread. Used by SAVE/BGSAVE and by the `save` schedule.
+struct SaveRun {
+    cluster: std::sync::Arc<crate::Cluster>,
+    id: u64,
+    dir: PathBuf,
+    shards: usize,
+    done_tx: Option<Sender<Finished>>,
+    done_rx: Receiver<Finished>,
+}
+
+impl SaveRun {
+    /// None when a save runs already.
+    fn begin(worker: &Worker) -> Option<SaveRun> {
+        let cluster = worker.cluster.clone();
+        let id = cluster.saves.begin()?;
         let dir = PathBuf::from(cluster.config.get("dir"));
-        let shards = self.worker.num_shards();
         let (tx, rx) = crossbeam_channel::unbounded::<Finished>();
-        let parts = (0..shards)
-            .map(|shard| {
-                let (dir, tx) = (dir.clone(), tx.clone());
+        Some(SaveRun {
+            cluster,
+            id,
+            dir,
+            shards: worker.num_shards(),
+            done_tx: Some(tx),
+            done_rx: rx,
+        })
+    }
+
+    /// What the cut runs on each shard: open its file, start its snapshot.
+    fn parts(&self) -> Vec<(usize, ShardWork<Result<u64, String>>)> {
+        let tx = self.done_tx.clone();
+        (0..self.shards)
+            .filter_map(|shard| {
+                let (dir, tx, id) = (self.dir.clone(), tx.clone()?, self.id);
                 let work: ShardWork<Result<u64, String>> =
                     Box::new(move |w: &Worker| w.begin_snapshot(id, &dir, tx));
-                (shard, work)
+                Some((shard, work))
             })
-            .collect();
-        drop(tx);
-        let spec = lookup(if wait { b"save" } else { b"bgsave" }).unwrap_or(0);
-        let results = self.all_shard_hops(spec, args, parts).await;
+            .collect()
+    }
+
+    /// After the cut: starts the finishing thread; its verdict arrives on the receiver.
+    /// None when the thread cannot start.
+    fn finish(
+        mut self,
+        results: Option<Vec<Result<u64, String>>>,
+    ) -> Option<oneshot::Receiver<bool>> {
+        self.done_tx = None;
         let (mut started, mut dirty_at_cut, mut cut_error) = (0, 0, None);
         match results {
             Some(results) => {
@@ -379,14 +405,14 @@ impl Connection {
             None => cut_error = Some("a shard is unavailable".into()),
         }
         let finisher = Finisher {
-            id,
-            dir,
-            shards,
+            id: self.id,
+            dir: self.dir,
+            shards: self.shards,
             cut_error,
             started,
         };
         let (done_tx, done_rx) = oneshot::channel::<bool>();
-        let owner = cluster.clone();
+        let (owner, rx) = (self.cluster, self.done_rx);
         let spawned = std::thread::Builder::new()
             .name("damselfly-save".into())
             .spawn(move || {
@@ -404,13 +430,100 @@ impl Connection {
                 owner.saves.end(ok, dirty_at_cut);
                 let _ = done_tx.send(ok);
             });
-        if let Err(e) = spawned {
-            tracing::warn!("Background saving error: cannot start a thread: {e}");
+        match spawned {
+            Ok(_) => Some(done_rx),
+            Err(e) => {
+                tracing::warn!("Background saving error: cannot start a thread: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// The `save` points as (seconds, changes) pairs; empty when saving is off. Malformed text
+/// (CONFIG SET checks it) counts as none.
+fn save_points(text: &str) -> Vec<(u64, u64)> {
+    let nums: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    nums.chunks_exact(2).map(|p| (p[0], p[1])).collect()
+}
+
+/// How long after a failed automatic save the next one may start (Redis's
+/// CONFIG_BGSAVE_RETRY_DELAY).
+const RETRY_AFTER_FAILURE: u64 = 5;
+
+/// The `save` schedule, run by one thread: once a second, a background save starts when a
+/// save point is met (at least N changes and at least S seconds since the last save), as
+/// Redis's cron does. The cut is the same transaction over every shard as BGSAVE's.
+pub async fn save_schedule<S: std::future::Future<Output = ()>>(
+    worker: std::rc::Rc<Worker>,
+    sleep: impl Fn(std::time::Duration) -> S,
+) {
+    let cluster = worker.cluster.clone();
+    loop {
+        sleep(std::time::Duration::from_secs(1)).await;
+        if cluster.shutdown.is_triggered() {
+            return;
+        }
+        let state = cluster.saves.state();
+        if state.running.is_some() {
+            continue;
+        }
+        let now = unix_ms() / 1000;
+        let since = now.saturating_sub(state.last_save_unix);
+        let changes = cluster.changes().saturating_sub(state.dirty_base);
+        let retry_ok =
+            state.last_ok || now.saturating_sub(state.last_try_unix) >= RETRY_AFTER_FAILURE;
+        let due = save_points(&cluster.config.get("save"))
+            .into_iter()
+            .any(|(secs, n)| changes >= n && since >= secs);
+        if !due || !retry_ok {
+            continue;
+        }
+        tracing::info!(changes, seconds = since, "save point reached, saving");
+        let Some(save) = SaveRun::begin(&worker) else {
+            continue;
+        };
+        let plan = (0..worker.num_shards())
+            .map(|shard| (shard, vec![Lock::AllDbs { mode: Mode::Shared }]))
+            .collect();
+        let results = match Tx::begin(&worker, plan).await {
+            Some(mut tx) => {
+                let r = tx.hops(save.parts(), true).await;
+                tx.end().await;
+                r.into_iter().collect::<Option<Vec<_>>>()
+            }
+            None => None,
+        };
+        if save.finish(results).is_none() {
+            cluster.saves.end(false, 0);
+        }
+    }
+}
+
+impl Connection {
+    /// SAVE (`wait`: reply once the snapshot is on disk) or BGSAVE [SCHEDULE].
+    pub(crate) async fn save_cmd(&mut self, args: &Args<'_>, wait: bool) {
+        if !wait && args.len() > 1 && !(args.len() == 2 && args.is(1, "schedule")) {
+            return self.reply_error(damselfly_commands::errors::SYNTAX);
+        }
+        // Inside EXEC Redis defers a BGSAVE and says so; here the cut is taken at once, in
+        // the transaction, and the reply is Redis's.
+        let in_exec = self.tx.is_some();
+        let cluster = self.worker.cluster.clone();
+        let Some(save) = SaveRun::begin(&self.worker) else {
+            return self.reply_error("ERR Background save already in progress");
+        };
+        let spec = lookup(if wait { b"save" } else { b"bgsave" }).unwrap_or(0);
+        let results = self.all_shard_hops(spec, args, save.parts()).await;
+        let Some(done) = save.finish(results) else {
             cluster.saves.end(false, 0);
             return self.reply_error("ERR");
-        }
+        };
         if wait {
-            match done_rx.await {
+            match done.await {
                 Ok(true) => self.out.ok(),
                 _ => self.reply_error("ERR"),
             }

@@ -677,6 +677,8 @@ impl Worker {
         }
         self.anchor.set((Instant::now(), now_ms()));
         self.refresh_clock();
+        self.cluster
+            .note_changes(self.id, self.shard.borrow().dirty);
         {
             let mut samples = self.ops_samples.borrow_mut();
             samples.push_back((self.now.get(), self.stats.borrow().total_commands));

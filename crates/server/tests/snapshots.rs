@@ -536,3 +536,36 @@ fn shutdown_saves_as_redis(b: Backend) {
 }
 
 backend_tests!(shutdown_saves_as_redis);
+
+/// The `save` points start background saves as Redis's cron does: `save "1 5"` saves within
+/// seconds of the fifth change, and a kill -9 afterwards keeps what was saved.
+fn save_points_schedule_saves(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8");
+    let s = Server::start_with(b, 2, &["--dir", dir, "--save", "1 5"]);
+    let mut c = s.raw();
+    for i in 0..4 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    // Four changes: below the point, nothing is saved.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        info_field(&mut c, "persistence", "rdb_saves").as_deref(),
+        Some("0")
+    );
+    c.cmd(&["SET", "k4", "v"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut c, "persistence", "rdb_saves").as_deref() != Some("1") {
+        assert!(Instant::now() < deadline, "the save point did not save");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        info_field(&mut c, "persistence", "rdb_changes_since_last_save").as_deref(),
+        Some("0")
+    );
+    drop(s);
+    let s = Server::start_with(b, 2, &["--dir", dir, "--save", ""]);
+    assert_eq!(s.raw().cmd(&["DBSIZE"]), b":5\r\n");
+}
+
+backend_tests!(save_points_schedule_saves);
