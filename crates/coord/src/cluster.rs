@@ -82,6 +82,15 @@ impl ShutdownSignal {
     }
 }
 
+/// The journal's directory, the manifest naming its files, and the segment number shards
+/// append to now (all shards move to the next one together, at a rewrite's cut).
+#[derive(Debug, Clone)]
+pub struct JournalFiles {
+    pub dir: std::path::PathBuf,
+    pub manifest: damselfly_persistence::manifest::Manifest,
+    pub seq: u64,
+}
+
 pub struct Cluster {
     pub config: Arc<Config>,
     pub mailboxes: Vec<MailboxSender<ShardMsg>>,
@@ -98,6 +107,13 @@ pub struct Cluster {
     pub saves: crate::snapshots::Saves,
     /// The save made while the server stops (SHUTDOWN [SAVE|NOSAVE], SIGTERM).
     pub final_save: crate::snapshots::FinalSave,
+    /// The background journal rewrites (BGREWRITEAOF).
+    pub rewrites: crate::snapshots::Saves,
+    /// Where the journal's files are and what the manifest names (None: no journal files).
+    pub journal_files: Mutex<Option<JournalFiles>>,
+    /// A BGREWRITEAOF (or BGSAVE SCHEDULE) waits for the running background job.
+    pub rewrite_scheduled: AtomicBool,
+    pub save_scheduled: AtomicBool,
     /// Each shard's change counter as of its last tick, for the `save` schedule.
     shard_changes: Vec<AtomicU64>,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
@@ -134,6 +150,10 @@ impl Cluster {
             starts: Mutex::new(Vec::new()),
             saves: crate::snapshots::Saves::new(started_unix),
             final_save: crate::snapshots::FinalSave::default(),
+            rewrites: crate::snapshots::Saves::new(started_unix),
+            journal_files: Mutex::new(None),
+            rewrite_scheduled: AtomicBool::new(false),
+            save_scheduled: AtomicBool::new(false),
             shard_changes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
         }
     }

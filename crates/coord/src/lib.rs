@@ -25,7 +25,7 @@ mod snapshots;
 pub mod tx;
 pub mod worker;
 
-pub use cluster::{Cluster, ServerInfo, ShutdownSignal};
+pub use cluster::{Cluster, JournalFiles, ServerInfo, ShutdownSignal};
 pub use connection::{Connection, PeerInfo, Step};
 pub use durability::ShardStart;
 pub use mailbox::{mailbox, Mailbox, MailboxSender};

@@ -22,6 +22,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, Sender};
 use damselfly_commands::lookup;
 use damselfly_commands::Args;
+use damselfly_persistence::manifest::{Base, Manifest};
 use damselfly_persistence::rdb::WriteOptions;
 use damselfly_persistence::snapshot::{
     shard_file_name, sync_dir, temp_file_name, RdbFileSink, SnapshotManifest,
@@ -34,6 +35,7 @@ use crate::messages::ShardMsg;
 use crate::tx::coordinator::Tx;
 use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::Worker;
+use std::sync::atomic::Ordering;
 
 /// Entries one snapshot step saves before the shard serves anything else. A step of 1000
 /// small entries takes well under a millisecond, so clients wait little between steps, and a
@@ -119,9 +121,10 @@ fn unix_ms() -> u64 {
 }
 
 impl Worker {
-    /// The cut on this shard: opens its temporary file and starts the snapshot. Returns the
-    /// shard's change counter at the cut.
-    fn begin_snapshot(&self, id: u64, dir: &Path, done: Sender<Finished>) -> Result<u64, String> {
+    /// The cut on this shard: opens its temporary file and starts the snapshot; for a journal
+    /// rewrite the journal also moves to its next segment here, so the base holds exactly
+    /// what precedes that segment. Returns the shard's change counter at the cut.
+    fn begin_snapshot(&self, target: &Target, done: Sender<Finished>) -> Result<u64, String> {
         let mut shard = self.shard.borrow_mut();
         if shard.snapshot_running() {
             return Err("a snapshot is already running on this shard".into());
@@ -136,14 +139,24 @@ impl Worker {
             ..WriteOptions::default()
         };
         let number = u32::try_from(self.id).unwrap_or(u32::MAX);
-        let path = dir.join(temp_file_name(id, number));
+        let path = target.temp(number);
         let ctime = i64::try_from(unix_ms() / 1000).unwrap_or(0);
         let used = shard.used_memory() as u64;
-        let sink = RdbFileSink::create(&path, id, number, sizes, &opts, ctime, used)
+        let sink = RdbFileSink::create(&path, target.id(), number, sizes, &opts, ctime, used)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         shard.start_snapshot(Box::new(sink));
         let dirty = shard.dirty;
         drop(shard);
+        if let Target::JournalBase {
+            dir,
+            journal_generation,
+            seq,
+            ..
+        } = target
+        {
+            let next = Manifest::segment_path_of(dir, *journal_generation, number, *seq);
+            self.journal_rotate(&next, *journal_generation, *seq);
+        }
         *self.snapshot_done.borrow_mut() = Some(done);
         self.cluster.mailboxes[self.id].send(ShardMsg::SnapshotStep);
         Ok(dirty)
@@ -178,11 +191,84 @@ impl Worker {
     }
 }
 
+/// Where a snapshot goes.
+#[derive(Debug, Clone)]
+enum Target {
+    /// SAVE, BGSAVE, the schedule: `dir`, named by the snapshot manifest.
+    Snapshot { dir: PathBuf, id: u64 },
+    /// BGREWRITEAOF: the RDB base of the journal's generation `generation`, followed by the
+    /// journal's segments from `seq` on (the shards move to that segment at the cut).
+    JournalBase {
+        dir: PathBuf,
+        generation: u64,
+        shards: u32,
+        journal_generation: u64,
+        seq: u64,
+    },
+}
+
+impl Target {
+    /// The id the files carry in their AUX fields.
+    fn id(&self) -> u64 {
+        match self {
+            Target::Snapshot { id, .. } => *id,
+            Target::JournalBase { generation, .. } => *generation,
+        }
+    }
+
+    fn temp(&self, shard: u32) -> PathBuf {
+        match self {
+            Target::Snapshot { dir, id } => dir.join(temp_file_name(*id, shard)),
+            Target::JournalBase {
+                dir, generation, ..
+            } => {
+                let mut p = Manifest::base_path_of(dir, *generation, shard).into_os_string();
+                p.push(".tmp");
+                PathBuf::from(p)
+            }
+        }
+    }
+
+    /// Makes the complete, synced files current.
+    fn publish(&self, shards: usize) -> Result<(), String> {
+        match self {
+            Target::Snapshot { dir, id } => publish(dir, *id, shards),
+            Target::JournalBase {
+                dir,
+                generation,
+                shards,
+                journal_generation,
+                seq,
+            } => {
+                for s in 0..*shards {
+                    let from = self.temp(s);
+                    let to = Manifest::base_path_of(dir, *generation, s);
+                    std::fs::rename(&from, &to)
+                        .map_err(|e| format!("cannot rename {}: {e}", from.display()))?;
+                }
+                sync_dir(dir).map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
+                let manifest = Manifest {
+                    base: Base::Rdb,
+                    journal_generation: *journal_generation,
+                    journal_from: *seq,
+                    ..Manifest::new(*generation, *shards)
+                };
+                manifest
+                    .write(dir)
+                    .map_err(|e| format!("cannot write the journal manifest: {e}"))?;
+                if let Err(e) = manifest.remove_unnamed(dir) {
+                    tracing::warn!("cannot delete the journal's older files: {e}");
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Finishes a snapshot on its own thread: waits for `started` shards, then trailers, syncs,
-/// renames and the manifest. Reports the outcome to `saves` and `waiter`.
+/// and `Target::publish`.
 struct Finisher {
-    id: u64,
-    dir: PathBuf,
+    target: Target,
     shards: usize,
     /// Why the cut failed on some shard, if it did.
     cut_error: Option<String>,
@@ -196,8 +282,8 @@ impl Finisher {
             match rx.recv() {
                 Ok((shard, sink)) => {
                     if let Err(e) = sink.finish() {
-                        let name = temp_file_name(self.id, shard as u32);
-                        error.get_or_insert(format!("writing {name}: {e}"));
+                        let name = self.target.temp(shard as u32);
+                        error.get_or_insert(format!("writing {}: {e}", name.display()));
                     }
                 }
                 Err(_) => {
@@ -209,14 +295,13 @@ impl Finisher {
         if let Some(e) = error {
             return Err(e);
         }
-        publish(&self.dir, self.id, self.shards)
+        self.target.publish(self.shards)
     }
 
     /// Deletes this snapshot's temporary files (after a failure).
     fn discard(&self) {
         for s in 0..self.shards {
-            let path = self.dir.join(temp_file_name(self.id, s as u32));
-            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(self.target.temp(s as u32));
         }
     }
 }
@@ -306,7 +391,11 @@ impl Worker {
             .get_or_init(|| unix_ms().max(cluster.saves.state().last_id + 1));
         let dir = PathBuf::from(cluster.config.get("dir"));
         let (tx, _rx) = crossbeam_channel::bounded::<Finished>(1);
-        let result = self.begin_snapshot(id, &dir, tx).and_then(|_| {
+        let target = Target::Snapshot {
+            dir: dir.clone(),
+            id,
+        };
+        let result = self.begin_snapshot(&target, tx).and_then(|_| {
             // Walk everything now: no client is left to serve.
             let sink = loop {
                 if let Some(sink) = self.shard.borrow_mut().snapshot_step(usize::MAX) {
@@ -339,32 +428,83 @@ impl Worker {
     }
 }
 
-/// One save from its cut to its manifest: the parts the cut runs on each shard, then the
-/// finishing thread. Used by SAVE/BGSAVE and by the `save` schedule.
+/// One save from its cut to its files being current: the parts the cut runs on each shard,
+/// then the finishing thread. Used by SAVE/BGSAVE, the `save` schedule and BGREWRITEAOF.
 struct SaveRun {
     cluster: std::sync::Arc<crate::Cluster>,
-    id: u64,
-    dir: PathBuf,
+    target: Target,
     shards: usize,
     done_tx: Option<Sender<Finished>>,
     done_rx: Receiver<Finished>,
 }
 
 impl SaveRun {
-    /// None when a save runs already.
-    fn begin(worker: &Worker) -> Option<SaveRun> {
+    /// A snapshot into `dir`; None when a save or a rewrite runs.
+    fn snapshot(worker: &Worker) -> Option<SaveRun> {
         let cluster = worker.cluster.clone();
+        if cluster.rewrites.state().running.is_some() {
+            return None;
+        }
         let id = cluster.saves.begin()?;
         let dir = PathBuf::from(cluster.config.get("dir"));
+        Some(Self::new(worker, Target::Snapshot { dir, id }))
+    }
+
+    /// A journal rewrite; None when a save or a rewrite runs.
+    fn rewrite(worker: &Worker) -> Option<SaveRun> {
+        let cluster = worker.cluster.clone();
+        if cluster.saves.state().running.is_some() {
+            return None;
+        }
+        cluster.rewrites.begin()?;
+        let shards = u32::try_from(worker.num_shards()).unwrap_or(u32::MAX);
+        let mut files = cluster
+            .journal_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let target = match files.as_mut() {
+            Some(f) => {
+                // The shards move to the next segment at the cut.
+                f.seq += 1;
+                Target::JournalBase {
+                    dir: f.dir.clone(),
+                    generation: f.manifest.generation.max(f.manifest.journal_generation) + 1,
+                    shards,
+                    journal_generation: f.manifest.journal_generation,
+                    seq: f.seq,
+                }
+            }
+            None => {
+                // No journal: a base alone, which a start with appendonly yes loads.
+                let dir = std::path::Path::new(&cluster.config.get("dir"))
+                    .join(cluster.config.get("appenddirname"));
+                let _ = std::fs::create_dir_all(&dir);
+                let generation = Manifest::read(&dir)
+                    .ok()
+                    .flatten()
+                    .map_or(1, |m| m.generation.max(m.journal_generation) + 1);
+                Target::JournalBase {
+                    dir,
+                    generation,
+                    shards,
+                    journal_generation: generation,
+                    seq: 1,
+                }
+            }
+        };
+        drop(files);
+        Some(Self::new(worker, target))
+    }
+
+    fn new(worker: &Worker, target: Target) -> SaveRun {
         let (tx, rx) = crossbeam_channel::unbounded::<Finished>();
-        Some(SaveRun {
-            cluster,
-            id,
-            dir,
+        SaveRun {
+            cluster: worker.cluster.clone(),
+            target,
             shards: worker.num_shards(),
             done_tx: Some(tx),
             done_rx: rx,
-        })
+        }
     }
 
     /// What the cut runs on each shard: open its file, start its snapshot.
@@ -372,16 +512,16 @@ impl SaveRun {
         let tx = self.done_tx.clone();
         (0..self.shards)
             .filter_map(|shard| {
-                let (dir, tx, id) = (self.dir.clone(), tx.clone()?, self.id);
+                let (target, tx) = (self.target.clone(), tx.clone()?);
                 let work: ShardWork<Result<u64, String>> =
-                    Box::new(move |w: &Worker| w.begin_snapshot(id, &dir, tx));
+                    Box::new(move |w: &Worker| w.begin_snapshot(&target, tx));
                 Some((shard, work))
             })
             .collect()
     }
 
     /// After the cut: starts the finishing thread; its verdict arrives on the receiver.
-    /// None when the thread cannot start.
+    /// None when the thread cannot start (the run is then over, failed).
     fn finish(
         mut self,
         results: Option<Vec<Result<u64, String>>>,
@@ -404,40 +544,104 @@ impl SaveRun {
             }
             None => cut_error = Some("a shard is unavailable".into()),
         }
+        let rewrite = matches!(self.target, Target::JournalBase { .. });
         let finisher = Finisher {
-            id: self.id,
-            dir: self.dir,
+            target: self.target.clone(),
             shards: self.shards,
             cut_error,
             started,
         };
         let (done_tx, done_rx) = oneshot::channel::<bool>();
-        let (owner, rx) = (self.cluster, self.done_rx);
+        let (owner, rx) = (self.cluster.clone(), self.done_rx);
         let spawned = std::thread::Builder::new()
             .name("damselfly-save".into())
             .spawn(move || {
+                let what = if rewrite { "rewrite" } else { "save" };
                 let ok = match finisher.run(rx) {
                     Ok(()) => {
-                        tracing::info!(id = finisher.id, "DB saved on disk");
+                        tracing::info!(id = finisher.target.id(), "background {what} done");
                         true
                     }
                     Err(e) => {
-                        tracing::warn!(id = finisher.id, "Background saving error: {e}");
+                        tracing::warn!(id = finisher.target.id(), "background {what} failed: {e}");
                         finisher.discard();
                         false
                     }
                 };
-                owner.saves.end(ok, dirty_at_cut);
+                if rewrite {
+                    if ok {
+                        note_rewritten(&owner, &finisher.target);
+                    }
+                    owner.rewrites.end(ok, 0);
+                } else {
+                    owner.saves.end(ok, dirty_at_cut);
+                }
                 let _ = done_tx.send(ok);
             });
         match spawned {
             Ok(_) => Some(done_rx),
             Err(e) => {
-                tracing::warn!("Background saving error: cannot start a thread: {e}");
+                tracing::warn!("background job failed: cannot start a thread: {e}");
                 None
             }
         }
     }
+}
+
+/// A finished rewrite: the journal's manifest is the one it wrote.
+fn note_rewritten(cluster: &crate::Cluster, target: &Target) {
+    if let Target::JournalBase {
+        generation,
+        shards,
+        journal_generation,
+        seq,
+        ..
+    } = target
+    {
+        if let Some(f) = cluster
+            .journal_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            f.manifest = Manifest {
+                base: Base::Rdb,
+                journal_generation: *journal_generation,
+                journal_from: *seq,
+                ..Manifest::new(*generation, *shards)
+            };
+        }
+    }
+}
+
+/// Runs the cut of `run` as a transaction over every shard (shared intents on every
+/// database) outside any client, then its finishing thread.
+async fn cut_and_finish(
+    worker: &std::rc::Rc<Worker>,
+    run: SaveRun,
+) -> Option<oneshot::Receiver<bool>> {
+    let plan = (0..worker.num_shards())
+        .map(|shard| (shard, vec![Lock::AllDbs { mode: Mode::Shared }]))
+        .collect();
+    let results = match Tx::begin(worker, plan).await {
+        Some(mut tx) => {
+            let r = tx.hops(run.parts(), true).await;
+            tx.end().await;
+            r.into_iter().collect::<Option<Vec<_>>>()
+        }
+        None => None,
+    };
+    let state_is_rewrite = matches!(run.target, Target::JournalBase { .. });
+    let cluster = run.cluster.clone();
+    let done = run.finish(results);
+    if done.is_none() {
+        if state_is_rewrite {
+            cluster.rewrites.end(false, 0);
+        } else {
+            cluster.saves.end(false, 0);
+        }
+    }
+    done
 }
 
 /// The `save` points as (seconds, changes) pairs; empty when saving is off. Malformed text
@@ -467,10 +671,19 @@ pub async fn save_schedule<S: std::future::Future<Output = ()>>(
         if cluster.shutdown.is_triggered() {
             return;
         }
-        let state = cluster.saves.state();
-        if state.running.is_some() {
+        let busy =
+            cluster.saves.state().running.is_some() || cluster.rewrites.state().running.is_some();
+        if busy {
             continue;
         }
+        // What BGREWRITEAOF or BGSAVE SCHEDULE left waiting for the job that ran.
+        if cluster.rewrite_scheduled.swap(false, Ordering::SeqCst) {
+            if let Some(run) = SaveRun::rewrite(&worker) {
+                cut_and_finish(&worker, run).await;
+            }
+            continue;
+        }
+        let state = cluster.saves.state();
         let now = unix_ms() / 1000;
         let since = now.saturating_sub(state.last_save_unix);
         let changes = cluster.changes().saturating_sub(state.dirty_base);
@@ -479,26 +692,15 @@ pub async fn save_schedule<S: std::future::Future<Output = ()>>(
         let due = save_points(&cluster.config.get("save"))
             .into_iter()
             .any(|(secs, n)| changes >= n && since >= secs);
-        if !due || !retry_ok {
+        let scheduled = cluster.save_scheduled.swap(false, Ordering::SeqCst);
+        if !scheduled && (!due || !retry_ok) {
             continue;
         }
-        tracing::info!(changes, seconds = since, "save point reached, saving");
-        let Some(save) = SaveRun::begin(&worker) else {
-            continue;
-        };
-        let plan = (0..worker.num_shards())
-            .map(|shard| (shard, vec![Lock::AllDbs { mode: Mode::Shared }]))
-            .collect();
-        let results = match Tx::begin(&worker, plan).await {
-            Some(mut tx) => {
-                let r = tx.hops(save.parts(), true).await;
-                tx.end().await;
-                r.into_iter().collect::<Option<Vec<_>>>()
-            }
-            None => None,
-        };
-        if save.finish(results).is_none() {
-            cluster.saves.end(false, 0);
+        if !scheduled {
+            tracing::info!(changes, seconds = since, "save point reached, saving");
+        }
+        if let Some(run) = SaveRun::snapshot(&worker) {
+            cut_and_finish(&worker, run).await;
         }
     }
 }
@@ -506,14 +708,27 @@ pub async fn save_schedule<S: std::future::Future<Output = ()>>(
 impl Connection {
     /// SAVE (`wait`: reply once the snapshot is on disk) or BGSAVE [SCHEDULE].
     pub(crate) async fn save_cmd(&mut self, args: &Args<'_>, wait: bool) {
-        if !wait && args.len() > 1 && !(args.len() == 2 && args.is(1, "schedule")) {
+        let schedule = args.len() == 2 && args.is(1, "schedule");
+        if !wait && args.len() > 1 && !schedule {
             return self.reply_error(damselfly_commands::errors::SYNTAX);
         }
         // Inside EXEC Redis defers a BGSAVE and says so; here the cut is taken at once, in
         // the transaction, and the reply is Redis's.
         let in_exec = self.tx.is_some();
         let cluster = self.worker.cluster.clone();
-        let Some(save) = SaveRun::begin(&self.worker) else {
+        if cluster.rewrites.state().running.is_some() {
+            // Redis's replies while its AOF rewrite child runs.
+            if schedule {
+                cluster.save_scheduled.store(true, Ordering::SeqCst);
+                return self.out.simple("Background saving scheduled");
+            }
+            return self.reply_error(if wait {
+                "ERR Background save already in progress"
+            } else {
+                "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible."
+            });
+        }
+        let Some(save) = SaveRun::snapshot(&self.worker) else {
             return self.reply_error("ERR Background save already in progress");
         };
         let spec = lookup(if wait { b"save" } else { b"bgsave" }).unwrap_or(0);
@@ -532,6 +747,36 @@ impl Connection {
         } else {
             self.out.simple("Background saving started");
         }
+    }
+
+    /// BGREWRITEAOF: a new base for the journal, taken at a cut across every shard, after
+    /// which the journal's earlier segments are deleted (docs/persistence.md, "Rewrites").
+    pub(crate) async fn bgrewriteaof_cmd(&mut self, args: &Args<'_>) {
+        let cluster = self.worker.cluster.clone();
+        if cluster.rewrites.state().running.is_some() {
+            return self
+                .reply_error("ERR Background append only file rewriting already in progress");
+        }
+        if cluster.saves.state().running.is_some() || self.tx.is_some() {
+            cluster.rewrite_scheduled.store(true, Ordering::SeqCst);
+            return self
+                .out
+                .simple("Background append only file rewriting scheduled");
+        }
+        let Some(run) = SaveRun::rewrite(&self.worker) else {
+            cluster.rewrite_scheduled.store(true, Ordering::SeqCst);
+            return self
+                .out
+                .simple("Background append only file rewriting scheduled");
+        };
+        let spec = lookup(b"bgrewriteaof").unwrap_or(0);
+        let results = self.all_shard_hops(spec, args, run.parts()).await;
+        if run.finish(results).is_none() {
+            cluster.rewrites.end(false, 0);
+            return self.reply_error("ERR Can't execute an AOF background rewriting. Please check the server logs for more information.");
+        }
+        self.out
+            .simple("Background append only file rewriting started");
     }
 
     /// LASTSAVE: Unix time of the last successful save (the start time before any).
