@@ -150,6 +150,14 @@ pub static PARAMS: &[Param] = &[
     p("dir", ".", Kind::Str, true, Y),
     p("appenddirname", "appendonlydir", Kind::Str, false, Y),
     p("aof-load-truncated", "yes", Kind::Bool, true, Y),
+    p("auto-aof-rewrite-percentage", "100", NONNEG, true, Y),
+    p(
+        "auto-aof-rewrite-min-size",
+        "67108864",
+        Kind::Memory,
+        true,
+        Y,
+    ),
     // Damselfly's: start even when a journal is damaged, keeping what precedes the damage.
     p("force-recovery", "no", Kind::Bool, false, Y),
     // Redis's testing knobs: microseconds of sleep per record loaded, per key saved.

@@ -89,6 +89,9 @@ pub struct JournalFiles {
     pub dir: std::path::PathBuf,
     pub manifest: damselfly_persistence::manifest::Manifest,
     pub seq: u64,
+    /// Bytes of the base the manifest names (`aof_base_size`, and the automatic rewrite's
+    /// measure of growth).
+    pub base_bytes: u64,
 }
 
 pub struct Cluster {
@@ -116,6 +119,8 @@ pub struct Cluster {
     pub save_scheduled: AtomicBool,
     /// Each shard's change counter as of its last tick, for the `save` schedule.
     shard_changes: Vec<AtomicU64>,
+    /// Bytes each shard journaled since the last base, as of its last tick.
+    shard_journal_bytes: Vec<AtomicU64>,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
 }
@@ -155,6 +160,7 @@ impl Cluster {
             rewrite_scheduled: AtomicBool::new(false),
             save_scheduled: AtomicBool::new(false),
             shard_changes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            shard_journal_bytes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -175,6 +181,21 @@ impl Cluster {
         if let Some(c) = self.shard_changes.get(shard) {
             c.store(dirty, Ordering::Relaxed);
         }
+    }
+
+    /// A shard's tick reports the bytes it journaled since the last base.
+    pub(crate) fn note_journal_bytes(&self, shard: usize, bytes: u64) {
+        if let Some(c) = self.shard_journal_bytes.get(shard) {
+            c.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes journaled over all shards since the last base (as of their last ticks).
+    pub fn journal_bytes(&self) -> u64 {
+        self.shard_journal_bytes
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Changes made over all shards (as of their last ticks).

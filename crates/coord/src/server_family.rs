@@ -66,9 +66,15 @@ fn persistence_info(cluster: &crate::Cluster, reports: &[ThreadReport]) -> Strin
         if failed { "err" } else { "ok" },
     );
     if enabled {
-        let size: u64 = journals.iter().map(|j| j.appended_bytes).sum();
+        let base = cluster
+            .journal_files
+            .lock()
+            .ok()
+            .and_then(|f| f.as_ref().map(|f| f.base_bytes))
+            .unwrap_or(0);
+        let size: u64 = base + journals.iter().map(|j| j.appended_bytes).sum::<u64>();
         s.push_str(&format!(
-            "aof_current_size:{size}\r\naof_base_size:0\r\naof_pending_rewrite:0\r\n\
+            "aof_current_size:{size}\r\naof_base_size:{base}\r\naof_pending_rewrite:0\r\n\
              aof_buffer_length:0\r\naof_pending_bio_fsync:0\r\naof_delayed_fsync:0\r\n"
         ));
     }

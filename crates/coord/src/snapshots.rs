@@ -610,6 +610,10 @@ fn note_rewritten(cluster: &crate::Cluster, target: &Target) {
                 journal_from: *seq,
                 ..Manifest::new(*generation, *shards)
             };
+            f.base_bytes = (0..*shards)
+                .filter_map(|s| std::fs::metadata(f.manifest.base_path(&f.dir, s)).ok())
+                .map(|m| m.len())
+                .sum();
         }
     }
 }
@@ -654,6 +658,27 @@ fn save_points(text: &str) -> Vec<(u64, u64)> {
     nums.chunks_exact(2).map(|p| (p[0], p[1])).collect()
 }
 
+/// Whether the journal grew enough for an automatic rewrite, as Redis decides: past
+/// `auto-aof-rewrite-min-size` and by `auto-aof-rewrite-percentage` percent of its base
+/// (0: never).
+fn rewrite_due(cluster: &crate::Cluster) -> bool {
+    let percentage = cluster.config.get_u64("auto-aof-rewrite-percentage");
+    if percentage == 0 {
+        return false;
+    }
+    let base = match cluster.journal_files.lock() {
+        Ok(files) => match files.as_ref() {
+            Some(f) => f.base_bytes,
+            None => return false,
+        },
+        Err(_) => return false,
+    };
+    let grown = cluster.journal_bytes();
+    let current = base + grown;
+    current >= cluster.config.get_u64("auto-aof-rewrite-min-size")
+        && u128::from(grown) * 100 >= u128::from(percentage) * u128::from(base.max(1))
+}
+
 /// How long after a failed automatic save the next one may start (Redis's
 /// CONFIG_BGSAVE_RETRY_DELAY).
 const RETRY_AFTER_FAILURE: u64 = 5;
@@ -678,6 +703,13 @@ pub async fn save_schedule<S: std::future::Future<Output = ()>>(
         }
         // What BGREWRITEAOF or BGSAVE SCHEDULE left waiting for the job that ran.
         if cluster.rewrite_scheduled.swap(false, Ordering::SeqCst) {
+            if let Some(run) = SaveRun::rewrite(&worker) {
+                cut_and_finish(&worker, run).await;
+            }
+            continue;
+        }
+        if rewrite_due(&cluster) {
+            tracing::info!("the journal grew past auto-aof-rewrite-percentage, rewriting");
             if let Some(run) = SaveRun::rewrite(&worker) {
                 cut_and_finish(&worker, run).await;
             }

@@ -138,10 +138,17 @@ impl Recovered {
         cluster.provide_starts(starts);
         if let Some(plan) = &self.journal {
             if let Ok(mut files) = cluster.journal_files.lock() {
+                let base_bytes = (0..plan.manifest.shards)
+                    .filter_map(|s| {
+                        std::fs::metadata(plan.manifest.segment_path(&plan.dir, s, 0)).ok()
+                    })
+                    .map(|m| m.len())
+                    .sum();
                 *files = Some(JournalFiles {
                     dir: plan.dir.clone(),
                     manifest: plan.manifest,
                     seq: FIRST_APPEND_SEQ,
+                    base_bytes,
                 });
             }
         }

@@ -1004,3 +1004,39 @@ backend_tests!(
     bgrewriteaof_compacts_the_journal,
     bgrewriteaof_under_transfers_keeps_the_total
 );
+
+/// The journal rewrites itself once it grows past auto-aof-rewrite-min-size and by
+/// auto-aof-rewrite-percentage of its base, as Redis's does.
+#[test]
+fn the_journal_rewrites_itself_when_it_grows() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let conf = data.path().join("auto.conf");
+    std::fs::write(
+        &conf,
+        "auto-aof-rewrite-min-size 200kb\nauto-aof-rewrite-percentage 100\n",
+    )
+    .expect("config");
+    let conf = conf.to_str().expect("utf-8").to_string();
+    let s = start(Backend::Epoll, 2, data.path(), "everysec", &[&conf]);
+    let mut c = s.raw();
+    let value = "x".repeat(1000);
+    // 100 KB: under the minimum size, no rewrite.
+    for i in 0..100 {
+        c.cmd(&["SET", &format!("k{}", i % 20), &value]);
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_rewrites").as_deref(),
+        Some("0")
+    );
+    // 300 KB more, overwriting the same 20 keys: a rewrite shrinks it to about 20 KB.
+    for i in 0..300 {
+        c.cmd(&["SET", &format!("k{}", i % 20), &value]);
+    }
+    wait_rewrites(&mut c, 1);
+    let current: u64 = common::info_field(&mut c, "persistence", "aof_current_size")
+        .and_then(|v| v.parse().ok())
+        .expect("aof_current_size");
+    assert!(current < 100_000, "the journal is still {current} bytes");
+    assert_eq!(c.cmd(&["DBSIZE"]), b":20\r\n");
+}
