@@ -442,8 +442,15 @@ impl Connection {
                         )
                     })
                     .collect();
+                let journal_was = config.get("appendonly") == "yes";
                 match config.set_runtime(&pairs) {
-                    Ok(()) => self.out.ok(),
+                    Ok(()) => {
+                        let journal_is = config.get("appendonly") == "yes";
+                        if journal_was != journal_is {
+                            self.switch_journal(journal_is).await;
+                        }
+                        self.out.ok();
+                    }
                     Err(e) => self.reply_error(&e),
                 }
             }

@@ -151,15 +151,44 @@ impl Worker {
             dir,
             journal_generation,
             seq,
+            open,
             ..
         } = target
         {
             let next = Manifest::segment_path_of(dir, *journal_generation, number, *seq);
-            self.journal_rotate(&next, *journal_generation, *seq);
+            if *open {
+                self.open_journal(&next, *journal_generation, *seq)?;
+            } else {
+                self.journal_rotate(&next, *journal_generation, *seq);
+            }
         }
         *self.snapshot_done.borrow_mut() = Some(done);
         self.cluster.mailboxes[self.id].send(ShardMsg::SnapshotStep);
         Ok(dirty)
+    }
+
+    /// Opens this shard's journal at `path` (CONFIG SET appendonly yes, at the cut).
+    fn open_journal(&self, path: &Path, generation: u64, seq: u64) -> Result<(), String> {
+        let shard = u32::try_from(self.id).unwrap_or(u32::MAX);
+        let header = damselfly_persistence::journal::SegmentHeader {
+            generation,
+            shard,
+            seq,
+            first_lsn: 1,
+        };
+        let policy = damselfly_persistence::appender::FsyncPolicy::parse(
+            &self.cluster.config.get("appendfsync"),
+        )
+        .unwrap_or(damselfly_persistence::appender::FsyncPolicy::EverySec);
+        let mailbox = self.cluster.mailboxes[self.id].clone();
+        let synced = Box::new(move || {
+            mailbox.send(ShardMsg::JournalSynced);
+        });
+        let appender =
+            damselfly_persistence::appender::Appender::open(path, header, policy, synced)
+                .map_err(|e| format!("cannot open the journal {}: {e}", path.display()))?;
+        self.start_journal(appender);
+        Ok(())
     }
 
     /// One step of the walk; asks for the next one, or hands the finished sink over.
@@ -204,6 +233,9 @@ enum Target {
         shards: u32,
         journal_generation: u64,
         seq: u64,
+        /// The journal is being turned on (CONFIG SET appendonly yes): the cut opens each
+        /// shard's journal instead of moving it to a new segment.
+        open: bool,
     },
 }
 
@@ -239,6 +271,7 @@ impl Target {
                 shards,
                 journal_generation,
                 seq,
+                ..
             } => {
                 for s in 0..*shards {
                     let from = self.temp(s);
@@ -472,6 +505,7 @@ impl SaveRun {
                     shards,
                     journal_generation: f.manifest.journal_generation,
                     seq: f.seq,
+                    open: false,
                 }
             }
             None => {
@@ -483,12 +517,15 @@ impl SaveRun {
                     .ok()
                     .flatten()
                     .map_or(1, |m| m.generation.max(m.journal_generation) + 1);
+                // CONFIG SET appendonly yes: the cut opens the journals.
+                let open = cluster.config.get("appendonly") == "yes";
                 Target::JournalBase {
                     dir,
                     generation,
                     shards,
                     journal_generation: generation,
                     seq: 1,
+                    open,
                 }
             }
         };
@@ -591,13 +628,26 @@ impl SaveRun {
 /// A finished rewrite: the journal's manifest is the one it wrote.
 fn note_rewritten(cluster: &crate::Cluster, target: &Target) {
     if let Target::JournalBase {
+        dir,
         generation,
         shards,
         journal_generation,
         seq,
-        ..
+        open,
     } = target
     {
+        if *open {
+            let mut files = cluster
+                .journal_files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            files.get_or_insert(crate::JournalFiles {
+                dir: dir.clone(),
+                manifest: Manifest::new(*generation, *shards),
+                seq: *seq,
+                base_bytes: 0,
+            });
+        }
         if let Some(f) = cluster
             .journal_files
             .lock()
@@ -618,23 +668,27 @@ fn note_rewritten(cluster: &crate::Cluster, target: &Target) {
     }
 }
 
-/// Runs the cut of `run` as a transaction over every shard (shared intents on every
-/// database) outside any client, then its finishing thread.
+/// Runs `parts` as hops of one transaction with shared intents on every database of every
+/// shard, outside any client: a cut no write falls across. None when a shard is gone.
+async fn over_every_shard<T: Send + 'static>(
+    worker: &std::rc::Rc<Worker>,
+    parts: Vec<(usize, ShardWork<T>)>,
+) -> Option<Vec<T>> {
+    let plan = (0..worker.num_shards())
+        .map(|shard| (shard, vec![Lock::AllDbs { mode: Mode::Shared }]))
+        .collect();
+    let mut tx = Tx::begin(worker, plan).await?;
+    let results = tx.hops(parts, true).await;
+    tx.end().await;
+    results.into_iter().collect()
+}
+
+/// Runs the cut of `run` outside any client (`over_every_shard`), then its finishing thread.
 async fn cut_and_finish(
     worker: &std::rc::Rc<Worker>,
     run: SaveRun,
 ) -> Option<oneshot::Receiver<bool>> {
-    let plan = (0..worker.num_shards())
-        .map(|shard| (shard, vec![Lock::AllDbs { mode: Mode::Shared }]))
-        .collect();
-    let results = match Tx::begin(worker, plan).await {
-        Some(mut tx) => {
-            let r = tx.hops(run.parts(), true).await;
-            tx.end().await;
-            r.into_iter().collect::<Option<Vec<_>>>()
-        }
-        None => None,
-    };
+    let results = over_every_shard(worker, run.parts()).await;
     let state_is_rewrite = matches!(run.target, Target::JournalBase { .. });
     let cluster = run.cluster.clone();
     let done = run.finish(results);
@@ -778,6 +832,36 @@ impl Connection {
             self.out.simple("Background saving scheduled");
         } else {
             self.out.simple("Background saving started");
+        }
+    }
+
+    /// CONFIG SET appendonly: `yes` starts a rewrite whose cut opens every shard's journal
+    /// (the journal is durable from the moment its manifest names the base, as Redis's AOF
+    /// is from the end of its first rewrite); `no` stops every shard's journal.
+    pub(crate) async fn switch_journal(&mut self, on: bool) {
+        let cluster = self.worker.cluster.clone();
+        if on {
+            if cluster.saves.state().running.is_some() || cluster.rewrites.state().running.is_some()
+            {
+                cluster.rewrite_scheduled.store(true, Ordering::SeqCst);
+                return;
+            }
+            if let Some(run) = SaveRun::rewrite(&self.worker) {
+                self.flush_remote().await;
+                cut_and_finish(&self.worker, run).await;
+            }
+        } else {
+            self.flush_remote().await;
+            let parts = (0..self.worker.num_shards())
+                .map(|shard| {
+                    let work: ShardWork<()> = Box::new(|w: &Worker| w.stop_journal());
+                    (shard, work)
+                })
+                .collect();
+            over_every_shard(&self.worker, parts).await;
+            if let Ok(mut files) = cluster.journal_files.lock() {
+                *files = None;
+            }
         }
     }
 

@@ -1040,3 +1040,45 @@ fn the_journal_rewrites_itself_when_it_grows() {
     assert!(current < 100_000, "the journal is still {current} bytes");
     assert_eq!(c.cmd(&["DBSIZE"]), b":20\r\n");
 }
+
+/// CONFIG SET appendonly yes on a running server writes a base at a cut and opens every
+/// shard's journal there: after kill -9, a start with the journal on has everything. `no`
+/// turns it off again.
+fn appendonly_can_be_turned_on_while_running(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8");
+    let s = Server::start_with(
+        b,
+        2,
+        &["--dir", dir, "--save", "", "--appendfsync", "always"],
+    );
+    let mut c = s.raw();
+    workload(&mut c, 21);
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_enabled").as_deref(),
+        Some("0")
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), b"+OK\r\n");
+    wait_rewrites(&mut c, 1);
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_enabled").as_deref(),
+        Some("1")
+    );
+    workload(&mut c, 22);
+    let digest = digest(&mut c);
+    drop(s);
+    let s = start(b, 3, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd(&["DEBUG", "DIGEST"])),
+        String::from_utf8_lossy(&digest)
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), b"+OK\r\n");
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_enabled").as_deref(),
+        Some("0")
+    );
+    assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+}
+
+backend_tests!(appendonly_can_be_turned_on_while_running);
