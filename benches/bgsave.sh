@@ -3,8 +3,8 @@
 # "Persistence"): a dataset of about KEYS keys of SIZE bytes, then BGSAVE while
 # redis-benchmark overwrites the same keys at full speed; the save's duration, the memory the
 # save costs (Damselfly: peak RSS growth during the save, sampled every 20 ms; Redis: its
-# child's copy-on-write, rdb_last_cow_size, plus the parent's growth), and GET p99 with and
-# without a save running. Then the load at start-up: each server restarted on its own files.
+# child's copy-on-write, rdb_last_cow_size, plus the parent's growth), and GET p99 under the
+# same writers with and without a save running. Then the load at start-up: each server restarted on its own files.
 #
 #   benches/bgsave.sh [-k KEYS] [-s SIZE] [-T THREADS]
 #
@@ -49,12 +49,12 @@ for server in redis damselfly; do
   # The dataset in redis-benchmark's key space (key:000000NNNNNN), so the writers below
   # overwrite existing keys: 3 x KEYS random SETs cover about 95% of the KEYS names.
   redis-benchmark -p "$port" -c 4 -P 64 -n $(( KEYS * 3 )) -r "$KEYS" -d "$SIZE" -t set -q >/dev/null 2>&1
-  quiet_p99=$(p99 "$port")
-  before=$(rss_kb "$pid")
-  # Writers at full speed on the same keys during the save.
+  # Writers at full speed on the same keys, before and during the save.
   redis-benchmark -p "$port" -c 20 -n 100000000 -r "$KEYS" -d "$SIZE" -t set -q >/dev/null 2>&1 &
   writers=$!
   sleep 1
+  quiet_p99=$(p99 "$port")
+  before=$(rss_kb "$pid")
   start_s=$(date +%s.%N)
   redis-cli -p "$port" bgsave >/dev/null
   peak=$before
