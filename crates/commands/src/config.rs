@@ -150,12 +150,21 @@ pub static PARAMS: &[Param] = &[
     p("dir", ".", Kind::Str, true, Y),
     p("appenddirname", "appendonlydir", Kind::Str, false, Y),
     p("aof-load-truncated", "yes", Kind::Bool, true, Y),
+    p("auto-aof-rewrite-percentage", "100", NONNEG, true, Y),
+    p(
+        "auto-aof-rewrite-min-size",
+        "67108864",
+        Kind::Memory,
+        true,
+        Y,
+    ),
     // Damselfly's: start even when a journal is damaged, keeping what precedes the damage.
     p("force-recovery", "no", Kind::Bool, false, Y),
-    // Redis's testing knob: microseconds of sleep per record loaded.
+    // Redis's testing knobs: microseconds of sleep per record loaded, per key saved.
     p("key-load-delay", "0", NONNEG, true, Y),
+    p("rdb-key-save-delay", "0", NONNEG, true, Y),
+    p("save", "3600 1 300 100 60 10000", Kind::Str, true, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
-    p("save", "3600 1 300 100 60 10000", Kind::Str, true, A),
     // Read at start-up: a Redis dump.rdb to load when there is no Damselfly snapshot.
     p("dbfilename", "dump.rdb", Kind::Str, true, Y),
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),

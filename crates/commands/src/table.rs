@@ -36,6 +36,7 @@ pub enum CoordCmd {
     Unwatch,
     Save,
     Bgsave,
+    Bgrewriteaof,
     Lastsave,
 }
 
@@ -340,6 +341,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(intents Intents::Digest; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
     cmd!(intents Intents::AllDbs; "save", 1, ADMIN | NOSCRIPT | NO_MULTI, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Save)),
     cmd!(intents Intents::AllDbs; "bgsave", -1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Bgsave)),
+    cmd!(intents Intents::AllDbs; "bgrewriteaof", 1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously rewrites the append-only file to disk.", Coordinator, C(CoordCmd::Bgrewriteaof)),
     cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
     cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),

@@ -82,6 +82,18 @@ impl ShutdownSignal {
     }
 }
 
+/// The journal's directory, the manifest naming its files, and the segment number shards
+/// append to now (all shards move to the next one together, at a rewrite's cut).
+#[derive(Debug, Clone)]
+pub struct JournalFiles {
+    pub dir: std::path::PathBuf,
+    pub manifest: damselfly_persistence::manifest::Manifest,
+    pub seq: u64,
+    /// Bytes of the base the manifest names (`aof_base_size`, and the automatic rewrite's
+    /// measure of growth).
+    pub base_bytes: u64,
+}
+
 pub struct Cluster {
     pub config: Arc<Config>,
     pub mailboxes: Vec<MailboxSender<ShardMsg>>,
@@ -96,6 +108,19 @@ pub struct Cluster {
     pub info: OnceLock<ServerInfo>,
     /// SAVE/BGSAVE state (crates/coord/src/snapshots.rs).
     pub saves: crate::snapshots::Saves,
+    /// The save made while the server stops (SHUTDOWN [SAVE|NOSAVE], SIGTERM).
+    pub final_save: crate::snapshots::FinalSave,
+    /// The background journal rewrites (BGREWRITEAOF).
+    pub rewrites: crate::snapshots::Saves,
+    /// Where the journal's files are and what the manifest names (None: no journal files).
+    pub journal_files: Mutex<Option<JournalFiles>>,
+    /// A BGREWRITEAOF (or BGSAVE SCHEDULE) waits for the running background job.
+    pub rewrite_scheduled: AtomicBool,
+    pub save_scheduled: AtomicBool,
+    /// Each shard's change counter as of its last tick, for the `save` schedule.
+    shard_changes: Vec<AtomicU64>,
+    /// Bytes each shard journaled since the last base, as of its last tick.
+    shard_journal_bytes: Vec<AtomicU64>,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
 }
@@ -107,6 +132,7 @@ impl Cluster {
     }
 
     pub fn new(config: Arc<Config>, mailboxes: Vec<MailboxSender<ShardMsg>>) -> Self {
+        let shards = mailboxes.len();
         let databases = config.get_u64("databases").max(1) as usize;
         let started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -128,6 +154,13 @@ impl Cluster {
             info: OnceLock::new(),
             starts: Mutex::new(Vec::new()),
             saves: crate::snapshots::Saves::new(started_unix),
+            final_save: crate::snapshots::FinalSave::default(),
+            rewrites: crate::snapshots::Saves::new(started_unix),
+            journal_files: Mutex::new(None),
+            rewrite_scheduled: AtomicBool::new(false),
+            save_scheduled: AtomicBool::new(false),
+            shard_changes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            shard_journal_bytes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -141,6 +174,36 @@ impl Cluster {
     /// Shard `id`'s start, if one was provided (once).
     pub(crate) fn take_start(&self, id: usize) -> Option<ShardStart> {
         self.starts.lock().ok()?.get_mut(id)?.take()
+    }
+
+    /// A shard's tick reports its change counter.
+    pub(crate) fn note_changes(&self, shard: usize, dirty: u64) {
+        if let Some(c) = self.shard_changes.get(shard) {
+            c.store(dirty, Ordering::Relaxed);
+        }
+    }
+
+    /// A shard's tick reports the bytes it journaled since the last base.
+    pub(crate) fn note_journal_bytes(&self, shard: usize, bytes: u64) {
+        if let Some(c) = self.shard_journal_bytes.get(shard) {
+            c.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes journaled over all shards since the last base (as of their last ticks).
+    pub fn journal_bytes(&self) -> u64 {
+        self.shard_journal_bytes
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Changes made over all shards (as of their last ticks).
+    pub fn changes(&self) -> u64 {
+        self.shard_changes
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// When the server started, in seconds since the epoch.

@@ -309,6 +309,18 @@ impl Worker {
         })
     }
 
+    /// Continues the journal in a new segment (a rewrite's cut): what was recorded up to now
+    /// goes to the current one. False when not journaling.
+    pub(crate) fn journal_rotate(&self, path: &std::path::Path, generation: u64, seq: u64) -> bool {
+        let mut journal = self.journal.borrow_mut();
+        let Some(j) = journal.as_mut() else {
+            return false;
+        };
+        let shard = u32::try_from(self.id).unwrap_or(u32::MAX);
+        j.appender.rotate(path, generation, shard, seq);
+        true
+    }
+
     /// Why journal writes stopped, if they did (writes are refused meanwhile).
     pub fn journal_failure(&self) -> Option<String> {
         self.journal

@@ -25,10 +25,10 @@ mod snapshots;
 pub mod tx;
 pub mod worker;
 
-pub use cluster::{Cluster, ServerInfo, ShutdownSignal};
+pub use cluster::{Cluster, JournalFiles, ServerInfo, ShutdownSignal};
 pub use connection::{Connection, PeerInfo, Step};
 pub use durability::ShardStart;
 pub use mailbox::{mailbox, Mailbox, MailboxSender};
 pub use messages::ShardMsg;
-pub use snapshots::{SaveState, Saves};
+pub use snapshots::{save_schedule, SaveState, Saves};
 pub use worker::Worker;

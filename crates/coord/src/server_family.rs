@@ -14,6 +14,7 @@ use damselfly_storage::shard_for_key;
 use crate::conn_family::REDIS_VERSION;
 use crate::connection::Connection;
 use crate::messages::{ShardMsg, ThreadReport};
+use crate::snapshots::ShutdownSave;
 use crate::tx::ShardWork;
 use crate::worker::Worker;
 
@@ -34,6 +35,19 @@ fn persistence_info(cluster: &crate::Cluster, reports: &[ThreadReport]) -> Strin
     let last_save = saves.last_save_unix;
     let status = if saves.last_ok { "ok" } else { "err" };
     let (last_secs, count) = (saves.last_secs, saves.saves);
+    let rewrites = cluster.rewrites.state();
+    let rw_in_progress = u8::from(rewrites.running.is_some());
+    let rw_scheduled = u8::from(
+        cluster
+            .rewrite_scheduled
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let rw_current = rewrites.running.map_or(-1, |t| {
+        i64::try_from(t.elapsed().as_secs()).unwrap_or(i64::MAX)
+    });
+    let rw_last_secs = rewrites.last_secs;
+    let rw_status = if rewrites.last_ok { "ok" } else { "err" };
+    let rw_count = rewrites.saves;
     let mut s = format!(
         "loading:0\r\nasync_loading:0\r\ncurrent_cow_peak:0\r\ncurrent_cow_size:0\r\n\
          current_cow_size_age:0\r\ncurrent_fork_perc:0.00\r\ncurrent_save_keys_processed:0\r\n\
@@ -42,18 +56,25 @@ fn persistence_info(cluster: &crate::Cluster, reports: &[ThreadReport]) -> Strin
          rdb_last_bgsave_status:{status}\r\nrdb_last_bgsave_time_sec:{last_secs}\r\n\
          rdb_current_bgsave_time_sec:{current}\r\nrdb_saves:{count}\r\nrdb_last_cow_size:0\r\n\
          rdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:{}\r\n\
-         aof_rewrite_in_progress:0\r\naof_rewrite_scheduled:0\r\n\
-         aof_last_rewrite_time_sec:-1\r\naof_current_rewrite_time_sec:-1\r\n\
-         aof_last_bgrewrite_status:ok\r\naof_rewrites:0\r\naof_rewrites_consecutive_failures:0\r\n\
+         aof_rewrite_in_progress:{rw_in_progress}\r\naof_rewrite_scheduled:{rw_scheduled}\r\n\
+         aof_last_rewrite_time_sec:{rw_last_secs}\r\naof_current_rewrite_time_sec:{rw_current}\r\n\
+         aof_last_bgrewrite_status:{rw_status}\r\naof_rewrites:{rw_count}\r\n\
+         aof_rewrites_consecutive_failures:0\r\n\
          aof_last_write_status:{}\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\n\
          module_fork_last_cow_size:0\r\n",
         u8::from(enabled),
         if failed { "err" } else { "ok" },
     );
     if enabled {
-        let size: u64 = journals.iter().map(|j| j.appended_bytes).sum();
+        let base = cluster
+            .journal_files
+            .lock()
+            .ok()
+            .and_then(|f| f.as_ref().map(|f| f.base_bytes))
+            .unwrap_or(0);
+        let size: u64 = base + journals.iter().map(|j| j.appended_bytes).sum::<u64>();
         s.push_str(&format!(
-            "aof_current_size:{size}\r\naof_base_size:0\r\naof_pending_rewrite:0\r\n\
+            "aof_current_size:{size}\r\naof_base_size:{base}\r\naof_pending_rewrite:0\r\n\
              aof_buffer_length:0\r\naof_pending_bio_fsync:0\r\naof_delayed_fsync:0\r\n"
         ));
     }
@@ -170,6 +191,7 @@ impl Connection {
             CoordCmd::Unwatch => self.unwatch(),
             CoordCmd::Save => self.save_cmd(args, true).await,
             CoordCmd::Bgsave => self.save_cmd(args, false).await,
+            CoordCmd::Bgrewriteaof => self.bgrewriteaof_cmd(args).await,
             CoordCmd::Lastsave => self.lastsave_cmd(),
         }
     }
@@ -204,6 +226,15 @@ impl Connection {
         }
         // Earlier commands of this client complete before the server stops.
         self.flush_remote().await;
+        let has = |word: &[u8]| args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(word));
+        let mode = if has(b"nosave") {
+            ShutdownSave::NoSave
+        } else if has(b"save") {
+            ShutdownSave::Save
+        } else {
+            ShutdownSave::Default
+        };
+        self.worker.cluster.final_save.set_mode(mode);
         tracing::warn!("User requested shutdown...");
         self.worker.cluster.shutdown.trigger();
         // Like Redis, a successful SHUTDOWN closes the connection without a reply.
@@ -411,8 +442,15 @@ impl Connection {
                         )
                     })
                     .collect();
+                let journal_was = config.get("appendonly") == "yes";
                 match config.set_runtime(&pairs) {
-                    Ok(()) => self.out.ok(),
+                    Ok(()) => {
+                        let journal_is = config.get("appendonly") == "yes";
+                        if journal_was != journal_is {
+                            self.switch_journal(journal_is).await;
+                        }
+                        self.out.ok();
+                    }
                     Err(e) => self.reply_error(&e),
                 }
             }

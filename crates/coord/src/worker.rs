@@ -677,6 +677,11 @@ impl Worker {
         }
         self.anchor.set((Instant::now(), now_ms()));
         self.refresh_clock();
+        self.cluster
+            .note_changes(self.id, self.shard.borrow().dirty);
+        if let Some(r) = self.journal_report() {
+            self.cluster.note_journal_bytes(self.id, r.appended_bytes);
+        }
         {
             let mut samples = self.ops_samples.borrow_mut();
             samples.push_back((self.now.get(), self.stats.borrow().total_commands));

@@ -268,7 +268,9 @@ pub(crate) async fn drain<S: Future<Output = ()>>(
     while !shared.all_drained() && Instant::now() < deadline {
         sleep(Duration::from_millis(5)).await;
     }
-    // Every shard has finished its work: the journal's last records go to disk, synced.
+    // Every shard has finished its work: the save at shutdown (with save points, or SHUTDOWN
+    // SAVE), then the journal's last records go to disk, synced.
+    worker.save_at_shutdown();
     worker.stop_journal();
 }
 

@@ -74,6 +74,13 @@ fn thread_main(
         let worker = Worker::new(index, shared.cluster.clone());
         spawn_local(mailbox_loop(worker.clone(), mailbox));
         spawn_local(tick_loop(worker.clone()));
+        if index == 0 {
+            // One thread runs the `save` schedule (its cut spans every shard).
+            spawn_local(damselfly_coord::save_schedule(
+                worker.clone(),
+                tokio::time::sleep,
+            ));
+        }
         let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
         for l in tcp {
             let listener = tokio::net::TcpListener::from_std(l)?;

@@ -135,6 +135,14 @@ async fn thread_main(
     let worker = Worker::new(index, shared.cluster.clone());
     spawn_local(mailbox_loop(worker.clone(), mailbox)).detach();
     spawn_local(tick_loop(worker.clone())).detach();
+    if index == 0 {
+        // One thread runs the `save` schedule (its cut spans every shard).
+        spawn_local(damselfly_coord::save_schedule(
+            worker.clone(),
+            glommio::timer::sleep,
+        ))
+        .detach();
+    }
     let mut acceptors: Vec<Task<()>> = Vec::new();
     for l in tcp {
         // SAFETY: the descriptor comes from a bound, listening socket we own.

@@ -3,6 +3,7 @@
 //! SIGINT.
 
 mod check;
+mod export;
 mod fd_limit;
 mod loading;
 mod options;
@@ -69,7 +70,7 @@ fn install_signal_thread(cluster: Arc<damselfly_coord::Cluster>) {
 fn main() -> ExitCode {
     damselfly_coord::crash::install_panic_hook();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(code) = check::run(&args) {
+    if let Some(code) = check::run(&args).or_else(|| export::run(&args)) {
         return code;
     }
     let opts = options::Options::parse_from_env();
@@ -143,7 +144,12 @@ fn main() -> ExitCode {
         listeners = %described,
         "Damselfly ready to accept connections"
     );
+    let cluster = server.cluster();
     match server.run() {
+        Ok(()) if cluster.final_save.failed() => {
+            tracing::error!("exiting without the save at shutdown: see the error above");
+            ExitCode::from(1)
+        }
         Ok(()) => {
             tracing::info!("Damselfly is now ready to exit, bye bye...");
             ExitCode::SUCCESS

@@ -82,11 +82,14 @@ pub struct Options {
     /// yes: start even when a journal is damaged, keeping only what precedes the damage.
     #[arg(long = "force-recovery")]
     pub force_recovery: Option<String>,
-    /// Accepted for compatibility with Redis command lines (snapshots are not built yet).
+    /// Save points "S N ...": a background save after N changes within S seconds, and at
+    /// SIGTERM; "" turns saving off.
     #[arg(long)]
     pub save: Option<String>,
+    /// The Redis dump loaded at start-up when there is no snapshot of Damselfly's own.
     #[arg(long)]
     pub dbfilename: Option<String>,
+    /// Accepted for compatibility with Redis command lines (no effect yet).
     #[arg(long)]
     pub maxmemory: Option<String>,
     #[arg(long = "maxmemory-policy")]

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use damselfly_commands::config::Config;
 use damselfly_commands::table::{lookup, Handler, COMMANDS};
 use damselfly_commands::{server_family, Args, ExecCtx};
-use damselfly_coord::{Cluster, ShardMsg, ShardStart};
+use damselfly_coord::{Cluster, JournalFiles, ShardMsg, ShardStart};
 use damselfly_persistence::appender::{new_segment, Appender, FsyncPolicy};
 use damselfly_persistence::dump;
 use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader, SegmentReader};
-use damselfly_persistence::manifest::Manifest;
+use damselfly_persistence::manifest::{Base, Manifest};
 use damselfly_persistence::rdb::{Event, RdbReader};
 use damselfly_persistence::replay::{
     drop_incomplete_transactions, read_shard, ReadPolicy, SegmentBytes,
@@ -89,15 +89,15 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     } else {
         route(loaded, threads, databases, limits, now_ms())
     };
-    let manifest = Manifest {
-        generation: old.map_or(1, |m| m.generation + 1),
-        shards: u32::try_from(threads).map_err(|_| "too many threads".to_string())?,
-    };
+    let manifest = Manifest::new(
+        old.map_or(1, |m| m.generation.max(m.journal_generation) + 1),
+        u32::try_from(threads).map_err(|_| "too many threads".to_string())?,
+    );
     let next_lsn = write_bases(&dir, manifest, &mut shards)?;
     manifest
         .write(&dir)
         .map_err(|e| format!("cannot write the manifest in {}: {e}", dir.display()))?;
-    match manifest.remove_other_generations(&dir) {
+    match manifest.remove_unnamed(&dir) {
         Ok(_) => {}
         Err(e) => tracing::warn!("cannot delete an older generation's files: {e}"),
     }
@@ -136,6 +136,22 @@ impl Recovered {
             starts.push(ShardStart { shard, journal });
         }
         cluster.provide_starts(starts);
+        if let Some(plan) = &self.journal {
+            if let Ok(mut files) = cluster.journal_files.lock() {
+                let base_bytes = (0..plan.manifest.shards)
+                    .filter_map(|s| {
+                        std::fs::metadata(plan.manifest.segment_path(&plan.dir, s, 0)).ok()
+                    })
+                    .map(|m| m.len())
+                    .sum();
+                *files = Some(JournalFiles {
+                    dir: plan.dir.clone(),
+                    manifest: plan.manifest,
+                    seq: FIRST_APPEND_SEQ,
+                    base_bytes,
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -216,7 +232,17 @@ fn load_generation(
             .enumerate()
             .map(|(id, recs)| {
                 scope.spawn(move || {
-                    replay(recs, (id, old_shards), (databases, limits), delay, progress)
+                    // A rewritten generation starts from its RDB base, written at the cut.
+                    let start = match m.base {
+                        Base::Rdb => load_rdb_file(
+                            &m.base_path(dir, u32::try_from(id).unwrap_or(u32::MAX)),
+                            Some((m.generation, id)),
+                            databases,
+                            limits,
+                        )?,
+                        Base::Segments => new_shard(databases, limits),
+                    };
+                    replay(recs, start, (id, old_shards), delay, progress)
                 })
             })
             .collect();
@@ -241,14 +267,14 @@ fn read_segments(m: &Manifest, dir: &Path, shard: u32) -> Result<Vec<SegmentByte
                 std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
             // A file renamed or copied in from elsewhere says so in its header.
             if let Ok(h) = SegmentReader::new(&bytes).map(|r| r.header()) {
-                if (h.generation, h.shard) != (m.generation, shard) {
+                if (h.generation, h.shard) != (m.journal_generation, shard) {
                     return Err(format!(
                         "{} holds generation {} shard {}, not generation {} shard {shard} as \
                          its name says; move it away to start",
                         p.display(),
                         h.generation,
                         h.shard,
-                        m.generation
+                        m.journal_generation
                     ));
                 }
             }
@@ -265,12 +291,12 @@ fn read_segments(m: &Manifest, dir: &Path, shard: u32) -> Result<Vec<SegmentByte
 /// replaying, deadlines are absolute in the records, and expired keys go afterwards.
 fn replay(
     records: &[Record<'_>],
+    mut shard: Shard,
     (id, shards): (usize, usize),
-    (databases, limits): (usize, EncodingLimits),
     delay: Duration,
     progress: &Progress,
 ) -> Result<Shard, String> {
-    let mut shard = new_shard(databases, limits);
+    let databases = shard.dbs.len();
     let mut buf = Vec::new();
     let mut spans = Vec::new();
     let mut failures = 0u64;

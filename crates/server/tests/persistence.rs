@@ -853,3 +853,232 @@ fn check_snapshot_reads_a_redis_dump_and_finds_damage() {
     let (ok, text) = checker(&["check-snapshot", damaged.to_str().expect("utf-8")]);
     assert!(!ok && text.contains("at byte"), "{text}");
 }
+
+fn wait_rewrites(c: &mut Raw, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = common::info_field(c, "persistence", "aof_rewrites")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let running = common::info_field(c, "persistence", "aof_rewrite_in_progress");
+        if done >= n && running.as_deref() == Some("0") {
+            assert_eq!(
+                common::info_field(c, "persistence", "aof_last_bgrewrite_status").as_deref(),
+                Some("ok")
+            );
+            return;
+        }
+        assert!(Instant::now() < deadline, "rewrite {n} did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn journal_files(data: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(data.join("appendonlydir"))
+        .expect("journal directory")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// BGREWRITEAOF writes an RDB base at a cut and continues the journal in new segments: the
+/// older segments go, and after kill -9 the base plus the journal after the cut give back
+/// exactly the data (with another thread count too); a second rewrite replaces the base.
+fn bgrewriteaof_compacts_the_journal(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 2, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    workload(&mut c, 11);
+    let before = journal_files(data.path());
+    assert!(
+        before.iter().any(|f| f.ends_with(".1.journal")),
+        "{before:?}"
+    );
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        b"+Background append only file rewriting started\r\n"
+    );
+    wait_rewrites(&mut c, 1);
+    let after = journal_files(data.path());
+    assert!(
+        after.iter().filter(|f| f.ends_with(".base.rdb")).count() == 2,
+        "{after:?}"
+    );
+    assert!(
+        !after
+            .iter()
+            .any(|f| f.ends_with(".0.journal") || f.ends_with(".1.journal")),
+        "segments before the cut are still there: {after:?}"
+    );
+    // Writes after the cut go to the new segments.
+    workload(&mut c, 12);
+    let digest_after_first = digest(&mut c);
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        b"+Background append only file rewriting started\r\n"
+    );
+    wait_rewrites(&mut c, 2);
+    c.cmd(&["SET", "after-second-cut", "1"]);
+    c.cmd(&["DEL", "k1", "k2"]);
+    let digest = digest(&mut c);
+    assert_ne!(digest, digest_after_first);
+    let files = journal_files(data.path());
+    assert_eq!(
+        files.iter().filter(|f| f.ends_with(".base.rdb")).count(),
+        2,
+        "{files:?}"
+    );
+    drop(s);
+    for threads in [3, 1] {
+        let s = start(b, threads, data.path(), "always", &["--save", ""]);
+        let mut c = s.raw();
+        assert_eq!(
+            String::from_utf8_lossy(&c.cmd(&["DEBUG", "DIGEST"])),
+            String::from_utf8_lossy(&digest),
+            "{threads} threads"
+        );
+        drop(s);
+    }
+}
+
+/// A rewrite taken while transfers run across shards is a cut: after kill -9 the base and the
+/// journal after it give the exact total.
+fn bgrewriteaof_under_transfers_keeps_the_total(b: Backend) {
+    const ACCOUNTS: usize = 12;
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 3, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    for a in 0..ACCOUNTS {
+        c.cmd(&["SET", &format!("acct:{a}"), "1000"]);
+    }
+    let port = s.port;
+    let stop = Arc::new(AtomicBool::new(false));
+    let movers: Vec<_> = (0..2)
+        .map(|m| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let Ok(mut c) = Raw::try_tcp(port) else {
+                    return;
+                };
+                let mut rng = StdRng::seed_from_u64(m);
+                while !stop.load(Ordering::Relaxed) {
+                    let from = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
+                    let to = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
+                    let wire: Vec<u8> = [
+                        common::encode(&["MULTI"]),
+                        common::encode(&["DECRBY", &from, "7"]),
+                        common::encode(&["INCRBY", &to, "7"]),
+                        common::encode(&["EXEC"]),
+                    ]
+                    .concat();
+                    if c.try_send(&wire).is_err()
+                        || !(0..4).all(|_| c.try_reply().is_ok_and(|r| !r.is_empty()))
+                    {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for n in 1..=2 {
+        c.cmd(&["BGREWRITEAOF"]);
+        wait_rewrites(&mut c, n);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(s);
+    stop.store(true, Ordering::Relaxed);
+    for m in movers {
+        let _ = m.join();
+    }
+    let s = start(b, 2, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    let total: i64 = (0..ACCOUNTS)
+        .map(|a| int(&c.cmd(&["GET", &format!("acct:{a}")]).replace_nul()))
+        .sum();
+    assert_eq!(total, 1000 * ACCOUNTS as i64);
+}
+
+backend_tests!(
+    bgrewriteaof_compacts_the_journal,
+    bgrewriteaof_under_transfers_keeps_the_total
+);
+
+/// The journal rewrites itself once it grows past auto-aof-rewrite-min-size and by
+/// auto-aof-rewrite-percentage of its base, as Redis's does.
+#[test]
+fn the_journal_rewrites_itself_when_it_grows() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let conf = data.path().join("auto.conf");
+    std::fs::write(
+        &conf,
+        "auto-aof-rewrite-min-size 200kb\nauto-aof-rewrite-percentage 100\n",
+    )
+    .expect("config");
+    let conf = conf.to_str().expect("utf-8").to_string();
+    let s = start(Backend::Epoll, 2, data.path(), "everysec", &[&conf]);
+    let mut c = s.raw();
+    let value = "x".repeat(1000);
+    // 100 KB: under the minimum size, no rewrite.
+    for i in 0..100 {
+        c.cmd(&["SET", &format!("k{}", i % 20), &value]);
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_rewrites").as_deref(),
+        Some("0")
+    );
+    // 300 KB more, overwriting the same 20 keys: a rewrite shrinks it to about 20 KB.
+    for i in 0..300 {
+        c.cmd(&["SET", &format!("k{}", i % 20), &value]);
+    }
+    wait_rewrites(&mut c, 1);
+    let current: u64 = common::info_field(&mut c, "persistence", "aof_current_size")
+        .and_then(|v| v.parse().ok())
+        .expect("aof_current_size");
+    assert!(current < 100_000, "the journal is still {current} bytes");
+    assert_eq!(c.cmd(&["DBSIZE"]), b":20\r\n");
+}
+
+/// CONFIG SET appendonly yes on a running server writes a base at a cut and opens every
+/// shard's journal there: after kill -9, a start with the journal on has everything. `no`
+/// turns it off again.
+fn appendonly_can_be_turned_on_while_running(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8");
+    let s = Server::start_with(
+        b,
+        2,
+        &["--dir", dir, "--save", "", "--appendfsync", "always"],
+    );
+    let mut c = s.raw();
+    workload(&mut c, 21);
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_enabled").as_deref(),
+        Some("0")
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), b"+OK\r\n");
+    wait_rewrites(&mut c, 1);
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_enabled").as_deref(),
+        Some("1")
+    );
+    workload(&mut c, 22);
+    let digest = digest(&mut c);
+    drop(s);
+    let s = start(b, 3, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd(&["DEBUG", "DIGEST"])),
+        String::from_utf8_lossy(&digest)
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), b"+OK\r\n");
+    assert_eq!(
+        common::info_field(&mut c, "persistence", "aof_enabled").as_deref(),
+        Some("0")
+    );
+    assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+}
+
+backend_tests!(appendonly_can_be_turned_on_while_running);

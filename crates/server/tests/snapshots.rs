@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -334,10 +334,11 @@ fn replies_match_redis(b: Backend) {
     wait_saved(&mut r);
     wait_saved(&mut c);
 
-    // While a save runs. Redis's is slowed down by a delay per key, Damselfly's by its size.
-    r.cmd(&["DEBUG", "POPULATE", "2000"]);
-    r.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
-    c.cmd(&["DEBUG", "POPULATE", "400000"]);
+    // While a save runs, slowed down by a delay per key on both servers.
+    for server in [&mut r, &mut c] {
+        server.cmd(&["DEBUG", "POPULATE", "2000"]);
+        server.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]);
+    }
     let running: &[&[&str]] = &[
         &["BGSAVE"],
         &["BGSAVE"],
@@ -352,7 +353,9 @@ fn replies_match_redis(b: Backend) {
         let text = String::from_utf8_lossy(reply);
         assert!(text.contains("rdb_bgsave_in_progress:1"), "{text}");
     }
-    r.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    for server in [&mut r, &mut c] {
+        server.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    }
     assert_eq!(wait_saved(&mut c), "ok");
     wait_saved(&mut r);
 
@@ -421,3 +424,148 @@ backend_tests!(
     stale_snapshot_files_are_not_loaded,
     replies_match_redis,
 );
+
+/// `damselfly export-rdb` writes the snapshot of 3 shards as one dump.rdb: redis-server 7.0
+/// starts from it with the same DEBUG DIGEST, and redis-check-rdb accepts it.
+#[test]
+fn export_rdb_gives_redis_the_same_dataset() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(Backend::Epoll, 3, data.path());
+    let mut c = s.raw();
+    fill(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    drop(s);
+    let redis_dir = tempfile::tempdir().expect("tempdir");
+    let dump = redis_dir.path().join("dump.rdb");
+    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .args(["export-rdb", "--dir"])
+        .arg(data.path())
+        .arg(&dump)
+        .output()
+        .expect("run export-rdb");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check = Command::new("redis-check-rdb")
+        .arg(&dump)
+        .output()
+        .expect("redis-check-rdb");
+    assert!(
+        String::from_utf8_lossy(&check.stdout).contains("RDB looks OK"),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let port = common::free_port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--enable-debug-command",
+            "yes",
+        ])
+        .arg("--dir")
+        .arg(redis_dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut r = loop {
+        if let Ok(mut r) = Raw::try_tcp(port) {
+            if r.try_cmd(&["PING"]).is_ok_and(|p| p == b"+PONG\r\n") {
+                break r;
+            }
+        }
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let theirs = r.cmd(&["DEBUG", "DIGEST"]);
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&theirs),
+        String::from_utf8_lossy(&digest)
+    );
+}
+
+/// SIGTERM with save points configured saves (writes since the last save are kept); SHUTDOWN
+/// NOSAVE does not; SHUTDOWN SAVE saves even without save points; `save ""` at SIGTERM does
+/// not.
+fn shutdown_saves_as_redis(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    // Default save points, SIGTERM: saved.
+    let mut s = start(b, 2, data.path());
+    s.raw().cmd(&["SET", "a", "1"]);
+    assert!(s.terminate().success());
+    let s2 = start(b, 2, data.path());
+    assert_eq!(s2.raw().cmd(&["GET", "a"]), b"$1\r\n1\r\n");
+    // SHUTDOWN NOSAVE: the write after the last save is gone.
+    let mut c = s2.raw();
+    c.cmd(&["SET", "b", "2"]);
+    c.send(&common::encode(&["SHUTDOWN", "NOSAVE"]));
+    assert!(c.closed(), "SHUTDOWN closes the connection");
+    let mut s2 = s2;
+    let status = common::wait_timeout(s2.child.as_mut().expect("running"), Duration::from_secs(15));
+    assert!(status.expect("exits").success());
+    drop(s2);
+    let dir = data.path().to_str().expect("utf-8");
+    let s3 = Server::start_with(b, 2, &["--dir", dir, "--save", ""]);
+    let mut c = s3.raw();
+    assert_eq!(c.cmd(&["EXISTS", "a", "b"]), b":1\r\n");
+    // No save points, SHUTDOWN SAVE: saved.
+    c.cmd(&["SET", "c", "3"]);
+    c.send(&common::encode(&["SHUTDOWN", "SAVE"]));
+    assert!(c.closed());
+    let mut s3 = s3;
+    let status = common::wait_timeout(s3.child.as_mut().expect("running"), Duration::from_secs(15));
+    assert!(status.expect("exits").success());
+    drop(s3);
+    // No save points, SIGTERM: not saved.
+    let mut s4 = Server::start_with(b, 2, &["--dir", dir, "--save", ""]);
+    let mut c = s4.raw();
+    assert_eq!(c.cmd(&["EXISTS", "a", "b", "c"]), b":2\r\n");
+    c.cmd(&["SET", "d", "4"]);
+    assert!(s4.terminate().success());
+    let s5 = start(b, 2, data.path());
+    assert_eq!(s5.raw().cmd(&["EXISTS", "a", "c", "d"]), b":2\r\n");
+}
+
+backend_tests!(shutdown_saves_as_redis);
+
+/// The `save` points start background saves as Redis's cron does: `save "1 5"` saves within
+/// seconds of the fifth change, and a kill -9 afterwards keeps what was saved.
+fn save_points_schedule_saves(b: Backend) {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().to_str().expect("utf-8");
+    let s = Server::start_with(b, 2, &["--dir", dir, "--save", "1 5"]);
+    let mut c = s.raw();
+    for i in 0..4 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    // Four changes: below the point, nothing is saved.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        info_field(&mut c, "persistence", "rdb_saves").as_deref(),
+        Some("0")
+    );
+    c.cmd(&["SET", "k4", "v"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut c, "persistence", "rdb_saves").as_deref() != Some("1") {
+        assert!(Instant::now() < deadline, "the save point did not save");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        info_field(&mut c, "persistence", "rdb_changes_since_last_save").as_deref(),
+        Some("0")
+    );
+    drop(s);
+    let s = Server::start_with(b, 2, &["--dir", dir, "--save", ""]);
+    assert_eq!(s.raw().cmd(&["DBSIZE"]), b":5\r\n");
+}
+
+backend_tests!(save_points_schedule_saves);

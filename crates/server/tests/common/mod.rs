@@ -134,6 +134,11 @@ impl Server {
             if !extra.contains(&"--loglevel") {
                 cmd.args(["--loglevel", "warning"]);
             }
+            // Files (a save at shutdown, snapshots) go to the server's own directory, never
+            // to the crate's, unless the test names one.
+            if !extra.contains(&"--dir") {
+                cmd.arg("--dir").arg(dir.path());
+            }
             let own_socket = !extra.contains(&"--unixsocket");
             if own_socket {
                 cmd.arg("--unixsocket").arg(&unix);
