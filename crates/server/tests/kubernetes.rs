@@ -440,7 +440,8 @@ fn assert_probe(m: &Manifest, probe: &Probe, port: u16, pass: bool) {
 }
 
 /// The kubelet's start-up: the container starts, the startup probe runs until it passes
-/// (within the manifest's budget, capped), then readiness and liveness must pass. A start that
+/// (within the manifest's budget, capped), then liveness must pass and readiness must pass
+/// once loading ends. A start that
 /// lost its free port to another process in the meantime is retried on another port.
 fn start_pod(m: &Manifest, root: &Path, data: &Path) -> Pod {
     let budget = (m.startup.period * m.startup.failure_threshold).min(STARTUP_CAP);
@@ -465,7 +466,21 @@ fn start_pod(m: &Manifest, root: &Path, data: &Path) -> Pod {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert_probe(m, &m.readiness, pod.port, true);
+        // Liveness passes at once (it accepts -LOADING); readiness, which the kubelet keeps
+        // running, passes once the data is loaded.
+        assert_probe(m, &m.liveness, pod.port, true);
+        loop {
+            let (code, out) = run_probe(m, &m.readiness, pod.port);
+            if code == Some(0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "readiness probe still failing after {budget:?}: {out}; log:\n{}",
+                pod.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_probe(m, &m.liveness, pod.port, true);
         return pod;
     }
