@@ -33,8 +33,8 @@ LOAD=target/release/damselfly-bench
 # shellcheck source=benches/servers.sh
 source benches/servers.sh
 start redis redis-server --save '' --appendonly no || exit 1
-start before "$BEFORE" --threads "$THREADS" --loglevel warning || exit 1
-start after "$AFTER" --threads "$THREADS" --loglevel warning || exit 1
+start before "$BEFORE" --threads "$THREADS" --loglevel warning --save "" --dir "$WORK" || exit 1
+start after "$AFTER" --threads "$THREADS" --loglevel warning --save "" --dir "$WORK" || exit 1
 
 SPREAD="--spread-shards $THREADS"
 MGET10="MGET %0 %1 %2 %3 %4 %5 %6 %7 %8 %9"

@@ -39,7 +39,7 @@ cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 SERVERS=(redis)
 start redis redis-server --save '' --appendonly no || exit 1
 for b in $BACKENDS; do
-  if start "damselfly-$b" "$BIN" --threads "$THREADS" --io-backend "$b" --loglevel warning; then
+  if start "damselfly-$b" "$BIN" --threads "$THREADS" --io-backend "$b" --loglevel warning --save "" --dir "$WORK"; then
     SERVERS+=("damselfly-$b")
   else
     echo "skipping damselfly-$b" >&2

@@ -50,7 +50,7 @@ measure() { # name port pid data
 for data in bighash bigzset smallhashes; do
   redis-server --port 7783 --save '' --appendonly no >/dev/null 2>&1 &
   RP=$!
-  ./target/release/damselfly --port 7784 --threads 2 --loglevel warning >/dev/null 2>&1 &
+  ./target/release/damselfly --port 7784 --threads 2 --loglevel warning --save "" >/dev/null 2>&1 &
   DP=$!
   trap 'kill $RP $DP 2>/dev/null' EXIT
   sleep 1

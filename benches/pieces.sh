@@ -28,7 +28,7 @@ cargo build --release -q -p damselfly
 # shellcheck source=benches/servers.sh
 source benches/servers.sh
 start redis redis-server --save '' --appendonly no || exit 1
-start damselfly target/release/damselfly --threads "$THREADS" --loglevel warning || exit 1
+start damselfly target/release/damselfly --threads "$THREADS" --loglevel warning --save "" --dir "$WORK" || exit 1
 
 mset() { # port
   python3 - "$1" "$KEYS" "$TAG" <<'PY'

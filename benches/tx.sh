@@ -33,7 +33,7 @@ LOAD=target/release/damselfly-bench
 # shellcheck source=benches/servers.sh
 source benches/servers.sh
 start redis redis-server --save '' --appendonly no || exit 1
-start damselfly "$BIN" --threads "$THREADS" --loglevel warning || exit 1
+start damselfly "$BIN" --threads "$THREADS" --loglevel warning --save "" --dir "$WORK" || exit 1
 
 SPREAD="--spread-shards $THREADS"
 SAME="--same-shard $THREADS"

@@ -6,7 +6,7 @@ set -e
 T=lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,lrange_100,lrange_600
 redis-server --port 7781 --save '' --appendonly no >/dev/null 2>&1 &
 RP=$!
-./target/release/damselfly --port 7782 --threads 2 --loglevel warning >/dev/null 2>&1 &
+./target/release/damselfly --port 7782 --threads 2 --loglevel warning --save "" >/dev/null 2>&1 &
 DP=$!
 trap 'kill $RP $DP 2>/dev/null' EXIT
 sleep 1

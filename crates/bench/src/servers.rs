@@ -52,7 +52,8 @@ impl Server {
         Self::spawn("redis", cmd, port, socket)
     }
 
-    /// Starts Damselfly from `binary` with `threads` shard threads.
+    /// Starts Damselfly from `binary` with `threads` shard threads, without persistence (as
+    /// Redis here), its files (none) in `dir`.
     pub fn damselfly(binary: &Path, dir: &Path, threads: usize) -> Result<Server, String> {
         let port = free_port().map_err(|e| e.to_string())?;
         let socket = socket_path(dir, "damselfly");
@@ -62,9 +63,15 @@ impl Server {
             &port.to_string(),
             "--threads",
             &threads.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
         ])
         .args(["--loglevel", "warning", "--unixsocket"])
-        .arg(&socket);
+        .arg(&socket)
+        .arg("--dir")
+        .arg(dir);
         Self::spawn("damselfly", cmd, port, socket)
     }
 
