@@ -845,33 +845,7 @@ fn stream_payload_is_refused() {
     assert_eq!(ours.cmd(&["EXISTS", "st"]), b":0\r\n");
 }
 
-/// The variants each test runs in: 2 threads under both backends, 3 threads under epoll (the
-/// backend takes no part in routing or transactions).
-macro_rules! variants {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use crate::common::Backend;
-                #[test]
-                fn epoll() {
-                    super::$name(Backend::Epoll, 2);
-                }
-                #[test]
-                fn uring() {
-                    if Backend::Uring.available() {
-                        super::$name(Backend::Uring, 2);
-                    }
-                }
-                #[test]
-                fn epoll_3_threads() {
-                    super::$name(Backend::Epoll, 3);
-                }
-            }
-        )*
-    };
-}
-
-variants!(
+thread_count_tests!(
     digests_match_redis,
     dump_restore_between_servers,
     edge_cases_match_redis

@@ -310,43 +310,12 @@ fn bank_total_survives_kills(b: Backend) {
         let mut s = Some(s);
         for round in 0..rounds() {
             let port = s.as_ref().map_or(0, |s| s.port);
-            let stop = Arc::new(AtomicBool::new(false));
-            let movers: Vec<_> = (0..3)
-                .map(|m| {
-                    let stop = stop.clone();
-                    std::thread::spawn(move || {
-                        let Ok(mut c) = Raw::try_tcp(port) else {
-                            return;
-                        };
-                        let mut rng = StdRng::seed_from_u64((round * 10 + m) as u64);
-                        while !stop.load(Ordering::Relaxed) {
-                            let from = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
-                            let to = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
-                            let amount = rng.gen_range(1..50).to_string();
-                            let wire: Vec<u8> = [
-                                common::encode(&["MULTI"]),
-                                common::encode(&["DECRBY", &from, &amount]),
-                                common::encode(&["INCRBY", &to, &amount]),
-                                common::encode(&["EXEC"]),
-                            ]
-                            .concat();
-                            if c.try_send(&wire).is_err()
-                                || !(0..4).all(|_| c.try_reply().is_ok_and(|r| !r.is_empty()))
-                            {
-                                return;
-                            }
-                        }
-                    })
-                })
-                .collect();
+            let load = common::movers(port, 3, ACCOUNTS, round as u64);
             std::thread::sleep(Duration::from_millis(400));
             if let Some(s) = s.take() {
                 kill(s);
             }
-            stop.store(true, Ordering::Relaxed);
-            for m in movers {
-                let _ = m.join();
-            }
+            load.stop();
             let restarted = start(b, 2 + round % 3, data.path(), fsync, &[]);
             let mut c = restarted.raw();
             let total: i64 = (0..ACCOUNTS)
@@ -952,35 +921,7 @@ fn bgrewriteaof_under_transfers_keeps_the_total(b: Backend) {
     for a in 0..ACCOUNTS {
         c.cmd(&["SET", &format!("acct:{a}"), "1000"]);
     }
-    let port = s.port;
-    let stop = Arc::new(AtomicBool::new(false));
-    let movers: Vec<_> = (0..2)
-        .map(|m| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let Ok(mut c) = Raw::try_tcp(port) else {
-                    return;
-                };
-                let mut rng = StdRng::seed_from_u64(m);
-                while !stop.load(Ordering::Relaxed) {
-                    let from = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
-                    let to = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
-                    let wire: Vec<u8> = [
-                        common::encode(&["MULTI"]),
-                        common::encode(&["DECRBY", &from, "7"]),
-                        common::encode(&["INCRBY", &to, "7"]),
-                        common::encode(&["EXEC"]),
-                    ]
-                    .concat();
-                    if c.try_send(&wire).is_err()
-                        || !(0..4).all(|_| c.try_reply().is_ok_and(|r| !r.is_empty()))
-                    {
-                        return;
-                    }
-                }
-            })
-        })
-        .collect();
+    let load = common::movers(s.port, 2, ACCOUNTS, 0);
     std::thread::sleep(Duration::from_millis(200));
     for n in 1..=2 {
         c.cmd(&["BGREWRITEAOF"]);
@@ -988,10 +929,7 @@ fn bgrewriteaof_under_transfers_keeps_the_total(b: Backend) {
     }
     std::thread::sleep(Duration::from_millis(200));
     drop(s);
-    stop.store(true, Ordering::Relaxed);
-    for m in movers {
-        let _ = m.join();
-    }
+    load.stop();
     let s = start(b, 2, data.path(), "always", &["--save", ""]);
     let mut c = s.raw();
     let total: i64 = (0..ACCOUNTS)

@@ -8,8 +8,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{info_field, Backend, Raw, Server};
@@ -91,40 +89,13 @@ fn bgsave_under_transfers_is_a_point_in_time(b: Backend) {
             &(TOTAL / ACCOUNTS as i64).to_string(),
         ]);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let movers: Vec<_> = (0..3)
-        .map(|m| {
-            let (stop, done, port) = (stop.clone(), done.clone(), s.port);
-            std::thread::spawn(move || {
-                let mut c = Raw::tcp(port);
-                let mut rng = StdRng::seed_from_u64(m);
-                while !stop.load(Ordering::Relaxed) {
-                    let from = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
-                    let to = format!("acct:{}", rng.gen_range(0..ACCOUNTS));
-                    let amount = rng.gen_range(1..50).to_string();
-                    let wire: Vec<u8> = [
-                        common::encode(&["MULTI"]),
-                        common::encode(&["DECRBY", &from, &amount]),
-                        common::encode(&["INCRBY", &to, &amount]),
-                        common::encode(&["EXEC"]),
-                    ]
-                    .concat();
-                    c.send(&wire);
-                    for _ in 0..4 {
-                        c.reply();
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
+    let load = common::movers(s.port, 3, ACCOUNTS, 0);
     for round in 0..3 {
         std::thread::sleep(Duration::from_millis(100));
-        let before = done.load(Ordering::Relaxed);
+        let before = load.done();
         assert_eq!(c.cmd(&["BGSAVE"]), b"+Background saving started\r\n");
         assert_eq!(wait_saved(&mut c), "ok", "round {round}");
-        let during = done.load(Ordering::Relaxed) - before;
+        let during = load.done() - before;
         assert!(during > 0, "round {round}: no transfer ran during the save");
         let copy = copy_snapshot(data.path());
         let fresh = start(b, 1 + round, copy.path());
@@ -135,10 +106,7 @@ fn bgsave_under_transfers_is_a_point_in_time(b: Backend) {
         assert_eq!(total, TOTAL, "round {round}: the snapshot is not one point");
         assert_eq!(int(&f.cmd(&["DBSIZE"])), 100_000 + ACCOUNTS as i64);
     }
-    stop.store(true, Ordering::Relaxed);
-    for m in movers {
-        m.join().expect("mover");
-    }
+    load.stop();
 }
 
 /// Keys of every type and encoding, in several databases, some with deadlines.

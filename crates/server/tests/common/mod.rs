@@ -523,3 +523,69 @@ pub const FLOATS: [&str; 15] = [
     "7",
     "-3",
 ];
+
+/// Clients moving amounts between `accounts` accounts (`acct:N`, on every shard) in MULTI
+/// transfers until stopped or the server goes away.
+pub struct Movers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Transfers completed.
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+pub fn movers(port: u16, clients: u64, accounts: usize, seed: u64) -> Movers {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let handles = (0..clients)
+        .map(|m| {
+            let (stop, done) = (stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                let Ok(mut c) = Raw::try_tcp(port) else {
+                    return;
+                };
+                let mut rng = StdRng::seed_from_u64(seed * 10 + m);
+                while !stop.load(Ordering::Relaxed) {
+                    let from = format!("acct:{}", rng.gen_range(0..accounts));
+                    let to = format!("acct:{}", rng.gen_range(0..accounts));
+                    let amount = rng.gen_range(1..50).to_string();
+                    let wire: Vec<u8> = [
+                        encode(&["MULTI"]),
+                        encode(&["DECRBY", &from, &amount]),
+                        encode(&["INCRBY", &to, &amount]),
+                        encode(&["EXEC"]),
+                    ]
+                    .concat();
+                    if c.try_send(&wire).is_err()
+                        || !(0..4).all(|_| c.try_reply().is_ok_and(|r| !r.is_empty()))
+                    {
+                        return;
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    Movers {
+        stop,
+        done,
+        handles,
+    }
+}
+
+impl Movers {
+    /// Transfers completed so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in self.handles {
+            let _ = h.join();
+        }
+    }
+}
