@@ -226,25 +226,33 @@ fn load_generation(
     progress
         .total_records
         .store(total as u64, Ordering::Relaxed);
+    on_threads(records.iter().collect(), |id, recs| {
+        // A rewritten generation starts from its RDB base, written at the cut.
+        let start = match m.base {
+            Base::Rdb => load_rdb_file(
+                &m.base_path(dir, u32::try_from(id).unwrap_or(u32::MAX)),
+                Some((m.generation, id)),
+                databases,
+                limits,
+            )?,
+            Base::Segments => new_shard(databases, limits),
+        };
+        replay(recs, start, (id, old_shards), delay, progress)
+    })
+}
+
+/// Runs `f` on each item on its own thread (one per shard or file), collecting the results
+/// in order; the first error (or a panicked thread) is the result.
+fn on_threads<I: Send, T: Send>(
+    items: Vec<I>,
+    f: impl Fn(usize, I) -> Result<T, String> + Sync,
+) -> Result<Vec<T>, String> {
     std::thread::scope(|scope| {
-        let handles: Vec<_> = records
-            .iter()
+        let f = &f;
+        let handles: Vec<_> = items
+            .into_iter()
             .enumerate()
-            .map(|(id, recs)| {
-                scope.spawn(move || {
-                    // A rewritten generation starts from its RDB base, written at the cut.
-                    let start = match m.base {
-                        Base::Rdb => load_rdb_file(
-                            &m.base_path(dir, u32::try_from(id).unwrap_or(u32::MAX)),
-                            Some((m.generation, id)),
-                            databases,
-                            limits,
-                        )?,
-                        Base::Segments => new_shard(databases, limits),
-                    };
-                    replay(recs, start, (id, old_shards), delay, progress)
-                })
-            })
+            .map(|(i, item)| scope.spawn(move || f(i, item)))
             .collect();
         handles
             .into_iter()
@@ -434,19 +442,8 @@ fn route(
 /// absolute deadline for every key, synced. Returns each shard's next LSN.
 fn write_bases(dir: &Path, m: Manifest, shards: &mut [Shard]) -> Result<Vec<u64>, String> {
     // `&mut`: a shard is Send, not Sync.
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = shards
-            .iter_mut()
-            .enumerate()
-            .map(|(i, shard)| scope.spawn(move || write_base(dir, m, i, shard)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a recovery thread panicked".into()))
-            })
-            .collect()
+    on_threads(shards.iter_mut().collect(), |i, shard| {
+        write_base(dir, m, i, shard)
     })
 }
 
@@ -512,21 +509,8 @@ fn load_snapshot(
             (vec![dump], None)
         }
     };
-    let loaded: Vec<Shard> = std::thread::scope(|scope| {
-        let handles: Vec<_> = files
-            .iter()
-            .enumerate()
-            .map(|(i, path)| {
-                scope.spawn(move || load_rdb_file(path, id.map(|id| (id, i)), databases, limits))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("a loading thread panicked".into()))
-            })
-            .collect::<Result<_, String>>()
+    let loaded = on_threads(files.iter().collect(), |i, path| {
+        load_rdb_file(path, id.map(|id| (id, i)), databases, limits)
     })?;
     let keys: usize = loaded.iter().map(key_count).sum();
     let shards = route(loaded, threads, databases, limits, now_ms());
