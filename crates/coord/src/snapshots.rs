@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use damselfly_commands::lookup;
@@ -95,8 +95,8 @@ impl Saves {
             return None;
         }
         s.running = Some(Instant::now());
-        s.last_try_unix = unix_ms() / 1000;
-        let id = unix_ms().max(s.last_id + 1);
+        s.last_try_unix = damselfly_storage::now_ms() / 1000;
+        let id = damselfly_storage::now_ms().max(s.last_id + 1);
         s.last_id = id;
         Some(id)
     }
@@ -108,16 +108,10 @@ impl Saves {
         s.last_secs = i64::try_from(took).unwrap_or(i64::MAX);
         if ok {
             s.saves += 1;
-            s.last_save_unix = unix_ms() / 1000;
+            s.last_save_unix = damselfly_storage::now_ms() / 1000;
             s.dirty_base = dirty_at_cut;
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Worker {
@@ -140,7 +134,7 @@ impl Worker {
         };
         let number = u32::try_from(self.id).unwrap_or(u32::MAX);
         let path = target.temp(number);
-        let ctime = i64::try_from(unix_ms() / 1000).unwrap_or(0);
+        let ctime = i64::try_from(damselfly_storage::now_ms() / 1000).unwrap_or(0);
         let used = shard.used_memory() as u64;
         let sink = RdbFileSink::create(&path, target.id(), number, sizes, &opts, ctime, used)
             .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
@@ -421,7 +415,7 @@ impl Worker {
         }
         let id = *fin
             .id
-            .get_or_init(|| unix_ms().max(cluster.saves.state().last_id + 1));
+            .get_or_init(|| damselfly_storage::now_ms().max(cluster.saves.state().last_id + 1));
         let dir = PathBuf::from(cluster.config.get("dir"));
         let (tx, _rx) = crossbeam_channel::bounded::<Finished>(1);
         let target = Target::Snapshot {
@@ -770,7 +764,7 @@ pub async fn save_schedule<S: std::future::Future<Output = ()>>(
             continue;
         }
         let state = cluster.saves.state();
-        let now = unix_ms() / 1000;
+        let now = damselfly_storage::now_ms() / 1000;
         let since = now.saturating_sub(state.last_save_unix);
         let changes = cluster.changes().saturating_sub(state.dirty_base);
         let retry_ok =

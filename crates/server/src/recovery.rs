@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use damselfly_commands::config::Config;
 use damselfly_commands::table::{lookup, Handler, COMMANDS};
@@ -87,7 +87,13 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     } else if loaded.is_empty() {
         empty(threads)
     } else {
-        route(loaded, threads, databases, limits, now_ms())
+        route(
+            loaded,
+            threads,
+            databases,
+            limits,
+            damselfly_storage::now_ms(),
+        )
     };
     let manifest = Manifest::new(
         old.map_or(1, |m| m.generation.max(m.journal_generation) + 1),
@@ -183,12 +189,6 @@ fn new_shard(databases: usize, limits: EncodingLimits) -> Shard {
 
 fn key_count(s: &Shard) -> usize {
     s.dbs.iter().map(|d| d.table.len()).sum()
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Reads and replays every shard's journal of generation `m`, each shard on its own thread;
@@ -513,7 +513,13 @@ fn load_snapshot(
         load_rdb_file(path, id.map(|id| (id, i)), databases, limits)
     })?;
     let keys: usize = loaded.iter().map(key_count).sum();
-    let shards = route(loaded, threads, databases, limits, now_ms());
+    let shards = route(
+        loaded,
+        threads,
+        databases,
+        limits,
+        damselfly_storage::now_ms(),
+    );
     let kept: usize = shards.iter().map(key_count).sum();
     tracing::info!(
         keys = kept,
