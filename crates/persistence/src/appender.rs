@@ -291,8 +291,8 @@ fn write_loop(file: File, jobs: Receiver<Job>, shared: Arc<Shared>, synced: Box<
                 false
             }
         };
-        if due && w.sync() && policy == FsyncPolicy::Always {
-            (w.synced)();
+        if due {
+            w.sync();
         }
     }
 }
@@ -381,25 +381,27 @@ impl Writer {
         }
     }
 
-    /// Syncs what was written; false when nothing needed it or it failed.
-    fn sync(&mut self) -> bool {
+    /// Syncs what was written. Under `always` the shard is told, whatever asked for the sync
+    /// (a rotation's sync makes records durable too, and replies may wait for them).
+    fn sync(&mut self) {
         let Some(lsn) = self.unsynced else {
-            return false;
+            return;
         };
         if self.broken {
-            return false;
+            return;
         }
         match self.file.sync_data() {
             Ok(()) => {
                 self.shared.durable.store(lsn, Ordering::Release);
                 self.unsynced = None;
                 self.last_sync = Instant::now();
-                true
+                if self.policy() == FsyncPolicy::Always {
+                    (self.synced)();
+                }
             }
             Err(e) => {
                 self.broken = true;
                 self.fail(format!("fsync failed: {e}"));
-                false
             }
         }
     }
