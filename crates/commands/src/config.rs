@@ -164,9 +164,12 @@ pub static PARAMS: &[Param] = &[
     p("key-load-delay", "0", NONNEG, true, Y),
     p("rdb-key-save-delay", "0", NONNEG, true, Y),
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, Y),
-    // Stored and reported; their effect arrives with later work (docs/commands.md).
+    p("stop-writes-on-bgsave-error", "yes", Kind::Bool, true, Y),
+    p("rdbcompression", "yes", Kind::Bool, true, Y),
+    p("rdbchecksum", "yes", Kind::Bool, true, Y),
     // Read at start-up: a Redis dump.rdb to load when there is no Damselfly snapshot.
     p("dbfilename", "dump.rdb", Kind::Str, true, Y),
+    // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),
     p("maxmemory", "0", Kind::Memory, true, A),
     p(
@@ -436,6 +439,7 @@ impl Config {
             zset_max_value: size("zset-max-listpack-value"),
             list_max_listpack_size: self.get("list-max-listpack-size").parse().unwrap_or(-2),
             hll_sparse_max_bytes: size("hll-sparse-max-bytes"),
+            rdb_compression: self.get("rdbcompression") == "yes",
         }
     }
 

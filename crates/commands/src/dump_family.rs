@@ -12,13 +12,10 @@ use crate::{errors, Args, ExecCtx};
 
 const BUSYKEY: &str = "BUSYKEY Target key name already exists.";
 
-/// DUMP key: the value's payload as redis-server 7.0 with its default `rdbcompression yes`
-/// writes it, or null.
+/// DUMP key: the value's payload as redis-server 7.0 writes it (strings compressed as
+/// `rdbcompression` says), or null.
 pub fn dump(ctx: &mut ExecCtx, args: &Args) {
-    let opts = WriteOptions {
-        list_max_listpack_size: ctx.limits().list_max_listpack_size,
-        ..WriteOptions::default()
-    };
+    let opts = WriteOptions::for_limits(&ctx.limits());
     match ctx
         .lookup_read(args.get(1))
         .map(|e| dump::encode(&e.value, &opts))
@@ -127,23 +124,28 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
     ctx.reply.ok();
 }
 
-/// What a DEBUG request digests; the planner and the coordinator both read it from here.
+/// What a DEBUG request reads or replaces; the planner and the coordinator both read it
+/// from here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DigestScope {
+pub enum DebugScope {
     /// DEBUG DIGEST: every database of every shard.
     Dataset,
     /// DEBUG DIGEST-VALUE key [key ...]: the keys from argument 2 on, in the current database.
     Keys,
+    /// DEBUG RELOAD [options]: replaces every database of every shard.
+    Reload,
 }
 
-impl DigestScope {
+impl DebugScope {
     /// None for the other DEBUG subcommands (and for DIGEST with arguments, which Redis
     /// answers with its subcommand syntax error).
     pub fn parse(args: &Args) -> Option<Self> {
         if args.len() == 2 && args.is(1, "digest") {
-            Some(DigestScope::Dataset)
+            Some(DebugScope::Dataset)
         } else if args.len() >= 2 && args.is(1, "digest-value") {
-            Some(DigestScope::Keys)
+            Some(DebugScope::Keys)
+        } else if args.len() >= 2 && args.is(1, "reload") {
+            Some(DebugScope::Reload)
         } else {
             None
         }
@@ -366,15 +368,20 @@ mod tests {
                 });
                 at += w.len();
             }
-            DigestScope::parse(&Args::new(&buf, &spans))
+            DebugScope::parse(&Args::new(&buf, &spans))
         };
-        assert_eq!(scope(&["debug", "DIGEST"]), Some(DigestScope::Dataset));
+        assert_eq!(scope(&["debug", "DIGEST"]), Some(DebugScope::Dataset));
         assert_eq!(scope(&["debug", "digest", "k"]), None);
-        assert_eq!(scope(&["debug", "digest-value"]), Some(DigestScope::Keys));
+        assert_eq!(scope(&["debug", "digest-value"]), Some(DebugScope::Keys));
         assert_eq!(
             scope(&["debug", "Digest-Value", "a", "b"]),
-            Some(DigestScope::Keys)
+            Some(DebugScope::Keys)
         );
         assert_eq!(scope(&["debug", "sleep", "0"]), None);
+        assert_eq!(scope(&["debug", "reload"]), Some(DebugScope::Reload));
+        assert_eq!(
+            scope(&["debug", "RELOAD", "nosave", "x"]),
+            Some(DebugScope::Reload)
+        );
     }
 }

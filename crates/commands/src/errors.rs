@@ -4,6 +4,9 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 pub const NOT_INT: &str = "ERR value is not an integer or out of range";
 pub const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub const SYNTAX: &str = "ERR syntax error";
+/// Writes (and PING) while the last save failed, with save points and
+/// `stop-writes-on-bgsave-error yes` (Redis's shared.bgsaveerr).
+pub const MISCONF_SAVE: &str = "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk. Commands that may modify the data set are disabled, because this instance is configured to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). Please check the Redis logs for details about the RDB error.";
 pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
 pub const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
 pub const STRING_TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";

@@ -173,9 +173,10 @@ pub enum Intents {
     /// [`crate::keys_family::Transfer::parse`] reads the command: its source (shared when
     /// the source is kept) and its destination, each in its database.
     Transfer,
-    /// DEBUG: DIGEST reads every database of every shard, DIGEST-VALUE its keys, both shared,
-    /// as [`crate::dump_family::DigestScope::parse`] reads them; other subcommands take none.
-    Digest,
+    /// DEBUG: DIGEST reads every database of every shard and DIGEST-VALUE its keys, both
+    /// shared; RELOAD replaces every database of every shard (exclusive); as
+    /// [`crate::dump_family::DebugScope::parse`] reads them. Other subcommands take none.
+    Debug,
 }
 
 impl CommandSpec {
@@ -338,7 +339,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.0.0", "A container for server configuration commands.", Coordinator, C(CoordCmd::Config)),
     cmd!("time", 1, LOADING | STALE | FAST, NO_KEYS, "@fast", "server", "2.6.0", "Returns the server time.", Coordinator, C(CoordCmd::Time)),
     cmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the server.", Coordinator, C(CoordCmd::Shutdown)),
-    cmd!(intents Intents::Digest; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
+    cmd!(intents Intents::Debug; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
     cmd!(intents Intents::AllDbs; "save", 1, ADMIN | NOSCRIPT | NO_MULTI, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Save)),
     cmd!(intents Intents::AllDbs; "bgsave", -1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Bgsave)),
     cmd!(intents Intents::AllDbs; "bgrewriteaof", 1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously rewrites the append-only file to disk.", Coordinator, C(CoordCmd::Bgrewriteaof)),

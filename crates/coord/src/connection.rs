@@ -445,6 +445,21 @@ impl Connection {
             self.refuse_command(errors::NO_AUTH);
             return;
         }
+        if let Some(refusal) = self.save_error_refusal(idx) {
+            self.worker.stats.borrow_mut().record_rejected(idx);
+            if matches!(spec.handler, Handler::Coord(CoordCmd::Exec)) {
+                // Redis's execCommandAbort: the transaction is discarded.
+                self.multi = None;
+                self.info.multi.set(-1);
+                self.unwatch_all();
+                self.refuse(&format!(
+                    "EXECABORT Transaction discarded because of: {refusal}"
+                ));
+            } else {
+                self.refuse_command(refusal);
+            }
+            return;
+        }
         self.info.last_cmd.set(spec.name);
         {
             let mut sub = self.info.last_subcommand.borrow_mut();
@@ -486,6 +501,29 @@ impl Connection {
             return self.run_blocking(idx, args).await;
         }
         self.route(idx, args).await;
+    }
+
+    /// Redis's MISCONF while the last save failed, save points are set and
+    /// `stop-writes-on-bgsave-error` is on: for a write, PING, or EXEC of queued writes.
+    fn save_error_refusal(&self, idx: usize) -> Option<&'static str> {
+        let cluster = &self.worker.cluster;
+        if !cluster.saves.failed() {
+            return None;
+        }
+        let spec = &COMMANDS[idx];
+        let writes = spec.is_write()
+            || match spec.handler {
+                Handler::Coord(CoordCmd::Ping) => true,
+                Handler::Coord(CoordCmd::Exec) => self
+                    .multi
+                    .as_ref()
+                    .is_some_and(|m| m.cmds.cmds.iter().any(|c| COMMANDS[c.spec].is_write())),
+                _ => false,
+            };
+        let refuse = writes
+            && cluster.config.get("stop-writes-on-bgsave-error") == "yes"
+            && !cluster.config.get("save").trim().is_empty();
+        refuse.then_some(errors::MISCONF_SAVE)
     }
 
     /// Refuses a command before it runs; inside MULTI this also dooms the transaction.

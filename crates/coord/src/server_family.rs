@@ -533,13 +533,14 @@ impl Connection {
                 self.out.ok();
             }
             b"digest" if argc == 2 => self.debug_digest(args).await,
+            b"reload" => self.debug_reload(args).await,
             b"digest-value" => self.debug_digest_values(args).await,
             #[cfg(debug_assertions)]
             b"panic" => self.debug_panic(args).await,
             b"help" => {
                 self.out.array(1);
                 self.out.simple(
-                    "DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE|DIGEST|DIGEST-VALUE> ...",
+                    "DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE|DIGEST|DIGEST-VALUE|RELOAD> ...",
                 );
             }
             _ => {

@@ -48,6 +48,9 @@ pub(crate) type Finished = (usize, Box<dyn SnapshotSink + Send>);
 /// The server's saves, for SAVE/BGSAVE/LASTSAVE and INFO persistence.
 pub struct Saves {
     state: Mutex<SaveState>,
+    /// The last save failed: read by every write while it is true (MISCONF), so kept apart
+    /// from the mutex.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone)]
@@ -81,7 +84,13 @@ impl Saves {
                 last_try_unix: 0,
                 last_id: 0,
             }),
+            failed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether the last save failed (`rdb_last_bgsave_status:err`).
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
     }
 
     pub fn state(&self) -> SaveState {
@@ -89,7 +98,7 @@ impl Saves {
     }
 
     /// Marks a save as running and returns its id; None when one runs already.
-    fn begin(&self) -> Option<u64> {
+    pub(crate) fn begin(&self) -> Option<u64> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.running.is_some() {
             return None;
@@ -101,10 +110,11 @@ impl Saves {
         Some(id)
     }
 
-    fn end(&self, ok: bool, dirty_at_cut: u64) {
+    pub(crate) fn end(&self, ok: bool, dirty_at_cut: u64) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let took = s.running.take().map_or(0, |t| t.elapsed().as_secs());
         s.last_ok = ok;
+        self.failed.store(!ok, Ordering::Relaxed);
         s.last_secs = i64::try_from(took).unwrap_or(i64::MAX);
         if ok {
             s.saves += 1;
@@ -119,6 +129,8 @@ impl Worker {
     /// rewrite the journal also moves to its next segment here, so the base holds exactly
     /// what precedes that segment. Returns the shard's change counter at the cut.
     fn begin_snapshot(&self, target: &Target, done: Sender<Finished>) -> Result<u64, String> {
+        // The encodings and `rdbcompression` as configured now.
+        self.sync_limits();
         let mut shard = self.shard.borrow_mut();
         if shard.snapshot_running() {
             return Err("a snapshot is already running on this shard".into());
@@ -129,8 +141,8 @@ impl Worker {
             .map(|d| (d.len() as u64, d.volatile_count() as u64))
             .collect();
         let opts = WriteOptions {
-            list_max_listpack_size: shard.limits.list_max_listpack_size,
-            ..WriteOptions::default()
+            checksum: self.cluster.config.get("rdbchecksum") == "yes",
+            ..WriteOptions::for_limits(&shard.limits)
         };
         let number = u32::try_from(self.id).unwrap_or(u32::MAX);
         let path = target.temp(number);
@@ -336,7 +348,7 @@ impl Finisher {
 /// Makes snapshot `id` current once every shard's temporary file is complete and synced:
 /// renames the files, syncs the directory, names the snapshot in the manifest, and only then
 /// deletes other snapshots' files.
-fn publish(dir: &Path, id: u64, shards: usize) -> Result<(), String> {
+pub(crate) fn publish(dir: &Path, id: u64, shards: usize) -> Result<(), String> {
     let shards = u32::try_from(shards).map_err(|_| "too many shards".to_string())?;
     for s in 0..shards {
         let from = dir.join(temp_file_name(id, s));
@@ -353,6 +365,13 @@ fn publish(dir: &Path, id: u64, shards: usize) -> Result<(), String> {
         tracing::warn!("cannot delete an earlier snapshot's files: {e}");
     }
     Ok(())
+}
+
+/// Deletes the temporary files of snapshot `id` (after a failure).
+pub(crate) fn discard_temp_files(dir: &Path, id: u64, shards: usize) {
+    for s in 0..shards {
+        let _ = std::fs::remove_file(dir.join(temp_file_name(id, s as u32)));
+    }
 }
 
 /// Whether SHUTDOWN asked to save, not to save, or left it to the save points (SIGTERM too).
@@ -417,31 +436,14 @@ impl Worker {
             .id
             .get_or_init(|| damselfly_storage::now_ms().max(cluster.saves.state().last_id + 1));
         let dir = PathBuf::from(cluster.config.get("dir"));
-        let (tx, _rx) = crossbeam_channel::bounded::<Finished>(1);
-        let target = Target::Snapshot {
-            dir: dir.clone(),
-            id,
-        };
-        let result = self.begin_snapshot(&target, tx).and_then(|_| {
-            // Walk everything now: no client is left to serve.
-            let sink = loop {
-                if let Some(sink) = self.shard.borrow_mut().snapshot_step(usize::MAX) {
-                    break sink;
-                }
-            };
-            sink.finish()
-                .map_err(|e| format!("writing shard {}'s file: {e}", self.id))
-        });
-        self.snapshot_done.borrow_mut().take();
-        if let Err(e) = result {
+        // No client is left to serve: the whole file is written at once.
+        if let Err(e) = self.save_now(&dir, id) {
             tracing::error!("Error trying to save the DB at shutdown: {e}");
             fin.failed.store(true, SeqCst);
         }
         if fin.done.fetch_add(1, SeqCst) + 1 == self.num_shards() {
             if fin.failed() {
-                for s in 0..self.num_shards() {
-                    let _ = std::fs::remove_file(dir.join(temp_file_name(id, s as u32)));
-                }
+                discard_temp_files(&dir, id, self.num_shards());
                 return;
             }
             match publish(&dir, id, self.num_shards()) {
@@ -452,6 +454,30 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+impl Worker {
+    /// Writes this shard's whole file of snapshot `id` in `dir` now, serving nothing in
+    /// between (the save at shutdown, DEBUG RELOAD). Returns the shard's change counter.
+    pub(crate) fn save_now(&self, dir: &Path, id: u64) -> Result<u64, String> {
+        let target = Target::Snapshot {
+            dir: dir.to_path_buf(),
+            id,
+        };
+        let (tx, _rx) = crossbeam_channel::bounded::<Finished>(1);
+        let result = self.begin_snapshot(&target, tx).and_then(|dirty| {
+            let sink = loop {
+                if let Some(sink) = self.shard.borrow_mut().snapshot_step(usize::MAX) {
+                    break sink;
+                }
+            };
+            sink.finish()
+                .map(|()| dirty)
+                .map_err(|e| format!("writing shard {}'s file: {e}", self.id))
+        });
+        self.snapshot_done.borrow_mut().take();
+        result
     }
 }
 

@@ -12,9 +12,9 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use damselfly_storage::{Entry, SnapshotSink};
+use damselfly_storage::{EncodingLimits, Entry, SnapshotSink, Value};
 
-use crate::rdb::{RdbWriter, WriteOptions};
+use crate::rdb::{Event, RdbReader, RdbWriter, WriteOptions};
 
 /// The snapshot manifest's file name, in `dir`.
 pub const SNAPSHOT_MANIFEST: &str = "damselfly-snapshot.manifest";
@@ -237,6 +237,96 @@ impl SnapshotSink for RdbFileSink {
         let file = w.finish()?;
         file.sync_all()
     }
+}
+
+/// How RDB files are read: into `databases` databases, values built with `limits`, the
+/// trailer checked unless `rdbchecksum` is off.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    pub databases: usize,
+    pub limits: EncodingLimits,
+    pub verify_checksum: bool,
+}
+
+/// Reads one RDB file, a shard's snapshot file or a Redis `dump.rdb`, handing each key to
+/// `each` as (database, key, value, deadline in Unix ms or 0). `expect`: the snapshot id and
+/// shard number the file must say it holds (None for a Redis file); a file of another
+/// snapshot is refused before any of its keys is handed over. A key in a database past
+/// `databases` is an error naming the setting to change. Function libraries are skipped
+/// with a warning (Damselfly has no functions yet).
+pub fn read_rdb_file(
+    path: &Path,
+    expect: Option<(u64, usize)>,
+    opts: &LoadOptions,
+    mut each: impl FnMut(usize, Vec<u8>, Value, u64) -> Result<(), String>,
+) -> Result<(), String> {
+    let name = path.display();
+    let file = File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
+    let mut reader = RdbReader::new(io::BufReader::with_capacity(1 << 20, file), opts.limits)
+        .map_err(|e| format!("cannot load {name}: {e}"))?;
+    reader.verify_checksum(opts.verify_checksum);
+    let (mut id_seen, mut shard_seen) = (None, None);
+    let wrong_file = |id: Option<u64>, shard: Option<usize>| match expect {
+        Some((want, index)) if id != Some(want) || shard != Some(index) => Some(format!(
+            "{name} does not hold shard {index} of snapshot {want} (it says snapshot {id:?}, \
+             shard {shard:?}); move it away to start"
+        )),
+        _ => None,
+    };
+    let mut functions = 0u64;
+    while let Some(event) = reader
+        .next()
+        .map_err(|e| format!("cannot load {name}: {e}"))?
+    {
+        match event {
+            Event::Aux { key, value } if key == SNAPSHOT_ID_AUX => {
+                id_seen = String::from_utf8_lossy(&value).parse::<u64>().ok();
+            }
+            Event::Aux { key, value } if key == SHARD_AUX => {
+                shard_seen = String::from_utf8_lossy(&value).parse::<usize>().ok();
+            }
+            Event::Function { .. } => functions += 1,
+            Event::Entry(e) => {
+                // The AUX fields come first: a file of another snapshot stops here.
+                if let Some(why) = wrong_file(id_seen, shard_seen) {
+                    return Err(why);
+                }
+                let db = usize::try_from(e.db).unwrap_or(usize::MAX);
+                if db >= opts.databases {
+                    return Err(format!(
+                        "{name} has keys in database {db}, but `databases` is {}: start with \
+                         at least {} databases",
+                        opts.databases,
+                        db.saturating_add(1)
+                    ));
+                }
+                // A deadline at or before the epoch has passed: 1 keeps it a deadline.
+                let at = e
+                    .expire_ms
+                    .map_or(0, |ms| u64::try_from(ms).unwrap_or(0).max(1));
+                each(db, e.key, e.value, at)?;
+            }
+            _ => {}
+        }
+    }
+    if let Some(why) = wrong_file(id_seen, shard_seen) {
+        return Err(why);
+    }
+    if functions > 0 {
+        tracing::warn!(
+            file = %name,
+            libraries = functions,
+            "function libraries in the file were skipped: Damselfly has no functions"
+        );
+    }
+    if reader.empty_keys_skipped() > 0 {
+        tracing::warn!(
+            file = %name,
+            keys = reader.empty_keys_skipped(),
+            "empty keys skipped"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

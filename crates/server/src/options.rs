@@ -89,6 +89,16 @@ pub struct Options {
     /// The Redis dump loaded at start-up when there is no snapshot of Damselfly's own.
     #[arg(long)]
     pub dbfilename: Option<String>,
+    /// yes: snapshot files and DUMP payloads LZF-compress long strings.
+    #[arg(long)]
+    pub rdbcompression: Option<String>,
+    /// yes: snapshot files end with a CRC-64 that loading checks; no: a zero trailer, and
+    /// loading checks nothing.
+    #[arg(long)]
+    pub rdbchecksum: Option<String>,
+    /// yes: after a failed save, writes get MISCONF until a save succeeds (with save points).
+    #[arg(long = "stop-writes-on-bgsave-error")]
+    pub stop_writes_on_bgsave_error: Option<String>,
     /// Accepted for compatibility with Redis command lines (no effect yet).
     #[arg(long)]
     pub maxmemory: Option<String>,
@@ -172,7 +182,7 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 26] = [
+        let flags: [(&str, Option<String>); 29] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
             ("unixsocket", self.unixsocket.clone()),
@@ -200,6 +210,12 @@ impl Options {
             ("aof-load-truncated", self.aof_load_truncated.clone()),
             ("force-recovery", self.force_recovery.clone()),
             ("dbfilename", self.dbfilename.clone()),
+            ("rdbcompression", self.rdbcompression.clone()),
+            ("rdbchecksum", self.rdbchecksum.clone()),
+            (
+                "stop-writes-on-bgsave-error",
+                self.stop_writes_on_bgsave_error.clone(),
+            ),
             ("maxmemory", self.maxmemory.clone()),
             ("maxmemory-policy", self.maxmemory_policy.clone()),
         ];

@@ -19,11 +19,10 @@ use damselfly_persistence::appender::{new_segment, Appender, FsyncPolicy};
 use damselfly_persistence::dump;
 use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader, SegmentReader};
 use damselfly_persistence::manifest::{Base, Manifest};
-use damselfly_persistence::rdb::{Event, RdbReader};
 use damselfly_persistence::replay::{
     drop_incomplete_transactions, read_shard, ReadPolicy, SegmentBytes,
 };
-use damselfly_persistence::snapshot::{SnapshotManifest, SHARD_AUX, SNAPSHOT_ID_AUX};
+use damselfly_persistence::snapshot::{read_rdb_file, LoadOptions, SnapshotManifest};
 use damselfly_protocol::{ReplyBuf, Span};
 use damselfly_storage::{shard_for_key, EncodingLimits, Shard};
 
@@ -53,11 +52,13 @@ const FIRST_APPEND_SEQ: u64 = 1;
 /// Loads what the journal holds (when `appendonly` is on) into `threads` shards, reporting
 /// how far it got in `progress`.
 pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<Recovered, String> {
-    let databases = usize::try_from(config.get_u64("databases").max(1)).unwrap_or(usize::MAX);
-    let limits = config.encoding_limits();
+    let opts = load_options(config);
+    let LoadOptions {
+        databases, limits, ..
+    } = opts;
     let empty = |n: usize| -> Vec<Shard> { (0..n).map(|_| new_shard(databases, limits)).collect() };
     if config.get("appendonly") != "yes" {
-        let shards = load_snapshot(config, threads, databases, limits)?;
+        let shards = load_snapshot(config, threads, &opts)?;
         return Ok(Recovered {
             shards: shards.unwrap_or_else(|| empty(threads)),
             journal: None,
@@ -75,7 +76,7 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     let loaded = match old {
         Some(m) => {
             let delay = Duration::from_micros(config.get_u64("key-load-delay"));
-            load_generation(&dir, m, (databases, limits), policy, delay, progress)?
+            load_generation(&dir, m, &opts, policy, delay, progress)?
         }
         None => Vec::new(),
     };
@@ -83,7 +84,7 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     let mut shards = if old.is_none() {
         // No journal yet: start from the snapshot, if there is one; the new generation's
         // base segments then hold its keys.
-        load_snapshot(config, threads, databases, limits)?.unwrap_or_else(|| empty(threads))
+        load_snapshot(config, threads, &opts)?.unwrap_or_else(|| empty(threads))
     } else if loaded.is_empty() {
         empty(threads)
     } else {
@@ -196,7 +197,7 @@ fn key_count(s: &Shard) -> usize {
 fn load_generation(
     dir: &Path,
     m: Manifest,
-    (databases, limits): (usize, EncodingLimits),
+    opts: &LoadOptions,
     policy: ReadPolicy,
     delay: Duration,
     progress: &Progress,
@@ -232,10 +233,9 @@ fn load_generation(
             Base::Rdb => load_rdb_file(
                 &m.base_path(dir, u32::try_from(id).unwrap_or(u32::MAX)),
                 Some((m.generation, id)),
-                databases,
-                limits,
+                opts,
             )?,
-            Base::Segments => new_shard(databases, limits),
+            Base::Segments => new_shard(opts.databases, opts.limits),
         };
         replay(recs, start, (id, old_shards), delay, progress)
     })
@@ -494,8 +494,7 @@ fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u6
 fn load_snapshot(
     config: &Config,
     threads: usize,
-    databases: usize,
-    limits: EncodingLimits,
+    opts: &LoadOptions,
 ) -> Result<Option<Vec<Shard>>, String> {
     let dir = PathBuf::from(config.get("dir"));
     let started = Instant::now();
@@ -510,14 +509,14 @@ fn load_snapshot(
         }
     };
     let loaded = on_threads(files.iter().collect(), |i, path| {
-        load_rdb_file(path, id.map(|id| (id, i)), databases, limits)
+        load_rdb_file(path, id.map(|id| (id, i)), opts)
     })?;
     let keys: usize = loaded.iter().map(key_count).sum();
     let shards = route(
         loaded,
         threads,
-        databases,
-        limits,
+        opts.databases,
+        opts.limits,
         damselfly_storage::now_ms(),
     );
     let kept: usize = shards.iter().map(key_count).sum();
@@ -531,87 +530,33 @@ fn load_snapshot(
     Ok(Some(shards))
 }
 
+/// How start-up reads RDB files, from the configuration.
+fn load_options(config: &Config) -> LoadOptions {
+    LoadOptions {
+        databases: usize::try_from(config.get_u64("databases").max(1)).unwrap_or(usize::MAX),
+        limits: config.encoding_limits(),
+        verify_checksum: config.get("rdbchecksum") == "yes",
+    }
+}
+
 /// Reads one RDB file into one shard (as the shard of the run that wrote it). `snapshot`:
 /// the snapshot id and shard number the file must say it holds (None for a Redis file).
 fn load_rdb_file(
     path: &Path,
     snapshot: Option<(u64, usize)>,
-    databases: usize,
-    limits: EncodingLimits,
+    opts: &LoadOptions,
 ) -> Result<Shard, String> {
-    let name = path.display();
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
-    let mut reader = RdbReader::new(std::io::BufReader::with_capacity(1 << 20, file), limits)
-        .map_err(|e| format!("cannot load {name}: {e}"))?;
-    let mut shard = new_shard(databases, limits);
-    let (mut id_seen, mut shard_seen) = (None, None);
-    let mut functions = 0u64;
-    loop {
-        let event = reader
-            .next()
-            .map_err(|e| format!("cannot load {name}: {e}"))?;
-        let Some(event) = event else { break };
-        match event {
-            Event::Aux { key, value } if key == SNAPSHOT_ID_AUX => {
-                id_seen = String::from_utf8_lossy(&value).parse::<u64>().ok();
-            }
-            Event::Aux { key, value } if key == SHARD_AUX => {
-                shard_seen = String::from_utf8_lossy(&value).parse::<usize>().ok();
-            }
-            Event::Function { .. } => functions += 1,
-            Event::Entry(e) => {
-                if let Some((want, index)) = snapshot {
-                    // The AUX fields come first: a file of another snapshot stops here.
-                    if id_seen != Some(want) || shard_seen != Some(index) {
-                        return Err(format!(
-                            "{name} does not hold shard {index} of snapshot {want} (it says \
-                             snapshot {id_seen:?}, shard {shard_seen:?}); move it away to start"
-                        ));
-                    }
-                }
-                let db = usize::try_from(e.db).unwrap_or(usize::MAX);
-                if db >= databases {
-                    return Err(format!(
-                        "{name} has keys in database {db}, but `databases` is {databases}: \
-                         start with at least {} databases",
-                        db.saturating_add(1)
-                    ));
-                }
-                if shard.dbs[db].table.get(&e.key).is_some() {
-                    return Err(format!(
-                        "{name} holds key {:?} of database {db} twice",
-                        String::from_utf8_lossy(&e.key)
-                    ));
-                }
-                // A deadline at or before the epoch has passed: 1 keeps it a deadline.
-                let at = e
-                    .expire_ms
-                    .map_or(0, |ms| u64::try_from(ms).unwrap_or(0).max(1));
-                shard.set(db, &e.key, e.value, at);
-            }
-            _ => {}
-        }
-    }
-    if let Some((want, index)) = snapshot {
-        if id_seen != Some(want) || shard_seen != Some(index) {
+    let mut shard = new_shard(opts.databases, opts.limits);
+    read_rdb_file(path, snapshot, opts, |db, key, value, at| {
+        if shard.dbs[db].table.get(&key).is_some() {
             return Err(format!(
-                "{name} does not hold shard {index} of snapshot {want}; move it away to start"
+                "{} holds key {:?} of database {db} twice",
+                path.display(),
+                String::from_utf8_lossy(&key)
             ));
         }
-    }
-    if functions > 0 {
-        tracing::warn!(
-            file = %name,
-            libraries = functions,
-            "function libraries in the file were skipped: Damselfly has no functions"
-        );
-    }
-    if reader.empty_keys_skipped() > 0 {
-        tracing::warn!(
-            file = %name,
-            keys = reader.empty_keys_skipped(),
-            "empty keys skipped"
-        );
-    }
+        shard.set(db, &key, value, at);
+        Ok(())
+    })?;
     Ok(shard)
 }

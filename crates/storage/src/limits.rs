@@ -1,5 +1,5 @@
-//! Thresholds that decide when a value leaves its compact encoding, with Redis's config
-//! names and defaults. The server copies them from the configuration into each shard.
+//! Thresholds that decide when a value leaves its compact encoding (and whether serialized
+//! strings are compressed), with Redis's config names and defaults. The server copies them from the configuration into each shard.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EncodingLimits {
@@ -18,6 +18,8 @@ pub struct EncodingLimits {
     pub list_max_listpack_size: i64,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog growing past this turns dense.
     pub hll_sparse_max_bytes: usize,
+    /// `rdbcompression`: DUMP payloads and snapshot files LZF-compress long strings.
+    pub rdb_compression: bool,
 }
 
 impl Default for EncodingLimits {
@@ -30,6 +32,7 @@ impl Default for EncodingLimits {
             zset_max_value: 64,
             list_max_listpack_size: -2,
             hll_sparse_max_bytes: 3000,
+            rdb_compression: true,
         }
     }
 }

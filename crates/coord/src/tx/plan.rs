@@ -2,7 +2,7 @@
 //! flags and the command's `Intents`; commands whose arguments name databases are read with
 //! the command's own parser, so planning never disagrees with (or runs ahead of) execution.
 
-use damselfly_commands::dump_family::DigestScope;
+use damselfly_commands::dump_family::DebugScope;
 use damselfly_commands::keys_family::{self, SwapDb, Transfer};
 use damselfly_commands::table::{CommandSpec, Intents, Route, COMMANDS};
 use damselfly_commands::Args;
@@ -62,14 +62,19 @@ pub fn command_locks(
                 return;
             }
         }
-        Intents::Digest => {
-            match DigestScope::parse(args) {
-                Some(DigestScope::Dataset) => {
+        Intents::Debug => {
+            match DebugScope::parse(args) {
+                Some(DebugScope::Dataset) => {
                     for shard in 0..shards {
                         add(shard, Lock::AllDbs { mode: Mode::Shared });
                     }
                 }
-                Some(DigestScope::Keys) => {
+                Some(DebugScope::Reload) => {
+                    for shard in 0..shards {
+                        add(shard, Lock::AllDbs { mode: Mode::Exclusive });
+                    }
+                }
+                Some(DebugScope::Keys) => {
                     for key in args.iter().skip(2) {
                         key_lock(key, db, Mode::Shared);
                     }

@@ -229,6 +229,8 @@ pub struct RdbReader<R: Read> {
     db: u64,
     done: bool,
     empty_keys: u64,
+    /// `rdbchecksum`: compare the trailer with the CRC-64 of the stream.
+    verify_checksum: bool,
 }
 
 impl<R: Read> RdbReader<R> {
@@ -263,7 +265,13 @@ impl<R: Read> RdbReader<R> {
             db: 0,
             done: false,
             empty_keys: 0,
+            verify_checksum: true,
         })
+    }
+
+    /// Whether the trailer is checked (`rdbchecksum no` skips it, as Redis does).
+    pub fn verify_checksum(&mut self, on: bool) {
+        self.verify_checksum = on;
     }
 
     /// The stream's RDB version.
@@ -283,7 +291,7 @@ impl<R: Read> RdbReader<R> {
     }
 
     /// The next record; `None` once the EOF record and the checksum (verified unless it is
-    /// 0) have been read.
+    /// 0, a file written with `rdbchecksum no`, or verification is off) have been read.
     #[allow(clippy::should_implement_trait)] // fallible, so not an Iterator
     pub fn next(&mut self) -> Result<Option<Event>, Error> {
         if self.done {
@@ -309,7 +317,7 @@ impl<R: Read> RdbReader<R> {
                         let computed = self.input.crc();
                         let at = self.input.pos();
                         let stored = u64::from_le_bytes(self.input.array()?);
-                        if stored != 0 && stored != computed {
+                        if self.verify_checksum && stored != 0 && stored != computed {
                             return Err(Error::new(at, ErrorKind::Checksum { stored, computed }));
                         }
                     }

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use damselfly_protocol::number::{format_f64_17g, parse_i64, push_i64};
 use damselfly_storage::set::Member;
-use damselfly_storage::{Hash, List, Set, Value, ZSet};
+use damselfly_storage::{EncodingLimits, Hash, List, Set, Value, ZSet};
 
 use super::{
     double_to_i64, enc, opcodes, types, CONTAINER_PACKED, CONTAINER_PLAIN, RDB_VERSION,
@@ -23,6 +23,18 @@ pub struct WriteOptions {
     pub checksum: bool,
     /// `list-max-listpack-size`: how list elements are grouped into listpack nodes.
     pub list_max_listpack_size: i64,
+}
+
+impl WriteOptions {
+    /// What a shard's settings ask for: `rdbcompression` and the list node size; the
+    /// checksum is on (DUMP payloads always carry one).
+    pub fn for_limits(limits: &EncodingLimits) -> Self {
+        WriteOptions {
+            compression: limits.rdb_compression,
+            list_max_listpack_size: limits.list_max_listpack_size,
+            ..WriteOptions::default()
+        }
+    }
 }
 
 impl Default for WriteOptions {
