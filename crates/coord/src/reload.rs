@@ -101,20 +101,25 @@ impl Worker {
             files.iter().enumerate().collect()
         };
         for (index, path) in mine {
-            read_rdb_file(path, id.map(|id| (id, index)), opts, |db, key, value, at| {
-                if shard_for_key(&key, shards) != self.id || (at != 0 && at <= now) {
-                    return Ok(());
-                }
-                if !reload.flush && !reload.merge && live.dbs[db].table.get(&key).is_some() {
-                    return Err(format!(
+            read_rdb_file(
+                path,
+                id.map(|id| (id, index)),
+                opts,
+                |db, key, value, at| {
+                    if shard_for_key(&key, shards) != self.id || (at != 0 && at <= now) {
+                        return Ok(());
+                    }
+                    if !reload.flush && !reload.merge && live.dbs[db].table.get(&key).is_some() {
+                        return Err(format!(
                         "{} holds key {:?} of database {db}, which exists (NOFLUSH without MERGE)",
                         path.display(),
                         String::from_utf8_lossy(&key)
                     ));
-                }
-                loaded.set(db, &key, value, at);
-                Ok(())
-            })?;
+                    }
+                    loaded.set(db, &key, value, at);
+                    Ok(())
+                },
+            )?;
         }
         Ok(loaded)
     }

@@ -232,7 +232,11 @@ fn a_failed_save_stops_writes_as_redis(b: Backend) {
         &["GET", "k"],
     ];
     assert_eq!(replies(&mut c, script), replies(&mut r, script));
-    assert_eq!(c.cmd(&["LASTSAVE"]), lastsave[0], "a failed save is no save");
+    assert_eq!(
+        c.cmd(&["LASTSAVE"]),
+        lastsave[0],
+        "a failed save is no save"
+    );
     // A save that succeeds lets writes in again.
     std::fs::create_dir(&ours).expect("mkdir");
     assert_eq!(c.cmd(&["BGSAVE"]), b"+Background saving started\r\n");

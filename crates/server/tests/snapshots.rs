@@ -94,7 +94,6 @@ fn bgsave_under_transfers_is_a_point_in_time(b: Backend) {
     load.stop();
 }
 
-
 /// SAVE, then restarts with 1, 4 and 2 threads give the same DEBUG DIGEST; redis-check-rdb
 /// accepts every shard file.
 fn restart_with_other_thread_counts_keeps_the_digest(b: Backend) {
@@ -289,7 +288,6 @@ fn replies_match_redis(b: Backend) {
     assert_eq!(field(&mut c, "rdb_changes_since_last_save"), "2");
     assert_eq!(field(&mut c, "rdb_current_bgsave_time_sec"), "-1");
     assert_ne!(field(&mut c, "rdb_last_bgsave_time_sec"), "-1");
-
 }
 
 /// With `appendonly yes` and no journal yet, start-up loads the snapshot, and its keys go

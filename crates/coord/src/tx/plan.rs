@@ -71,7 +71,12 @@ pub fn command_locks(
                 }
                 Some(DebugScope::Reload) => {
                     for shard in 0..shards {
-                        add(shard, Lock::AllDbs { mode: Mode::Exclusive });
+                        add(
+                            shard,
+                            Lock::AllDbs {
+                                mode: Mode::Exclusive,
+                            },
+                        );
                     }
                 }
                 Some(DebugScope::Keys) => {
