@@ -201,15 +201,7 @@ fn stale_snapshot_files_are_not_loaded(b: Backend) {
     drop(s);
     let current = shard_files(data.path());
     std::fs::copy(&stale[0], &current[0]).expect("copy");
-    let port = common::free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
-        .args(["--port", &port.to_string(), "--threads", "2", "--dir"])
-        .arg(data.path())
-        .output()
-        .expect("run damselfly");
-    assert!(!out.status.success(), "a foreign file was loaded");
-    let log =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let log = common::start_refused(data.path(), &[]);
     assert!(log.contains("does not hold shard 0 of snapshot"), "{log}");
 }
 

@@ -484,6 +484,20 @@ pub fn info_field(raw: &mut Raw, section: &str, field: &str) -> Option<String> {
     })
 }
 
+/// Runs Damselfly (2 threads) on `dir` expecting start-up to fail; returns its log.
+pub fn start_refused(dir: &std::path::Path, extra: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
+        .args(["--port", &free_port().to_string(), "--threads", "2", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .expect("run damselfly");
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "damselfly started: {log}");
+    log
+}
+
 /// Waits until no save runs; returns `rdb_last_bgsave_status`.
 pub fn wait_saved(c: &mut Raw) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
