@@ -175,11 +175,9 @@ impl Shard {
                 snap.cursor = (db + 1, 0);
                 continue;
             }
-            if table.segment_version(seg) < snap.version {
-                for e in table.mark_segment(seg, snap.version) {
-                    snap.sink.save(db, e);
-                    saved += 1;
-                }
+            for e in table.mark_segment(seg, snap.version) {
+                snap.sink.save(db, e);
+                saved += 1;
             }
             snap.cursor.1 += 1;
             if saved >= budget {
@@ -194,17 +192,14 @@ impl Shard {
         self.snapshot.take().map(|s| s.sink)
     }
 
-    /// Saves the segment holding `key` first if the running snapshot has not saved it: the
-    /// snapshot keeps the state from its start, whatever is about to change.
+    /// Saves the part of the table holding `key` (its segment's stripe) first if the running
+    /// snapshot has not saved it: the snapshot keeps the state from its start, whatever is
+    /// about to change.
     #[inline]
     fn before_change(&mut self, db: usize, key: &[u8]) {
         if let Some(snap) = &mut self.snapshot {
-            let table = &mut self.dbs[db].table;
-            let seg = table.segment_of_key(key);
-            if table.segment_version(seg) < snap.version {
-                for e in table.mark_segment(seg, snap.version) {
-                    snap.sink.save(db, e);
-                }
+            for e in self.dbs[db].table.mark_stripe_of(key, snap.version) {
+                snap.sink.save(db, e);
             }
         }
     }
@@ -214,10 +209,8 @@ impl Shard {
         if let Some(snap) = &mut self.snapshot {
             let table = &mut self.dbs[db].table;
             for seg in 0..table.segment_count() {
-                if table.segment_version(seg) < snap.version {
-                    for e in table.mark_segment(seg, snap.version) {
-                        snap.sink.save(db, e);
-                    }
+                for e in table.mark_segment(seg, snap.version) {
+                    snap.sink.save(db, e);
                 }
             }
         }
