@@ -45,9 +45,9 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0usize..2, 0u16..3000, any::<u32>()).prop_map(|(d, k, v)| Op::Set(d, k, v)),
-        3 => (0usize..2, 0u16..3000).prop_map(|(d, k)| Op::Del(d, k)),
-        1 => (0usize..2, 0u16..3000).prop_map(|(d, k)| Op::Expire(d, k)),
+        8 => (0usize..2, 0u16..8000, any::<u32>()).prop_map(|(d, k, v)| Op::Set(d, k, v)),
+        3 => (0usize..2, 0u16..8000).prop_map(|(d, k)| Op::Del(d, k)),
+        1 => (0usize..2, 0u16..8000).prop_map(|(d, k)| Op::Expire(d, k)),
         1 => (0usize..2).prop_map(Op::Flush),
         1 => Just(Op::Swap),
         4 => any::<u8>().prop_map(Op::Step),
@@ -62,7 +62,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     #[test]
     fn a_snapshot_is_the_state_at_its_start(
-        initial in proptest::collection::vec((0usize..2, 0u16..3000, any::<u32>()), 0..6000),
+        initial in proptest::collection::vec((0usize..2, 0u16..8000, any::<u32>()), 0..12000),
         ops in proptest::collection::vec(op(), 0..400),
     ) {
         let mut shard = Shard::new(2);

@@ -487,7 +487,13 @@ pub fn info_field(raw: &mut Raw, section: &str, field: &str) -> Option<String> {
 /// Runs Damselfly (2 threads) on `dir` expecting start-up to fail; returns its log.
 pub fn start_refused(dir: &std::path::Path, extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_damselfly"))
-        .args(["--port", &free_port().to_string(), "--threads", "2", "--dir"])
+        .args([
+            "--port",
+            &free_port().to_string(),
+            "--threads",
+            "2",
+            "--dir",
+        ])
         .arg(dir)
         .args(extra)
         .output()
