@@ -4,7 +4,7 @@
 //! DIGEST's pattern), whose hop on each shard opens that shard's temporary RDB file and calls
 //! `Shard::start_snapshot` with it. No write can fall between two shards' hops, so the files
 //! together hold one point in time. Each shard then walks the rest of its data in steps of
-//! `STEP_BUDGET` entries, one step per pass of its mailbox loop (the worker sends itself a
+//! `STEP_TIME` (stripe by stripe), one step per pass of its mailbox loop (the worker sends itself a
 //! `SnapshotStep` message after each step, and the mailbox loop yields to the thread's
 //! other tasks after handling one), so clients keep being served between steps; a write
 //! saves the segment it touches first if the walk has not reached it.
@@ -37,10 +37,13 @@ use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::Worker;
 use std::sync::atomic::Ordering;
 
-/// Entries one snapshot step saves before the shard serves anything else. A step of 1000
-/// small entries takes well under a millisecond, so clients wait little between steps, and a
-/// million keys take a thousand passes of the mailbox loop (about a second).
-pub(crate) const STEP_BUDGET: usize = 1000;
+/// How long one snapshot step saves before the shard serves anything else. The walk goes
+/// stripe by stripe (about 1/64 of a table segment), checking the clock after each batch of
+/// `STEP_BATCH` entries, so a step of large values ends about as soon as one of small values
+/// and clients wait at most about this long (plus one stripe) between steps.
+const STEP_TIME: std::time::Duration = std::time::Duration::from_micros(250);
+/// Entries saved between two looks at the clock within a step.
+const STEP_BATCH: usize = 64;
 
 /// A finished shard: its id and its sink (to finish on the finishing thread).
 pub(crate) type Finished = (usize, Box<dyn SnapshotSink + Send>);
@@ -202,14 +205,19 @@ impl Worker {
         // Redis's testing knob: microseconds per key saved; one key per step then, so the
         // shard keeps serving between the pauses.
         let delay = self.cluster.config.get_u64("rdb-key-save-delay");
-        let budget = if delay > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(delay));
-            1
-        } else {
-            STEP_BUDGET
-        };
         let mut shard = self.shard.borrow_mut();
-        let finished = shard.snapshot_step(budget);
+        let finished = if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+            shard.snapshot_step(1)
+        } else {
+            let until = Instant::now() + STEP_TIME;
+            loop {
+                let finished = shard.snapshot_step(STEP_BATCH);
+                if finished.is_some() || Instant::now() >= until {
+                    break finished;
+                }
+            }
+        };
         let running = shard.snapshot_running();
         drop(shard);
         match finished {

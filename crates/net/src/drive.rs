@@ -288,8 +288,13 @@ fn refuse(fd: i32) {
     }
 }
 
-/// Hands every message sent to this thread's shard to its worker.
-pub(crate) async fn mailbox_loop(worker: Rc<Worker>, mailbox: Mailbox<ShardMsg>) {
+/// Hands every message sent to this thread's shard to its worker. `after_io` waits until
+/// the runtime has polled for I/O (each backend has its way).
+pub(crate) async fn mailbox_loop<F: Future<Output = ()>>(
+    worker: Rc<Worker>,
+    mailbox: Mailbox<ShardMsg>,
+    after_io: impl Fn() -> F,
+) {
     let mut msgs = Vec::with_capacity(64);
     while mailbox.recv_all(&mut msgs).await {
         let mut stepped = false;
@@ -297,10 +302,13 @@ pub(crate) async fn mailbox_loop(worker: Rc<Worker>, mailbox: Mailbox<ShardMsg>)
             stepped |= matches!(m, ShardMsg::SnapshotStep);
             worker.handle(m);
         }
-        // A snapshot step asks for the next one at once: let the thread's connections run
-        // in between, or the walk would keep the mailbox busy until it ends.
+        // A snapshot step asks for the next one at once, so the mailbox is always ready
+        // while a walk runs. Both runtimes poll for I/O only between runs of ready tasks
+        // (glommio after its 100 ms time slice, tokio every 61 polls): a plain yield would
+        // leave sockets unread for that long. Waiting for the next I/O poll lets the
+        // thread's connections read, run and reply between any two steps.
         if stepped {
-            yield_now().await;
+            after_io().await;
         }
     }
 }

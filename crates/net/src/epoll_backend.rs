@@ -72,7 +72,12 @@ fn thread_main(
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let worker = Worker::new(index, shared.cluster.clone());
-        spawn_local(mailbox_loop(worker.clone(), mailbox));
+        // tokio's yield_now wakes the task only after the runtime polled its I/O driver.
+        spawn_local(mailbox_loop(
+            worker.clone(),
+            mailbox,
+            tokio::task::yield_now,
+        ));
         spawn_local(tick_loop(worker.clone()));
         if index == 0 {
             // One thread runs the `save` schedule (its cut spans every shard).

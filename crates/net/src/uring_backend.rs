@@ -133,7 +133,11 @@ async fn thread_main(
 ) -> io::Result<()> {
     shared.pin(index);
     let worker = Worker::new(index, shared.cluster.clone());
-    spawn_local(mailbox_loop(worker.clone(), mailbox)).detach();
+    // A timer fires only when the reactor runs, which also reaps I/O completions.
+    spawn_local(mailbox_loop(worker.clone(), mailbox, || {
+        glommio::timer::sleep(Duration::from_micros(20))
+    }))
+    .detach();
     spawn_local(tick_loop(worker.clone())).detach();
     if index == 0 {
         // One thread runs the `save` schedule (its cut spans every shard).

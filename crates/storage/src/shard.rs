@@ -163,7 +163,7 @@ impl Shard {
         self.snapshot.is_some()
     }
 
-    /// Saves unsaved segments until about `budget` entries went out. Returns the sink once
+    /// Saves unsaved stripes until about `budget` entries went out (at least one stripe). Returns the sink once
     /// the snapshot is complete (and ends it), None while there is more to save.
     pub fn snapshot_step(&mut self, budget: usize) -> Option<Box<dyn SnapshotSink + Send>> {
         let snap = self.snapshot.as_mut()?;
@@ -175,11 +175,14 @@ impl Shard {
                 snap.cursor = (db + 1, 0);
                 continue;
             }
-            for e in table.mark_segment(seg, snap.version) {
+            let (entries, whole) = table.mark_stripes(seg, snap.version, budget - saved);
+            for e in &entries {
                 snap.sink.save(db, e);
-                saved += 1;
             }
-            snap.cursor.1 += 1;
+            saved += entries.len();
+            if whole {
+                snap.cursor.1 += 1;
+            }
             if saved >= budget {
                 return None;
             }

@@ -328,6 +328,45 @@ impl Table {
         s.take_stripes(due, version, hasher)
     }
 
+    /// The walk's part: marks saved by snapshot `version` the stripes of segment `seg` it has
+    /// not saved, in stripe order, until about `budget` entries are taken (at least one
+    /// stripe), and returns their entries and whether the segment is now saved whole. A
+    /// segment nothing saved yet and that fits in the budget is taken without hashing a key.
+    pub fn mark_stripes(&mut self, seg: usize, version: u64, budget: usize) -> (Vec<&Entry>, bool) {
+        let Table {
+            hasher, segments, ..
+        } = self;
+        let s = &mut segments[seg];
+        let due = s
+            .saved_by
+            .iter()
+            .enumerate()
+            .filter(|(_, &v)| v < version)
+            .fold(0u64, |due, (i, _)| due | 1 << i);
+        if due == 0 {
+            return (Vec::new(), true);
+        }
+        if due == u64::MAX && s.slots.len() <= budget {
+            return (s.take_stripes(due, version, hasher), true);
+        }
+        if s.pending.as_ref().is_none_or(|p| p.version != version) {
+            s.pending = Some(Box::new(StripeIndex::new(version, &s.slots, hasher)));
+        }
+        let mut take = 0u64;
+        let mut taken = 0;
+        if let Some(index) = s.pending.as_deref() {
+            for i in (0..STRIPES).filter(|i| due >> i & 1 == 1) {
+                let n = index.stripe(i).len();
+                if take != 0 && taken + n > budget {
+                    break;
+                }
+                take |= 1 << i;
+                taken += n;
+            }
+        }
+        (s.take_stripes(take, version, hasher), take == due)
+    }
+
     /// Marks the stripe holding `key` (or where it would go) saved by snapshot `version`,
     /// returning its entries if that snapshot had not saved them yet.
     pub fn mark_stripe_of(&mut self, key: &[u8], version: u64) -> Vec<&Entry> {
