@@ -151,72 +151,83 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Bytes of copied entries handed over at once, and at most in flight (64 MB): past that a
-/// save waits for the serializing thread.
-const BATCH_BYTES: usize = 256 << 10;
-const BATCHES_IN_FLIGHT: usize = 256;
+/// Buffers in flight to a snapshot file's writer thread (64 KB each: 64 MB at most).
+const WRITES_IN_FLIGHT: usize = 1024;
 
-/// Entries copied out of a shard, each with its database.
-type Batch = Vec<(usize, Entry)>;
-
-/// One shard's snapshot file. The shard hands over copies of its entries (in any order of
-/// databases: a write saves its stripe first, wherever the walk is); a thread of the file's
-/// own serializes them into one RDB stream and writes it. Copying a value is a fraction of
-/// encoding it (listpacks, LZF), so the shard thread, which serves clients between snapshot
-/// steps and saves a stripe before a write changes it, spends little time per entry, and a
-/// slow disk never holds it up until 64 MB of copies wait.
-///
-/// A SELECTDB precedes each run of entries of one database; the first one of a database
-/// carries its sizes at the snapshot's start (RESIZEDB), later ones repeat only SELECTDB. A
-/// write error stops the writing; `finish` reports it.
-pub struct RdbFileSink {
-    batch: Batch,
-    batch_bytes: usize,
-    tx: Option<crossbeam_channel::Sender<Batch>>,
-    writer: Option<std::thread::JoinHandle<io::Result<()>>>,
-    entries: u64,
+/// A file written by a thread of its own: the shard thread only hands over buffers, so a
+/// slow disk or the kernel's writeback throttling never holds up the clients the shard
+/// serves between snapshot steps. Only when the disk falls 64 MB behind does a write wait.
+/// After a failed write the rest is dropped and `finish` reports the error.
+struct BackgroundFile {
+    tx: Option<crossbeam_channel::Sender<Vec<u8>>>,
+    writer: Option<std::thread::JoinHandle<io::Result<File>>>,
 }
 
-/// The serializing thread's state.
-struct StreamWriter {
-    writer: RdbWriter<File>,
+impl BackgroundFile {
+    fn create(path: &Path) -> io::Result<Self> {
+        let mut file = File::create(path)?;
+        let (tx, rx) = crossbeam_channel::bounded::<Vec<u8>>(WRITES_IN_FLIGHT);
+        let writer = std::thread::Builder::new()
+            .name("damselfly-snapshot-file".into())
+            .spawn(move || {
+                let mut result = Ok(());
+                for buf in rx {
+                    if result.is_ok() {
+                        result = file.write_all(&buf);
+                    }
+                }
+                result.map(|()| file)
+            })?;
+        Ok(BackgroundFile {
+            tx: Some(tx),
+            writer: Some(writer),
+        })
+    }
+
+    /// Waits for every write; the file, or the first write error.
+    fn finish(mut self) -> io::Result<File> {
+        self.tx = None;
+        match self.writer.take().map(|w| w.join()) {
+            Some(Ok(result)) => result,
+            _ => Err(io::Error::other("the snapshot file's writer stopped")),
+        }
+    }
+}
+
+impl Write for BackgroundFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let sent = self.tx.as_ref().map(|tx| tx.send(buf.to_vec()));
+        match sent {
+            Some(Ok(())) => Ok(buf.len()),
+            _ => Err(io::Error::other("the snapshot file's writer stopped")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One shard's snapshot file: receives the shard's entries (in any order of databases: a
+/// write saves its segment first, wherever the walk is) and writes them as one RDB stream.
+/// A SELECTDB precedes each run of entries of one database; the first one of a database
+/// carries its sizes at the snapshot's start (RESIZEDB), later ones repeat only SELECTDB.
+///
+/// A write error is kept and reported by `finish`; the entries after it are dropped.
+pub struct RdbFileSink {
+    writer: Option<RdbWriter<BackgroundFile>>,
+    error: Option<io::Error>,
     /// The database of the last entry written.
     current: Option<usize>,
     /// (keys, keys with a deadline) per database at the start; None once announced.
     sizes: Vec<Option<(u64, u64)>>,
-}
-
-impl StreamWriter {
-    fn write(&mut self, db: usize, e: &Entry) -> io::Result<()> {
-        if self.current != Some(db) {
-            match self.sizes.get_mut(db).and_then(Option::take) {
-                Some((keys, expires)) => self.writer.select_db(db as u64, keys, expires)?,
-                None => self.writer.switch_db(db as u64)?,
-            }
-            self.current = Some(db);
-        }
-        let deadline = (e.expire_at != 0).then(|| i64::try_from(e.expire_at).unwrap_or(i64::MAX));
-        self.writer.write_entry(&e.key, &e.value, deadline)
-    }
-
-    /// Writes every batch until the shard's side hangs up, then the trailer; syncs the file.
-    /// After an error the rest is received and dropped, so the shard never waits on it.
-    fn run(mut self, rx: crossbeam_channel::Receiver<Batch>) -> io::Result<()> {
-        let mut result = Ok(());
-        for batch in rx {
-            if result.is_ok() {
-                result = batch.iter().try_for_each(|(db, e)| self.write(*db, e));
-            }
-        }
-        result?;
-        self.writer.finish()?.sync_all()
-    }
+    entries: u64,
 }
 
 impl RdbFileSink {
     /// Creates `path` (truncating it) and writes the stream's header: Redis's AUX fields,
-    /// then the snapshot id and the shard; starts the serializing thread. `sizes` are each
-    /// database's (keys, keys with a deadline) at the snapshot's start.
+    /// then the snapshot id and the shard. `sizes` are each database's (keys, keys with a
+    /// deadline) at the snapshot's start.
     pub fn create(
         path: &Path,
         id: u64,
@@ -226,38 +237,37 @@ impl RdbFileSink {
         ctime: i64,
         used_mem: u64,
     ) -> io::Result<Self> {
-        let file = File::create(path)?;
+        let file = BackgroundFile::create(path)?;
         let mut writer = RdbWriter::new(file, opts, ctime, used_mem, false)?;
         writer.write_aux(SNAPSHOT_ID_AUX, id.to_string().as_bytes())?;
         writer.write_aux(SHARD_AUX, shard.to_string().as_bytes())?;
-        let stream = StreamWriter {
-            writer,
+        Ok(RdbFileSink {
+            writer: Some(writer),
+            error: None,
             current: None,
             sizes: sizes.into_iter().map(Some).collect(),
-        };
-        let (tx, rx) = crossbeam_channel::bounded::<Batch>(BATCHES_IN_FLIGHT);
-        let writer = std::thread::Builder::new()
-            .name("damselfly-snapshot-file".into())
-            .spawn(move || stream.run(rx))?;
-        Ok(RdbFileSink {
-            batch: Vec::new(),
-            batch_bytes: 0,
-            tx: Some(tx),
-            writer: Some(writer),
             entries: 0,
         })
     }
 
-    fn hand_over(&mut self) {
-        let batch = std::mem::take(&mut self.batch);
-        self.batch_bytes = 0;
-        if let Some(tx) = &self.tx {
-            // A closed channel means the thread is gone: `finish` reports why.
-            let _ = tx.send(batch);
+    fn write(&mut self, db: usize, e: &Entry) -> io::Result<()> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        if self.current != Some(db) {
+            match self.sizes.get_mut(db).and_then(Option::take) {
+                Some((keys, expires)) => w.select_db(db as u64, keys, expires)?,
+                None => w.switch_db(db as u64)?,
+            }
+            self.current = Some(db);
         }
+        let deadline = (e.expire_at != 0).then(|| i64::try_from(e.expire_at).unwrap_or(i64::MAX));
+        w.write_entry(&e.key, &e.value, deadline)?;
+        self.entries += 1;
+        Ok(())
     }
 
-    /// Entries saved so far.
+    /// Entries written so far.
     pub fn entries(&self) -> u64 {
         self.entries
     }
@@ -265,28 +275,24 @@ impl RdbFileSink {
 
 impl SnapshotSink for RdbFileSink {
     fn save(&mut self, db: usize, entry: &Entry) {
-        self.batch_bytes += entry.mem_size();
-        self.batch.push((
-            db,
-            Entry {
-                key: entry.key.clone(),
-                value: entry.value.clone(),
-                expire_at: entry.expire_at,
-            },
-        ));
-        self.entries += 1;
-        if self.batch_bytes >= BATCH_BYTES {
-            self.hand_over();
+        if self.error.is_none() {
+            if let Err(e) = self.write(db, entry) {
+                self.error = Some(e);
+                // Nothing more is written; the file is discarded.
+                self.writer = None;
+            }
         }
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<()> {
-        self.hand_over();
-        self.tx = None;
-        match self.writer.take().map(|w| w.join()) {
-            Some(Ok(result)) => result,
-            _ => Err(io::Error::other("the snapshot file's writer stopped")),
+        if let Some(e) = self.error.take() {
+            return Err(e);
         }
+        let Some(w) = self.writer.take() else {
+            return Err(io::Error::other("the snapshot file was already finished"));
+        };
+        let file = w.finish()?.finish()?;
+        file.sync_all()
     }
 }
 
