@@ -82,19 +82,21 @@ impl Worker {
     /// its own. With one file per shard, file `i` holds exactly shard `i`'s keys; otherwise
     /// (a snapshot of a run with another thread count, a Redis dump) every file is read and
     /// the keys of other shards skipped. Keys whose deadline passed are dropped; without
-    /// MERGE and FLUSH a key that exists is an error.
+    /// MERGE and FLUSH a key that exists is an error. Returns the data set and how many of
+    /// its keys were dropped as expired.
     fn read_reload(
         &self,
         files: &[PathBuf],
         id: Option<u64>,
         opts: &LoadOptions,
         reload: ReloadOptions,
-    ) -> Result<Shard, String> {
+    ) -> Result<(Shard, u64), String> {
         let shards = self.num_shards();
         let mut loaded = Shard::new(opts.databases);
         loaded.limits = opts.limits;
         let live = self.shard.borrow();
         let now = damselfly_storage::now_ms();
+        let mut expired = 0;
         let mine: Vec<(usize, &PathBuf)> = if files.len() == shards {
             vec![(self.id, &files[self.id])]
         } else {
@@ -106,7 +108,11 @@ impl Worker {
                 id.map(|id| (id, index)),
                 opts,
                 |db, key, value, at| {
-                    if shard_for_key(&key, shards) != self.id || (at != 0 && at <= now) {
+                    if shard_for_key(&key, shards) != self.id {
+                        return Ok(());
+                    }
+                    if at != 0 && at <= now {
+                        expired += 1;
                         return Ok(());
                     }
                     if !reload.flush && !reload.merge && live.dbs[db].table.get(&key).is_some() {
@@ -121,7 +127,7 @@ impl Worker {
                 },
             )?;
         }
-        Ok(loaded)
+        Ok((loaded, expired))
     }
 
     /// The second round: the loaded keys replace the data set (or join it, NOFLUSH). The
@@ -245,21 +251,26 @@ impl Connection {
         let parts = (0..shards)
             .map(|shard| {
                 let files = files.clone();
-                let work: ShardWork<Result<Shard, String>> =
+                let work: ShardWork<Result<(Shard, u64), String>> =
                     Box::new(move |w: &Worker| w.read_reload(&files, id, &opts, reload));
                 (shard, work)
             })
             .collect();
-        let loaded: Vec<Shard> = self
+        let loaded: Vec<(Shard, u64)> = self
             .tx_hops(parts)
             .await
             .ok_or_else(|| "a shard is unavailable".to_string())
             .and_then(|r| r.into_iter().collect())
             .map_err(Failure::Load)?;
+        let kept = loaded
+            .iter()
+            .map(|(s, _)| s.dbs.iter().map(|d| d.table.len() as u64).sum::<u64>())
+            .sum();
+        let expired = loaded.iter().map(|(_, n)| n).sum();
         let parts = loaded
             .into_iter()
             .enumerate()
-            .map(|(shard, data)| {
+            .map(|(shard, (data, _))| {
                 let work: ShardWork<()> =
                     Box::new(move |w: &Worker| w.apply_reload(data, reload.flush));
                 (shard, work)
@@ -267,8 +278,9 @@ impl Connection {
             .collect();
         self.tx_hops(parts)
             .await
-            .map(|_| ())
-            .ok_or_else(|| Failure::Load("a shard is unavailable".into()))
+            .ok_or_else(|| Failure::Load("a shard is unavailable".into()))?;
+        cluster.saves.loaded(kept, expired);
+        Ok(())
     }
 
     /// Runs `parts` as hops of the running transaction, without concluding it. None when a

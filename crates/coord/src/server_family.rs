@@ -55,13 +55,15 @@ fn persistence_info(cluster: &crate::Cluster, reports: &[ThreadReport]) -> Strin
          rdb_bgsave_in_progress:{in_progress}\r\nrdb_last_save_time:{last_save}\r\n\
          rdb_last_bgsave_status:{status}\r\nrdb_last_bgsave_time_sec:{last_secs}\r\n\
          rdb_current_bgsave_time_sec:{current}\r\nrdb_saves:{count}\r\nrdb_last_cow_size:0\r\n\
-         rdb_last_load_keys_expired:0\r\nrdb_last_load_keys_loaded:0\r\naof_enabled:{}\r\n\
+         rdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\naof_enabled:{}\r\n\
          aof_rewrite_in_progress:{rw_in_progress}\r\naof_rewrite_scheduled:{rw_scheduled}\r\n\
          aof_last_rewrite_time_sec:{rw_last_secs}\r\naof_current_rewrite_time_sec:{rw_current}\r\n\
          aof_last_bgrewrite_status:{rw_status}\r\naof_rewrites:{rw_count}\r\n\
          aof_rewrites_consecutive_failures:0\r\n\
          aof_last_write_status:{}\r\naof_last_cow_size:0\r\nmodule_fork_in_progress:0\r\n\
          module_fork_last_cow_size:0\r\n",
+        saves.last_load.1,
+        saves.last_load.0,
         u8::from(enabled),
         if failed { "err" } else { "ok" },
     );

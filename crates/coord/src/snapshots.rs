@@ -71,6 +71,9 @@ pub struct SaveState {
     pub dirty_base: u64,
     /// Unix seconds when the last save started (ok or not).
     pub last_try_unix: u64,
+    /// Keys the last load of a snapshot or dump.rdb kept, and those it dropped because their
+    /// deadline had passed (`rdb_last_load_keys_loaded`, `rdb_last_load_keys_expired`).
+    pub last_load: (u64, u64),
     last_id: u64,
 }
 
@@ -85,10 +88,19 @@ impl Saves {
                 saves: 0,
                 dirty_base: 0,
                 last_try_unix: 0,
+                last_load: (0, 0),
                 last_id: 0,
             }),
             failed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Records what the last load of a snapshot or dump.rdb kept and dropped.
+    pub fn loaded(&self, kept: u64, expired: u64) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last_load = (kept, expired);
     }
 
     /// Whether the last save failed (`rdb_last_bgsave_status:err`).

@@ -32,6 +32,8 @@ use crate::loading::Progress;
 pub struct Recovered {
     shards: Vec<Shard>,
     journal: Option<JournalPlan>,
+    /// Keys kept and keys dropped as expired, when a snapshot or dump.rdb was loaded.
+    snapshot_load: Option<(u64, u64)>,
 }
 
 /// Where each shard's journal continues.
@@ -58,10 +60,12 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     } = opts;
     let empty = |n: usize| -> Vec<Shard> { (0..n).map(|_| new_shard(databases, limits)).collect() };
     if config.get("appendonly") != "yes" {
-        let shards = load_snapshot(config, threads, &opts)?;
+        let loaded = load_snapshot(config, threads, &opts)?;
+        let snapshot_load = loaded.as_ref().map(|l| l.1);
         return Ok(Recovered {
-            shards: shards.unwrap_or_else(|| empty(threads)),
+            shards: loaded.map_or_else(|| empty(threads), |l| l.0),
             journal: None,
+            snapshot_load,
         });
     }
     let dir = Path::new(&config.get("dir")).join(config.get("appenddirname"));
@@ -81,10 +85,17 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
         None => Vec::new(),
     };
     let keys_loaded: usize = loaded.iter().map(key_count).sum();
+    let mut snapshot_load = None;
     let mut shards = if old.is_none() {
         // No journal yet: start from the snapshot, if there is one; the new generation's
         // base segments then hold its keys.
-        load_snapshot(config, threads, &opts)?.unwrap_or_else(|| empty(threads))
+        match load_snapshot(config, threads, &opts)? {
+            Some((shards, counts)) => {
+                snapshot_load = Some(counts);
+                shards
+            }
+            None => empty(threads),
+        }
     } else if loaded.is_empty() {
         empty(threads)
     } else {
@@ -125,6 +136,7 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
             policy: fsync,
             next_lsn,
         }),
+        snapshot_load,
     })
 }
 
@@ -143,6 +155,9 @@ impl Recovered {
             starts.push(ShardStart { shard, journal });
         }
         cluster.provide_starts(starts);
+        if let Some((kept, expired)) = self.snapshot_load {
+            cluster.saves.loaded(kept, expired);
+        }
         if let Some(plan) = &self.journal {
             if let Ok(mut files) = cluster.journal_files.lock() {
                 let base_bytes = (0..plan.manifest.shards)
@@ -490,12 +505,13 @@ fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u6
 /// Loads the current snapshot (docs/persistence.md, "Snapshots") into `threads` shards: the
 /// files the snapshot manifest in `dir` names, each read on its own thread, every key routed
 /// to the shard that owns it now, keys whose deadline passed dropped. Without a manifest,
-/// `dir/dbfilename` (a Redis `dump.rdb`) is loaded the same way. Ok(None): neither exists.
+/// `dir/dbfilename` (a Redis `dump.rdb`) is loaded the same way. Ok(None): neither exists;
+/// else the shards with the keys kept and the keys dropped as expired.
 fn load_snapshot(
     config: &Config,
     threads: usize,
     opts: &LoadOptions,
-) -> Result<Option<Vec<Shard>>, String> {
+) -> Result<Option<(Vec<Shard>, (u64, u64))>, String> {
     let dir = PathBuf::from(config.get("dir"));
     let started = Instant::now();
     let (files, id) = match SnapshotManifest::read(&dir)? {
@@ -527,7 +543,7 @@ fn load_snapshot(
         seconds = started.elapsed().as_secs_f64(),
         "DB loaded from disk"
     );
-    Ok(Some(shards))
+    Ok(Some((shards, (kept as u64, (keys - kept) as u64))))
 }
 
 /// How start-up reads RDB files, from the configuration.

@@ -92,6 +92,38 @@ fn reload_options_as_redis(b: Backend) {
     );
 }
 
+/// `rdb_last_load_keys_loaded` and `rdb_last_load_keys_expired` after DEBUG RELOAD of a file
+/// holding keys whose deadline passed since the save, as redis-server counts them; a restart
+/// on the same snapshot counts the same.
+fn load_counts_as_redis(b: Backend) {
+    let redis = Server::redis();
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 2, data.path(), &[]);
+    let fields = |c: &mut Raw| {
+        ["rdb_last_load_keys_loaded", "rdb_last_load_keys_expired"]
+            .map(|f| info_field(c, "persistence", f).unwrap_or_default())
+    };
+    let mut counts = Vec::new();
+    for c in [&mut s.raw(), &mut redis.raw()] {
+        assert_eq!(fields(c), ["0", "0"]);
+        for i in 0..20 {
+            c.cmd(&["SET", &format!("k{i}"), "v"]);
+        }
+        for i in 0..7 {
+            c.cmd(&["SET", &format!("short{i}"), "v", "PX", "200"]);
+        }
+        assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(c.cmd(&["DEBUG", "RELOAD", "NOSAVE"]), b"+OK\r\n");
+        counts.push(fields(c));
+    }
+    assert_eq!(counts[0], ["20", "7"]);
+    assert_eq!(counts[0], counts[1]);
+    drop(s);
+    let s = start(b, 3, data.path(), &[]);
+    assert_eq!(fields(&mut s.raw()), ["20", "7"]);
+}
+
 /// What Damselfly does where Redis would not survive or would lose data: NOFLUSH without
 /// MERGE meeting a live key (Redis stops on the duplicate) and a load with no snapshot (Redis
 /// has emptied its data set first) both fail and change nothing.
@@ -321,6 +353,7 @@ fn rdbchecksum_as_redis(b: Backend) {
 backend_tests!(
     reload_keeps_the_data_set,
     reload_options_as_redis,
+    load_counts_as_redis,
     a_failed_reload_changes_nothing,
     no_write_falls_between_save_and_load,
     reload_nosave_reaches_the_journal,
