@@ -511,7 +511,7 @@ fn load_snapshot(
     config: &Config,
     threads: usize,
     opts: &LoadOptions,
-) -> Result<Option<(Vec<Shard>, (u64, u64))>, String> {
+) -> Result<Option<LoadedSnapshot>, String> {
     let dir = PathBuf::from(config.get("dir"));
     let started = Instant::now();
     let (files, id) = match SnapshotManifest::read(&dir)? {
@@ -545,6 +545,10 @@ fn load_snapshot(
     );
     Ok(Some((shards, (kept as u64, (keys - kept) as u64))))
 }
+
+/// A snapshot (or dump.rdb) loaded into the shards, with the keys kept and the keys dropped
+/// because their deadline had passed.
+type LoadedSnapshot = (Vec<Shard>, (u64, u64));
 
 /// How start-up reads RDB files, from the configuration.
 fn load_options(config: &Config) -> LoadOptions {
