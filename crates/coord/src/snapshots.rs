@@ -38,7 +38,7 @@ use crate::worker::Worker;
 use std::sync::atomic::Ordering;
 
 /// How long one snapshot step saves before the shard serves anything else. The walk goes
-/// stripe by stripe (about 1/64 of a table segment), checking the clock after each batch of
+/// stripe by stripe (about 1/128 of a table segment), checking the clock after each batch of
 /// `STEP_BATCH` entries, so a step of large values ends about as soon as one of small values
 /// and clients wait at most about this long (plus one stripe) between steps.
 const STEP_TIME: std::time::Duration = std::time::Duration::from_micros(250);

@@ -37,9 +37,12 @@ impl Entry {
 
 /// Parts of a segment a snapshot saves on their own, chosen by the low bits of the key hash
 /// (the directory uses the top bits, so a stripe stays a stripe across splits). A write into
-/// a part the snapshot has not saved saves that stripe first: about 1/64 of a segment (56
-/// entries at most), where saving the whole segment held the write up for up to 3,584 values.
-const STRIPES: usize = 64;
+/// a part the snapshot has not saved saves that stripe first: about 1/128 of a segment (28
+/// entries on average), where saving the whole segment held the write up for up to 3,584 values.
+const STRIPES: usize = 128;
+
+/// A set of stripes, one bit each.
+type Stripes = u128;
 
 fn stripe_of(hash: u64) -> usize {
     (hash as usize) & (STRIPES - 1)
@@ -58,7 +61,7 @@ struct Segment {
 
 /// The hashes of a segment's entries when a snapshot's first write reached it, grouped by
 /// stripe, so that each stripe's save finds its entries by hash instead of hashing every key
-/// of the segment again (reading each key is a cache miss: 64 passes over 3,584 keys per
+/// of the segment again (reading each key is a cache miss: 128 passes over 3,584 keys per
 /// segment cost more than the saves themselves). Nothing in a stripe changes before the
 /// stripe is saved, so the index stays true for the stripes still to save. A split gives both
 /// halves a copy: a hash finds its entry in whichever half holds it.
@@ -98,7 +101,12 @@ impl StripeIndex {
 
 impl Segment {
     /// Marks the stripes in `due` saved by `version` and returns their entries.
-    fn take_stripes(&mut self, due: u64, version: u64, hasher: &ahash::RandomState) -> Vec<&Entry> {
+    fn take_stripes(
+        &mut self,
+        due: Stripes,
+        version: u64,
+        hasher: &ahash::RandomState,
+    ) -> Vec<&Entry> {
         for (i, v) in self.saved_by.iter_mut().enumerate() {
             if due >> i & 1 == 1 {
                 *v = version;
@@ -108,7 +116,7 @@ impl Segment {
         let Segment { pending, slots, .. } = self;
         let index = pending.as_deref().filter(|p| p.version == version);
         let entries = match index {
-            _ if due == u64::MAX => slots.iter().collect(),
+            _ if due == Stripes::MAX => slots.iter().collect(),
             Some(index) => (0..STRIPES)
                 .filter(|i| due >> i & 1 == 1)
                 .flat_map(|i| index.stripe(i).iter().copied())
@@ -321,7 +329,7 @@ impl Table {
             .iter()
             .enumerate()
             .filter(|(_, &v)| v < version)
-            .fold(0u64, |due, (i, _)| due | 1 << i);
+            .fold(0, |due: Stripes, (i, _)| due | 1 << i);
         if due == 0 {
             return Vec::new();
         }
@@ -342,17 +350,17 @@ impl Table {
             .iter()
             .enumerate()
             .filter(|(_, &v)| v < version)
-            .fold(0u64, |due, (i, _)| due | 1 << i);
+            .fold(0, |due: Stripes, (i, _)| due | 1 << i);
         if due == 0 {
             return (Vec::new(), true);
         }
-        if due == u64::MAX && s.slots.len() <= budget {
+        if due == Stripes::MAX && s.slots.len() <= budget {
             return (s.take_stripes(due, version, hasher), true);
         }
         if s.pending.as_ref().is_none_or(|p| p.version != version) {
             s.pending = Some(Box::new(StripeIndex::new(version, &s.slots, hasher)));
         }
-        let mut take = 0u64;
+        let mut take: Stripes = 0;
         let mut taken = 0;
         if let Some(index) = s.pending.as_deref() {
             for i in (0..STRIPES).filter(|i| due >> i & 1 == 1) {
