@@ -225,7 +225,8 @@ impl Worker {
             let until = Instant::now() + STEP_TIME;
             loop {
                 let finished = shard.snapshot_step(STEP_BATCH);
-                if finished.is_some() || Instant::now() >= until {
+                // Not running: a step left over from a save that ended (DEBUG RELOAD's).
+                if finished.is_some() || !shard.snapshot_running() || Instant::now() >= until {
                     break finished;
                 }
             }
