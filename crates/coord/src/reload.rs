@@ -155,14 +155,13 @@ impl Connection {
         };
         let cluster = self.worker.cluster.clone();
         let save_id = if reload.save {
-            let busy = cluster.rewrites.state().running.is_some();
-            match (busy, cluster.saves.begin()) {
-                (false, Some(id)) => Some(id),
-                (true, Some(_)) => {
-                    cluster.saves.end(false, 0);
-                    return self.reply_error("ERR Background save already in progress");
-                }
-                (_, None) => return self.reply_error("ERR Background save already in progress"),
+            let begun = match cluster.rewrites.state().running {
+                Some(_) => None,
+                None => cluster.saves.begin(),
+            };
+            match begun {
+                Some(id) => Some(id),
+                None => return self.reply_error("ERR Background save already in progress"),
             }
         } else {
             None
@@ -172,7 +171,8 @@ impl Connection {
         self.plan(spec, self.info.db.get(), args, &mut plan);
         let Some(own) = self.enter_tx(plan).await else {
             if save_id.is_some() {
-                cluster.saves.end(false, 0);
+                // Nothing was saved: no failed save to report.
+                cluster.saves.cancel();
             }
             return self.reply_error("ERR shard unavailable");
         };

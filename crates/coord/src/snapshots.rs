@@ -95,6 +95,11 @@ impl Saves {
         }
     }
 
+    /// Forgets a save that `begin` marked running but that never started.
+    pub(crate) fn cancel(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).running = None;
+    }
+
     /// Records what the last load of a snapshot or dump.rdb kept and dropped.
     pub fn loaded(&self, kept: u64, expired: u64) {
         self.state
