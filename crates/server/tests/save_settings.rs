@@ -150,6 +150,37 @@ fn a_failed_reload_changes_nothing(b: Backend) {
     c.cmd(&["SET", "other", "1"]);
     assert_eq!(c.cmd(&["DEBUG", "RELOAD", "NOSAVE", "NOFLUSH"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["DBSIZE"]), b":52\r\n");
+    // While a BGSAVE runs the reload's save cannot start (Redis would save alongside its
+    // child); that is no failed save: writes go on.
+    c.cmd(&["DEBUG", "POPULATE", "3000"]);
+    c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "200"]);
+    assert_eq!(c.cmd(&["BGSAVE"]), b"+Background saving started\r\n");
+    assert_eq!(
+        c.cmd(&["DEBUG", "RELOAD"]),
+        b"-ERR Background save already in progress\r\n"
+    );
+    assert_eq!(c.cmd(&["SET", "during", "1"]), b"+OK\r\n");
+    c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    assert_eq!(wait_saved(&mut c), "ok");
+    // The same while a journal rewrite runs.
+    c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "200"]);
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        b"+Background append only file rewriting started\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["DEBUG", "RELOAD"]),
+        b"-ERR Background save already in progress\r\n"
+    );
+    assert_eq!(c.cmd(&["SET", "during", "1"]), b"+OK\r\n");
+    c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while info_field(&mut c, "persistence", "aof_rewrite_in_progress").as_deref() != Some("0") {
+        assert!(Instant::now() < deadline, "the rewrite did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "during"]), b"$1\r\n1\r\n");
 }
 
 /// Writes on every shard while DEBUG RELOAD runs again and again: each acknowledged INCR is
