@@ -100,6 +100,15 @@ impl StripeIndex {
 }
 
 impl Segment {
+    /// The stripes snapshot `version` has not saved.
+    fn unsaved(&self, version: u64) -> Stripes {
+        self.saved_by
+            .iter()
+            .enumerate()
+            .filter(|(_, &v)| v < version)
+            .fold(0, |due, (i, _)| due | 1 << i)
+    }
+
     /// Marks the stripes in `due` saved by `version` and returns their entries.
     fn take_stripes(
         &mut self,
@@ -320,20 +329,7 @@ impl Table {
     /// Marks segment `seg` saved by snapshot `version`, returning the entries of its stripes
     /// that snapshot had not saved yet (none when it saved them all).
     pub fn mark_segment(&mut self, seg: usize, version: u64) -> Vec<&Entry> {
-        let Table {
-            hasher, segments, ..
-        } = self;
-        let s = &mut segments[seg];
-        let due = s
-            .saved_by
-            .iter()
-            .enumerate()
-            .filter(|(_, &v)| v < version)
-            .fold(0, |due: Stripes, (i, _)| due | 1 << i);
-        if due == 0 {
-            return Vec::new();
-        }
-        s.take_stripes(due, version, hasher)
+        self.mark_stripes(seg, version, usize::MAX).0
     }
 
     /// The walk's part: marks saved by snapshot `version` the stripes of segment `seg` it has
@@ -345,12 +341,7 @@ impl Table {
             hasher, segments, ..
         } = self;
         let s = &mut segments[seg];
-        let due = s
-            .saved_by
-            .iter()
-            .enumerate()
-            .filter(|(_, &v)| v < version)
-            .fold(0, |due: Stripes, (i, _)| due | 1 << i);
+        let due = s.unsaved(version);
         if due == 0 {
             return (Vec::new(), true);
         }
