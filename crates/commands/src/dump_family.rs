@@ -189,14 +189,9 @@ mod tests {
 
     /// Runs a handler on `shard`, database 0, at `NOW`; returns the reply's bytes.
     fn run(shard: &mut Shard, f: fn(&mut ExecCtx, &Args), words: &[&[u8]]) -> Vec<u8> {
-        let mut buf = Vec::new();
-        let mut spans = Vec::new();
+        let (mut buf, mut spans) = (Vec::new(), Vec::new());
         for w in words {
-            spans.push(Span {
-                start: buf.len(),
-                len: w.len(),
-            });
-            buf.extend_from_slice(w);
+            Span::push_arg(&mut buf, &mut spans, w);
         }
         let mut reply = ReplyBuf::new(false);
         let mut ctx = ExecCtx {
@@ -358,15 +353,9 @@ mod tests {
     #[test]
     fn digest_scope() {
         let scope = |words: &[&str]| {
-            let buf: Vec<u8> = words.concat().into_bytes();
-            let mut spans = Vec::new();
-            let mut at = 0;
+            let (mut buf, mut spans) = (Vec::new(), Vec::new());
             for w in words {
-                spans.push(Span {
-                    start: at,
-                    len: w.len(),
-                });
-                at += w.len();
+                Span::push_arg(&mut buf, &mut spans, w.as_bytes());
             }
             DebugScope::parse(&Args::new(&buf, &spans))
         };

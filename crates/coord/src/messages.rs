@@ -73,12 +73,7 @@ impl ExecBatch {
         cmd.first = self.spans.len();
         let mut n = 0;
         for a in args {
-            let a = a.as_ref();
-            self.spans.push(Span {
-                start: self.data.len(),
-                len: a.len(),
-            });
-            self.data.extend_from_slice(a);
+            Span::push_arg(&mut self.data, &mut self.spans, a.as_ref());
             n += 1;
         }
         cmd.nargs = n;

@@ -300,15 +300,9 @@ mod tests {
     use damselfly_protocol::Span;
 
     fn parse(words: &[&str]) -> Option<ReloadOptions> {
-        let buf: Vec<u8> = words.concat().into_bytes();
-        let mut spans = Vec::new();
-        let mut at = 0;
+        let (mut buf, mut spans) = (Vec::new(), Vec::new());
         for w in words {
-            spans.push(Span {
-                start: at,
-                len: w.len(),
-            });
-            at += w.len();
+            Span::push_arg(&mut buf, &mut spans, w.as_bytes());
         }
         ReloadOptions::parse(&Args::new(&buf, &spans))
     }

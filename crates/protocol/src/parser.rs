@@ -20,6 +20,16 @@ impl Span {
     pub fn range(self) -> std::ops::Range<usize> {
         self.start..self.start + self.len
     }
+
+    /// Appends one argument to arguments laid out by hand (a journal record, a queued
+    /// command, a test): its bytes to `buf`, its span to `spans`.
+    pub fn push_arg(buf: &mut Vec<u8>, spans: &mut Vec<Span>, arg: &[u8]) {
+        spans.push(Span {
+            start: buf.len(),
+            len: arg.len(),
+        });
+        buf.extend_from_slice(arg);
+    }
 }
 
 /// Per-connection limits the parser enforces.

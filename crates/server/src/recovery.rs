@@ -346,11 +346,7 @@ fn replay(
         buf.clear();
         spans.clear();
         for w in words {
-            spans.push(Span {
-                start: buf.len(),
-                len: w.len(),
-            });
-            buf.extend_from_slice(w);
+            Span::push_arg(&mut buf, &mut spans, w);
         }
         let args = Args::new(&buf, &spans);
         let mut reply = ReplyBuf::new(false);
