@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -328,12 +327,7 @@ fn rdbcompression_as_redis(b: Backend) {
     assert_eq!(ours, replies(&mut r, script));
     assert_ne!(ours[1], ours[4], "compression changed nothing");
     let has_plain_text = |dir: &Path| {
-        let file = std::fs::read_dir(dir)
-            .expect("read dir")
-            .filter_map(Result::ok)
-            .find(|e| e.file_name().to_string_lossy().ends_with(".rdb"))
-            .expect("a snapshot file");
-        let bytes = std::fs::read(file.path()).expect("read");
+        let bytes = std::fs::read(&common::shard_files(dir)[0]).expect("read");
         bytes.windows(long.len()).any(|w| w == long.as_bytes())
     };
     assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
@@ -353,24 +347,11 @@ fn rdbchecksum_as_redis(b: Backend) {
     let digest = c.cmd(&["DEBUG", "DIGEST"]);
     assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
     drop(s);
-    let file = std::fs::read_dir(data.path())
-        .expect("read dir")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "rdb"))
-        .expect("a snapshot file");
+    let file = common::shard_files(data.path()).remove(0);
     let mut bytes = std::fs::read(&file).expect("read");
     let trailer = bytes.len() - 8;
     assert_eq!(bytes[trailer..], [0; 8], "a checksum was written");
-    let check = Command::new("redis-check-rdb")
-        .arg(&file)
-        .output()
-        .expect("redis-check-rdb is installed with redis-server");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    common::assert_redis_check_rdb_accepts(&file);
     // A wrong checksum: loaded with `rdbchecksum no`, refused with `yes`.
     bytes[trailer] = 1;
     std::fs::write(&file, &bytes).expect("write");

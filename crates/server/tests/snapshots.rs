@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fill_every_type, info_field, wait_saved, Backend, Raw, Server};
+use common::{fill_every_type, info_field, shard_files, wait_saved, Backend, Raw, Server};
 
 /// A server keeping its snapshots in `data` (a directory that outlives it).
 fn start(b: Backend, threads: usize, data: &Path) -> Server {
@@ -44,16 +44,6 @@ fn copy_snapshot(from: &Path) -> tempfile::TempDir {
         std::fs::copy(from.join(name), to.path().join(name)).expect("copy a shard file");
     }
     to
-}
-
-/// The shard files the manifest in `dir` names.
-fn shard_files(dir: &Path) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string(dir.join("damselfly-snapshot.manifest"))
-        .expect("a snapshot manifest");
-    text.lines()
-        .filter_map(|l| l.strip_prefix("file "))
-        .map(|n| dir.join(n))
-        .collect()
 }
 
 const ACCOUNTS: usize = 16;
@@ -107,16 +97,7 @@ fn restart_with_other_thread_counts_keeps_the_digest(b: Backend) {
     let files = shard_files(data.path());
     assert_eq!(files.len(), 3);
     for f in &files {
-        let out = Command::new("redis-check-rdb")
-            .arg(f)
-            .output()
-            .expect("redis-check-rdb is installed with redis-server");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("RDB looks OK"),
-            "redis-check-rdb refused {}: {text}",
-            f.display()
-        );
+        common::assert_redis_check_rdb_accepts(f);
     }
     for threads in [1, 4, 2] {
         let s = start(b, threads, data.path());
@@ -347,15 +328,7 @@ fn export_rdb_gives_redis_the_same_dataset() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let check = Command::new("redis-check-rdb")
-        .arg(&dump)
-        .output()
-        .expect("redis-check-rdb");
-    assert!(
-        String::from_utf8_lossy(&check.stdout).contains("RDB looks OK"),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
+    common::assert_redis_check_rdb_accepts(&dump);
     let port = common::free_port();
     let mut redis = Command::new("redis-server")
         .args([

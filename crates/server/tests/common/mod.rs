@@ -504,6 +504,30 @@ pub fn start_refused(dir: &std::path::Path, extra: &[&str]) -> String {
     log
 }
 
+/// The shard files the snapshot manifest in `dir` names, in shard order.
+pub fn shard_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("damselfly-snapshot.manifest"))
+        .expect("a snapshot manifest");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("file "))
+        .map(|n| dir.join(n))
+        .collect()
+}
+
+/// Runs Debian's redis-check-rdb on `file` and asserts it finds the file sound.
+pub fn assert_redis_check_rdb_accepts(file: &std::path::Path) {
+    let out = Command::new("redis-check-rdb")
+        .arg(file)
+        .output()
+        .expect("redis-check-rdb is installed with redis-server");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("RDB looks OK"),
+        "redis-check-rdb refused {}: {text}",
+        file.display()
+    );
+}
+
 /// Waits until no save runs; returns `rdb_last_bgsave_status`.
 pub fn wait_saved(c: &mut Raw) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
