@@ -3,11 +3,11 @@
 //! The cut: one transaction with shared intents on every database of every shard (DEBUG
 //! DIGEST's pattern), whose hop on each shard opens that shard's temporary RDB file and calls
 //! `Shard::start_snapshot` with it. No write can fall between two shards' hops, so the files
-//! together hold one point in time. Each shard then walks the rest of its data in steps of
-//! `STEP_TIME` (stripe by stripe), one step per pass of its mailbox loop (the worker sends itself a
-//! `SnapshotStep` message after each step, and the mailbox loop yields to the thread's
-//! other tasks after handling one), so clients keep being served between steps; a write
-//! saves the segment it touches first if the walk has not reached it.
+//! together hold one point in time. Each shard then walks the rest of its data stripe by
+//! stripe in steps of `STEP_TIME`, one step per pass of its mailbox loop (the worker sends
+//! itself a `SnapshotStep` message after each step, and the mailbox loop waits for the
+//! runtime's next I/O poll before the next one), so clients keep being served between steps;
+//! a write saves the stripe it touches first if the walk has not reached it.
 //!
 //! Each shard hands its finished sink to a finishing thread, which writes the trailers and
 //! syncs the files (off the shard threads), renames them to `.rdb`, syncs the directory and
