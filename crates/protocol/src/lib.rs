@@ -10,5 +10,7 @@ pub mod number;
 pub mod parser;
 pub mod reply;
 
-pub use parser::{parse_command, Limits, ParsedCommand, ProtocolError, RequestParser, Span};
+pub use parser::{
+    parse_command, split_line, Limits, ParsedCommand, ProtocolError, RequestParser, Span,
+};
 pub use reply::ReplyBuf;

@@ -402,6 +402,17 @@ fn hex_val(c: u8) -> Option<u8> {
     (c as char).to_digit(16).map(|d| d as u8)
 }
 
+/// Splits a line into arguments as Redis's `sdssplitargs` does (inline commands, script
+/// shebangs, library headers). None on unbalanced quotes.
+pub fn split_line(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut spans = Vec::new();
+    let mut aux = Vec::new();
+    if !split_args(line, &mut spans, &mut aux) {
+        return None;
+    }
+    Some(spans.iter().map(|s| aux[s.range()].to_vec()).collect())
+}
+
 /// Splits an inline line like Redis's `sdssplitargs`: whitespace separated, with "double
 /// quoted" (C escapes, \xHH) and 'single quoted' (only \') tokens. Returns false on unbalanced
 /// quotes or a closing quote not followed by a space.

@@ -1,0 +1,138 @@
+//! The process-wide EVAL script cache: SHA1 to body and flags. SCRIPT LOAD on one connection
+//! makes a script callable by EVALSHA from every connection on every thread, so the cache is
+//! shared; each thread compiles a script into its own Lua VM the first time it runs it there
+//! (`ScriptVm`). This is server state, not keyspace data, so a lock is fine: runs take a
+//! read lock for one lookup.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::shebang::{parse_eval, ScriptFlags};
+
+/// A cached EVAL script.
+#[derive(Debug)]
+pub struct Script {
+    /// 40 lowercase hex digits.
+    pub sha: String,
+    pub body: Vec<u8>,
+    /// None in compatibility mode (no shebang).
+    pub flags: Option<ScriptFlags>,
+    /// Where the compiled code starts (after the shebang line, its newline kept).
+    pub code_start: usize,
+    /// A run of it reached a shard outside the ones its declared keys chose: from now on it
+    /// locks every shard (docs/scripting.md, "Keys a script does not declare").
+    pub roams: AtomicBool,
+}
+
+impl Script {
+    pub fn code(&self) -> &[u8] {
+        &self.body[self.code_start..]
+    }
+}
+
+/// SHA1 of `body` as 40 lowercase hex digits (script ids, `redis.sha1hex`).
+pub fn sha1_hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
+}
+
+#[derive(Default)]
+pub struct ScriptCache {
+    scripts: RwLock<HashMap<String, Arc<Script>>>,
+    /// Bumped by SCRIPT FLUSH: each thread then starts a fresh VM before its next run.
+    generation: AtomicU64,
+    /// Sum of the cached bodies' sizes (INFO `used_memory_scripts_eval`).
+    body_bytes: AtomicU64,
+}
+
+impl ScriptCache {
+    /// The cached script with this SHA (any letter case), if any.
+    pub fn get(&self, sha: &[u8]) -> Option<Arc<Script>> {
+        if sha.len() != 40 {
+            return None;
+        }
+        let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
+        self.read().get(&sha).cloned()
+    }
+
+    /// Adds `body` (after checking its shebang) unless present; `compiles` is asked only for
+    /// a new body and must say whether it compiles (Redis caches nothing that does not).
+    pub fn add(
+        &self,
+        body: &[u8],
+        compiles: impl FnOnce(&Script) -> Result<(), String>,
+    ) -> Result<Arc<Script>, String> {
+        let sha = sha1_hex(body);
+        if let Some(s) = self.read().get(&sha) {
+            return Ok(s.clone());
+        }
+        let header = parse_eval(body)?;
+        let script = Arc::new(Script {
+            sha: sha.clone(),
+            body: body.to_vec(),
+            flags: header.flags,
+            code_start: header.code_start,
+            roams: AtomicBool::new(false),
+        });
+        compiles(&script)?;
+        let mut scripts = self.scripts.write().unwrap_or_else(|e| e.into_inner());
+        let entry = scripts.entry(sha).or_insert_with(|| {
+            self.body_bytes
+                .fetch_add(script.body.len() as u64, Ordering::Relaxed);
+            script
+        });
+        Ok(entry.clone())
+    }
+
+    /// SCRIPT FLUSH: forgets every script; every thread's VM is replaced before its next run.
+    pub fn flush(&self) {
+        let mut scripts = self.scripts.write().unwrap_or_else(|e| e.into_inner());
+        scripts.clear();
+        self.body_bytes.store(0, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes.load(Ordering::Relaxed)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Script>>> {
+        self.scripts.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caches_only_what_compiles_and_finds_any_case() {
+        let cache = ScriptCache::default();
+        assert!(cache.add(b"bad", |_| Err("ERR no".into())).is_err());
+        assert!(cache.is_empty());
+        let s = cache.add(b"return 1", |_| Ok(())).unwrap();
+        assert_eq!(s.sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        assert!(cache.get(s.sha.to_ascii_uppercase().as_bytes()).is_some());
+        assert!(cache.get(b"e0e1").is_none());
+        // A second add of the same body neither compiles nor duplicates.
+        cache
+            .add(b"return 1", |_| panic!("compiled twice"))
+            .unwrap();
+        assert_eq!((cache.len(), cache.body_bytes()), (1, 8));
+        let g = cache.generation();
+        cache.flush();
+        assert!(cache.is_empty() && cache.generation() == g + 1);
+    }
+}

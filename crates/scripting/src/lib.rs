@@ -1,0 +1,25 @@
+//! Lua scripting (docs/scripting.md): what runs inside a script, independent of where its
+//! commands execute. The coordination layer drives runs: it executes each `redis.call` on
+//! the shard owning its keys, inside the run's transaction, and hands the reply back.
+//!
+//! - `vm`: one thread's Lua 5.1 state with Redis's environment (`prelude.lua`), compiled
+//!   scripts, and the run coroutine the driver resumes.
+//! - `cache`: the process-wide EVAL script cache (SCRIPT LOAD is seen by every thread).
+//! - `shebang`: `#!lua flags=...` and `#!lua name=...` first lines.
+//! - `convert`: RESP replies to Lua values and back.
+//! - `random`, `bit`: Redis's `math.random` generator and the `bit` library.
+//!
+//! mlua with a vendored Lua 5.1 is the Lua binding: Redis embeds Lua 5.1, scripts depend on
+//! its semantics (`unpack`, `table.getn`, `loadstring`, numbers as doubles), and mlua is the
+//! maintained safe binding that builds it from source with no system library.
+
+pub mod bit;
+pub mod cache;
+pub mod convert;
+pub mod random;
+pub mod shebang;
+pub mod vm;
+
+pub use cache::{sha1_hex, Script, ScriptCache};
+pub use shebang::ScriptFlags;
+pub use vm::{Request, Run, ScriptVm, Step};

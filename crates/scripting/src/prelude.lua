@@ -1,0 +1,337 @@
+-- Builds Redis 7.0's script environment in a fresh Lua 5.1 state (docs/scripting.md).
+-- Runs once per VM with the full standard library; receives the Rust primitives and
+-- returns what the VM keeps: the protected environment for user code, the runner that
+-- drives one script run, and the per-run state setters.
+local prims = ...
+
+local G = _G
+local type, error, tostring, tonumber, select, rawget, rawset =
+    type, error, tostring, tonumber, select, rawget, rawset
+local setmetatable, getmetatable, setfenv, loadstring = setmetatable, getmetatable, setfenv, loadstring
+local floor, ceil = math.floor, math.ceil
+local str_sub, str_byte, str_find = string.sub, string.byte, string.find
+local getinfo = debug.getinfo
+local co_create, co_resume, co_yield, co_status =
+    coroutine.create, coroutine.resume, coroutine.yield, coroutine.status
+
+-- A yield whose first value is CALL asks the Rust driver to run a command (or another
+-- request); it passes through every coroutine the script made, up to the driver.
+local CALL = prims.CALL
+
+-- Read-only tables. Redis patches Lua to flag tables read-only; here every protected table
+-- is an empty proxy whose metatable reads through to the real one and refuses writes.
+local readonly = setmetatable({}, { __mode = "k" })
+local function refuse_write()
+  error("Attempt to modify a readonly table", 2)
+end
+local function protect(t)
+  local proxy = setmetatable({}, { __index = t, __newindex = refuse_write, __metatable = false })
+  readonly[proxy] = true
+  return proxy
+end
+
+-- Script protocol for this run (redis.setresp), reset by every run.
+local resp = 2
+
+local function command(raise, ...)
+  local ok, reply = co_yield(CALL, "call", raise, resp, ...)
+  if not ok and raise then
+    error(reply)
+  end
+  return reply
+end
+
+local redis = {}
+redis.call = function(...) return command(true, ...) end
+redis.pcall = function(...) return command(false, ...) end
+redis.setresp = function(...)
+  if select("#", ...) ~= 1 then
+    error({ err = "ERR redis.setresp() requires one argument." })
+  end
+  local v = tonumber((...))
+  if v ~= 2 and v ~= 3 then
+    error({ err = "ERR RESP version must be 2 or 3." })
+  end
+  resp = v
+end
+redis.sha1hex = function(...)
+  if select("#", ...) ~= 1 then
+    error({ err = "ERR wrong number of arguments" })
+  end
+  local s = ...
+  if type(s) ~= "string" and type(s) ~= "number" then
+    s = ""
+  end
+  return prims.sha1hex(tostring(s))
+end
+local function wrong_reply_args()
+  return { err = "ERR wrong number or type of arguments" }
+end
+redis.error_reply = function(...)
+  local s = ...
+  if select("#", ...) ~= 1 or type(s) ~= "string" then
+    return wrong_reply_args()
+  end
+  if str_sub(s, 1, 1) == "-" then
+    s = str_sub(s, 2)
+  end
+  s = (s:gsub("[\r\n]+$", ""))
+  if not str_find(s, " ", 1, true) then
+    s = "ERR " .. s
+  end
+  return { err = s }
+end
+redis.status_reply = function(...)
+  local s = ...
+  if select("#", ...) ~= 1 or type(s) ~= "string" then
+    return wrong_reply_args()
+  end
+  return { ok = s }
+end
+redis.log = function(...)
+  local n = select("#", ...)
+  if n < 2 then
+    error({ err = "ERR redis.log() requires two arguments or more." })
+  end
+  local level = ...
+  if type(level) ~= "number" then
+    error({ err = "ERR First argument must be a number (log level)." })
+  end
+  if level < 0 or level > 3 then
+    error({ err = "ERR Invalid debug level." })
+  end
+  local parts = {}
+  for i = 2, n do
+    local v = select(i, ...)
+    if type(v) == "string" or type(v) == "number" then
+      parts[#parts + 1] = tostring(v)
+    end
+  end
+  prims.log(level, table.concat(parts, " "))
+end
+redis.set_repl = function(...)
+  if select("#", ...) ~= 1 then
+    error({ err = "ERR redis.set_repl() requires two arguments." })
+  end
+  local flags = tonumber((...))
+  if flags == nil or flags < 0 or flags > 3 then
+    error({ err = "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE." })
+  end
+end
+redis.replicate_commands = function() return true end
+redis.breakpoint = function() return false end
+redis.debug = function() end
+redis.acl_check_cmd = function(...)
+  local ok, reply = co_yield(CALL, "acl", true, resp, ...)
+  if not ok then
+    error(reply)
+  end
+  return reply
+end
+redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
+redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REPL_ALL = 0, 1, 2, 2, 3
+redis.REDIS_VERSION = prims.version
+redis.REDIS_VERSION_NUM = prims.version_num
+
+-- math.random and math.randomseed over Redis's process-wide lrand48.
+local function checkint(v, n, fname)
+  local x = tonumber(v)
+  if x == nil then
+    error("bad argument #" .. n .. " to '" .. fname .. "' (number expected, got " ..
+      (v == nil and "no value" or type(v)) .. ")", 3)
+  end
+  if x >= 0 then return floor(x) end
+  return ceil(x)
+end
+math.random = function(...)
+  local n = select("#", ...)
+  local r = prims.random()
+  if n == 0 then
+    return r
+  elseif n == 1 then
+    local u = checkint((...), 1, "random")
+    if u < 1 then
+      error("bad argument #1 to 'random' (interval is empty)", 2)
+    end
+    return floor(r * u) + 1
+  elseif n == 2 then
+    local l, u = ...
+    l, u = checkint(l, 1, "random"), checkint(u, 2, "random")
+    if l > u then
+      error("bad argument #2 to 'random' (interval is empty)", 2)
+    end
+    return floor(r * (u - l + 1)) + l
+  end
+  error("wrong number of arguments", 2)
+end
+math.randomseed = function(seed)
+  prims.randomseed(checkint(seed, 1, "randomseed"))
+end
+
+-- pcall through coroutines, so a redis.call inside it can still yield to the driver.
+-- As in Redis, an error table's `err` text is what pcall returns.
+local function finish_pcall(co, ok, ...)
+  if not ok then
+    local e = ...
+    if type(e) == "table" and type(rawget(e, "err")) == "string" then
+      e = rawget(e, "err")
+    end
+    return false, e
+  end
+  if co_status(co) == "dead" then
+    return true, ...
+  end
+  return finish_pcall(co, co_resume(co, co_yield(...)))
+end
+local function callable(f)
+  if type(f) == "function" then return true end
+  local mt = getmetatable(f)
+  return type(mt) == "table" and rawget(mt, "__call") ~= nil
+end
+G.pcall = function(f, ...)
+  if not callable(f) then
+    return false, "attempt to call a " .. type(f) .. " value"
+  end
+  local co = co_create(function(...) return f(...) end)
+  return finish_pcall(co, co_resume(co, ...))
+end
+G.xpcall = function(f, handler)
+  if not callable(f) then
+    return false, handler("attempt to call a " .. type(f) .. " value")
+  end
+  local co = co_create(function() return f() end)
+  local function finish(ok, ...)
+    if not ok then
+      return false, handler((...))
+    end
+    if co_status(co) == "dead" then
+      return true, ...
+    end
+    return finish(co_resume(co, co_yield(...)))
+  end
+  return finish(co_resume(co))
+end
+
+-- The script's own coroutines pass the driver's yields through.
+local function finish_resume(co, ok, ...)
+  if ok and co_status(co) ~= "dead" and (...) == CALL then
+    return finish_resume(co, co_resume(co, co_yield(...)))
+  end
+  return ok, ...
+end
+local coroutine_lib = {
+  create = co_create,
+  status = co_status,
+  running = coroutine.running,
+  yield = co_yield,
+  resume = function(co, ...) return finish_resume(co, co_resume(co, ...)) end,
+  wrap = function(f)
+    local co = co_create(f)
+    return function(...)
+      local function unwrap(ok, ...)
+        if not ok then error((...), 0) end
+        return ...
+      end
+      return unwrap(finish_resume(co, co_resume(co, ...)))
+    end
+  end,
+}
+
+-- What user code sees as globals: a read-only view of G that raises on unknown names.
+local env = setmetatable({}, {
+  __index = function(_, k)
+    local v = G[k]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = refuse_write,
+  __metatable = false,
+})
+readonly[env] = true
+
+-- loadstring compiles into the protected environment and refuses bytecode.
+local function load_source(s, name)
+  if type(s) == "string" and str_byte(s, 1) == 27 then
+    return nil, "bytecode is not allowed"
+  end
+  local f, e = loadstring(s, name)
+  if f then setfenv(f, env) end
+  return f, e
+end
+G.loadstring = load_source
+G.load = function(chunk, name)
+  if type(chunk) == "string" then return load_source(chunk, name) end
+  local parts = {}
+  while true do
+    local piece = chunk()
+    if piece == nil or piece == "" then break end
+    parts[#parts + 1] = piece
+  end
+  return load_source(table.concat(parts), name)
+end
+G.setmetatable = function(t, mt)
+  if readonly[t] then error("Attempt to modify a readonly table", 0) end
+  return setmetatable(t, mt)
+end
+G.rawset = function(t, k, v)
+  if readonly[t] then error("Attempt to modify a readonly table", 0) end
+  return rawset(t, k, v)
+end
+
+for _, name in ipairs({ "print", "dofile", "loadfile", "getfenv", "setfenv", "newproxy",
+  "module", "require", "package", "debug", "os", "io" }) do
+  G[name] = nil
+end
+G.bit = prims.bit and protect(prims.bit) or nil
+G.redis = protect(redis)
+G.string = protect(string)
+G.table = protect(table)
+G.math = protect(math)
+G.coroutine = protect(coroutine_lib)
+G._G = env
+-- ("x"):upper() reads the real string table; its metatable cannot be swapped or changed.
+local string_mt = getmetatable("")
+string_mt.__metatable = false
+
+-- The innermost frame of user code in a failed run (Redis reports its line).
+local function where(co)
+  for level = 0, 200 do
+    local info = getinfo(co, level, "Sl")
+    if not info then return nil end
+    if info.what ~= "C" and str_sub(info.source, 1, 6) == "@user_" then
+      return info.source, info.currentline
+    end
+  end
+end
+
+-- Drives one run: returns (true, value) when it finishes, (false, error table, source, line)
+-- when it fails, and yields CALL requests to the Rust driver in between.
+local function finish_run(co, ok, ...)
+  if not ok then
+    local e = ...
+    if type(e) ~= "table" then
+      e = { err = "ERR " .. tostring(e) }
+    end
+    return false, e, where(co)
+  end
+  if co_status(co) == "dead" then
+    return true, (...)
+  end
+  if (...) ~= CALL then
+    return finish_run(co, false, "attempt to yield from outside a coroutine")
+  end
+  return finish_run(co, co_resume(co, co_yield(...)))
+end
+local function run(f, ...)
+  resp = 2
+  local co = co_create(f)
+  return finish_run(co, co_resume(co, ...))
+end
+
+local function set_args(keys, argv)
+  G.KEYS, G.ARGV = keys, argv
+end
+
+return env, run, set_args

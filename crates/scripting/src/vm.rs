@@ -1,0 +1,319 @@
+//! One thread's Lua VM: Redis's script environment (prelude.lua), the scripts compiled on
+//! this thread, and the run driver's steps. A run is a coroutine; `redis.call` yields the
+//! command to the caller (`Run::resume` returns `Step::Call`), which executes it wherever its
+//! key lives, possibly after awaiting another shard, and resumes the run with the reply. So
+//! a script can span shards without blocking its thread.
+
+use std::collections::HashMap;
+
+use mlua::{Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value};
+
+use crate::random;
+
+/// Instruction budget between two checks of a run's deadline and kill flag.
+pub const HOOK_INSTRUCTIONS: u32 = 100_000;
+
+/// Memory one thread's Lua state may use before allocations fail inside the script.
+pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
+
+/// What the server answers `redis.REDIS_VERSION` with.
+pub const REDIS_VERSION: &str = "7.0.15";
+const REDIS_VERSION_NUM: i64 = 0x07_00_0f;
+
+/// A request a run makes to its driver.
+#[derive(Debug)]
+pub enum Request {
+    /// `redis.call` (`raise`) or `redis.pcall` of a command, under script protocol `resp`.
+    Call {
+        raise: bool,
+        resp3: bool,
+        args: Vec<Vec<u8>>,
+    },
+    /// `redis.acl_check_cmd`.
+    AclCheck { args: Vec<Vec<u8>> },
+}
+
+/// How a run stopped.
+pub enum Step {
+    /// It asks for a command; resume it with the reply.
+    Request(Request),
+    /// An argument of `redis.call` was neither a string nor a number, or there was none:
+    /// resume with this error (Redis's text) as the call's reply.
+    BadRequest { raise: bool, error: &'static str },
+    /// It returned this value.
+    Done(Value),
+    /// It raised an error: the error table, and the user-code frame it came from.
+    Failed {
+        error: Value,
+        source: Option<String>,
+        line: Option<i64>,
+    },
+}
+
+pub struct ScriptVm {
+    lua: Lua,
+    env: Table,
+    runner: Function,
+    set_args: Function,
+    /// Compiled scripts by id (a SHA for EVAL scripts).
+    compiled: HashMap<String, RegistryKey>,
+    /// The script cache generation this VM was built for (SCRIPT FLUSH starts a new VM).
+    pub generation: u64,
+}
+
+impl ScriptVm {
+    pub fn new(generation: u64) -> mlua::Result<ScriptVm> {
+        // The debug library is loaded for the prelude only (it removes it from the globals).
+        let lua = unsafe {
+            Lua::unsafe_new_with(
+                StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG,
+                LuaOptions::default(),
+            )
+        };
+        lua.set_memory_limit(DEFAULT_MEMORY_LIMIT)?;
+        let prims = lua.create_table()?;
+        prims.set("CALL", lua.create_table()?)?;
+        prims.set(
+            "sha1hex",
+            lua.create_function(|_, s: mlua::String| Ok(crate::cache::sha1_hex(&s.as_bytes())))?,
+        )?;
+        prims.set(
+            "log",
+            lua.create_function(|_, (level, text): (i64, mlua::String)| {
+                let text = String::from_utf8_lossy(&text.as_bytes()).into_owned();
+                match level {
+                    0 => tracing::debug!(target: "script", "{text}"),
+                    1 | 2 => tracing::info!(target: "script", "{text}"),
+                    _ => tracing::warn!(target: "script", "{text}"),
+                }
+                Ok(())
+            })?,
+        )?;
+        prims.set("random", lua.create_function(|_, ()| Ok(random::next()))?)?;
+        prims.set(
+            "randomseed",
+            lua.create_function(|_, seed: f64| {
+                random::seed(seed as i64 as i32);
+                Ok(())
+            })?,
+        )?;
+        prims.set("bit", crate::bit::library(&lua)?)?;
+        prims.set("version", REDIS_VERSION)?;
+        prims.set("version_num", REDIS_VERSION_NUM)?;
+        let (env, runner, set_args): (Table, Function, Function) = lua
+            .load(include_str!("prelude.lua"))
+            .set_name("=prelude")
+            .call(prims)?;
+        Ok(ScriptVm {
+            lua,
+            env,
+            runner,
+            set_args,
+            compiled: HashMap::new(),
+            generation,
+        })
+    }
+
+    pub fn lua(&self) -> &Lua {
+        &self.lua
+    }
+
+    /// Bytes the Lua state uses (INFO `used_memory_lua`).
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+
+    /// Compiles `code` as chunk `chunk` (`user_script`, `user_function`) into the protected
+    /// environment, keeping it under `id`. The error is Lua's message, e.g.
+    /// `user_script:1: '=' expected near 'n'`.
+    pub fn compile(&mut self, id: &str, chunk: &str, code: &[u8]) -> Result<Function, String> {
+        let f = self.load(chunk, code)?;
+        let key = self
+            .lua
+            .create_registry_value(f.clone())
+            .map_err(lua_text)?;
+        self.compiled.insert(id.to_string(), key);
+        Ok(f)
+    }
+
+    /// Compiles without keeping the result (a syntax check, or a library body run once).
+    pub fn load(&self, chunk: &str, code: &[u8]) -> Result<Function, String> {
+        let f = self
+            .lua
+            .load(code)
+            .set_name(format!("@{chunk}"))
+            .into_function()
+            .map_err(lua_text)?;
+        f.set_environment(self.env.clone()).map_err(lua_text)?;
+        Ok(f)
+    }
+
+    /// A script compiled on this thread before.
+    pub fn compiled(&self, id: &str) -> Option<Function> {
+        let key = self.compiled.get(id)?;
+        self.lua.registry_value(key).ok()
+    }
+
+    /// Starts a run of `f` with `KEYS` and `ARGV` globals (EVAL) or with `keys, args` as
+    /// its two arguments (a function).
+    pub fn start(
+        &self,
+        f: &Function,
+        keys: &[&[u8]],
+        argv: &[&[u8]],
+        as_globals: bool,
+    ) -> mlua::Result<Run> {
+        let keys = self.lua.create_sequence_from(
+            keys.iter()
+                .map(|k| self.lua.create_string(k))
+                .collect::<mlua::Result<Vec<_>>>()?,
+        )?;
+        let argv = self.lua.create_sequence_from(
+            argv.iter()
+                .map(|a| self.lua.create_string(a))
+                .collect::<mlua::Result<Vec<_>>>()?,
+        )?;
+        let thread = self.lua.create_thread(self.runner.clone())?;
+        let first = if as_globals {
+            self.set_args.call::<()>((keys, argv))?;
+            MultiValue::from_iter([Value::Function(f.clone())])
+        } else {
+            MultiValue::from_iter([
+                Value::Function(f.clone()),
+                Value::Table(keys),
+                Value::Table(argv),
+            ])
+        };
+        Ok(Run {
+            thread,
+            first: Some(first),
+        })
+    }
+}
+
+/// One script run in progress.
+pub struct Run {
+    thread: Thread,
+    first: Option<MultiValue>,
+}
+
+impl Run {
+    /// Runs until the script asks for something or ends. `answer` is the reply to the last
+    /// request: `(true, value)` or `(false, error table)`.
+    pub fn resume(&mut self, lua: &Lua, answer: Option<(bool, Value)>) -> Step {
+        let input = match (self.first.take(), answer) {
+            (Some(first), _) => first,
+            (None, Some((ok, v))) => MultiValue::from_iter([Value::Boolean(ok), v]),
+            (None, None) => MultiValue::new(),
+        };
+        match self.thread.resume::<MultiValue>(input) {
+            Ok(values) => self.step(lua, values),
+            Err(e) => Step::Failed {
+                error: error_table(lua, &format!("ERR {}", lua_text(e))),
+                source: None,
+                line: None,
+            },
+        }
+    }
+
+    fn step(&self, lua: &Lua, values: MultiValue) -> Step {
+        let mut it = values.into_iter();
+        if self.thread.status() != mlua::ThreadStatus::Resumable {
+            // The runner returned (true, value) or (false, error, source, line).
+            let ok = matches!(it.next(), Some(Value::Boolean(true)));
+            let value = it.next().unwrap_or(Value::Nil);
+            if ok {
+                return Step::Done(value);
+            }
+            let source = match it.next() {
+                Some(Value::String(s)) => Some(s.to_string_lossy()),
+                _ => None,
+            };
+            let line = match it.next() {
+                Some(Value::Integer(n)) => Some(n),
+                Some(Value::Number(n)) => Some(n as i64),
+                _ => None,
+            };
+            return Step::Failed {
+                error: value,
+                source,
+                line,
+            };
+        }
+        // A yield: CALL, kind, raise, resp, args...
+        let _tag = it.next();
+        let kind = it.next();
+        let raise = matches!(it.next(), Some(Value::Boolean(true)));
+        let resp3 = matches!(
+            it.next(),
+            Some(Value::Integer(3)) | Some(Value::Number(3.0))
+        );
+        let mut args = Vec::new();
+        for v in it {
+            match arg_bytes(&v) {
+                Some(a) => args.push(a),
+                None => {
+                    return Step::BadRequest {
+                        raise,
+                        error: "ERR Lua redis lib command arguments must be strings or integers",
+                    }
+                }
+            }
+        }
+        let acl = matches!(&kind, Some(Value::String(s)) if s.as_bytes().as_ref() == b"acl");
+        if args.is_empty() {
+            return Step::BadRequest {
+                raise,
+                error: if acl {
+                    "ERR Invalid command passed to redis.acl_check_cmd()"
+                } else {
+                    "ERR Please specify at least one argument for this redis lib call"
+                },
+            };
+        }
+        let _ = lua;
+        Step::Request(if acl {
+            Request::AclCheck { args }
+        } else {
+            Request::Call { raise, resp3, args }
+        })
+    }
+}
+
+/// A command argument from Lua: strings as they are, numbers as `%.17g`.
+fn arg_bytes(v: &Value) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match v {
+        Value::String(s) => out.extend_from_slice(&s.as_bytes()),
+        Value::Integer(i) => damselfly_protocol::number::format_f64_17g(*i as f64, &mut out),
+        Value::Number(n) => damselfly_protocol::number::format_f64_17g(*n, &mut out),
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// `{err = text}`.
+pub fn error_table(lua: &Lua, text: &str) -> Value {
+    match lua.create_table() {
+        Ok(t) => {
+            let _ = t.raw_set("err", text);
+            Value::Table(t)
+        }
+        Err(_) => Value::Nil,
+    }
+}
+
+/// An mlua error as the text Lua raised, without mlua's traceback.
+pub fn lua_text(e: mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message,
+        mlua::Error::RuntimeError(m) => m
+            .split("\nstack traceback:")
+            .next()
+            .unwrap_or("")
+            .to_string(),
+        mlua::Error::MemoryError(_) => "Lua memory limit reached".to_string(),
+        mlua::Error::CallbackError { cause, .. } => lua_text((*cause).clone()),
+        other => other.to_string(),
+    }
+}
