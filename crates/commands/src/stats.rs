@@ -30,6 +30,8 @@ pub struct ThreadStats {
     /// Transactions scheduled on several shards, and scheduling rounds a shard refused.
     pub multi_shard_txs: u64,
     pub tx_retries: u64,
+    /// Script runs restarted with every shard locked (docs/scripting.md).
+    pub script_restarts: u64,
 }
 
 impl Default for ThreadStats {
@@ -43,6 +45,7 @@ impl Default for ThreadStats {
             rejected_connections: 0,
             multi_shard_txs: 0,
             tx_retries: 0,
+            script_restarts: 0,
             net_input_bytes: 0,
             net_output_bytes: 0,
         }
@@ -100,6 +103,7 @@ impl ThreadStats {
         self.rejected_connections += other.rejected_connections;
         self.multi_shard_txs += other.multi_shard_txs;
         self.tx_retries += other.tx_retries;
+        self.script_restarts += other.script_restarts;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
     }

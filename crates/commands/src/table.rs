@@ -38,6 +38,9 @@ pub enum CoordCmd {
     Bgsave,
     Bgrewriteaof,
     Lastsave,
+    /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
+    Eval,
+    Script,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -177,6 +180,9 @@ pub enum Intents {
     /// shared; RELOAD replaces every database of every shard (exclusive); as
     /// [`crate::dump_family::DebugScope::parse`] reads them. Other subcommands take none.
     Debug,
+    /// A script (EVAL, FCALL) queued in MULTI: the EXEC locks every database of every shard,
+    /// since the keys a script touches are known only while it runs.
+    Script,
 }
 
 impl CommandSpec {
@@ -343,6 +349,11 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(intents Intents::AllDbs; "save", 1, ADMIN | NOSCRIPT | NO_MULTI, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Save)),
     cmd!(intents Intents::AllDbs; "bgsave", -1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Bgsave)),
     cmd!(intents Intents::AllDbs; "bgrewriteaof", 1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously rewrites the append-only file to disk.", Coordinator, C(CoordCmd::Bgrewriteaof)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "Executes a server-side Lua script.", Coordinator, C(CoordCmd::Eval)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "Executes a server-side Lua script by SHA1 digest.", Coordinator, C(CoordCmd::Eval)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Executes a read-only server-side Lua script.", Coordinator, C(CoordCmd::Eval)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Executes a read-only server-side Lua script by SHA1 digest.", Coordinator, C(CoordCmd::Eval)),
+    cmd!("script", -2, NOSCRIPT, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "A container for Lua scripts management commands.", Coordinator, C(CoordCmd::Script)),
     cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
     cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),

@@ -112,6 +112,8 @@ pub struct Cluster {
     pub final_save: crate::snapshots::FinalSave,
     /// The background journal rewrites (BGREWRITEAOF).
     pub rewrites: crate::snapshots::Saves,
+    /// EVAL scripts, shared by every thread (docs/scripting.md).
+    pub scripts: damselfly_scripting::ScriptCache,
     /// Where the journal's files are and what the manifest names (None: no journal files).
     pub journal_files: Mutex<Option<JournalFiles>>,
     /// A BGREWRITEAOF (or BGSAVE SCHEDULE) waits for the running background job.
@@ -156,6 +158,7 @@ impl Cluster {
             saves: crate::snapshots::Saves::new(started_unix),
             final_save: crate::snapshots::FinalSave::default(),
             rewrites: crate::snapshots::Saves::new(started_unix),
+            scripts: Default::default(),
             journal_files: Mutex::new(None),
             rewrite_scheduled: AtomicBool::new(false),
             save_scheduled: AtomicBool::new(false),

@@ -15,6 +15,7 @@ mod conn_family;
 pub mod connection;
 pub mod crash;
 mod durability;
+mod eval;
 mod fanout;
 pub mod mailbox;
 pub mod messages;

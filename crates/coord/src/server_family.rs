@@ -195,6 +195,8 @@ impl Connection {
             CoordCmd::Bgsave => self.save_cmd(args, false).await,
             CoordCmd::Bgrewriteaof => self.bgrewriteaof_cmd(args).await,
             CoordCmd::Lastsave => self.lastsave_cmd(),
+            CoordCmd::Eval => self.eval(args).await,
+            CoordCmd::Script => self.script(args).await,
         }
     }
 
@@ -797,7 +799,7 @@ impl Connection {
         section("Memory", &s, &mut out);
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,
@@ -806,6 +808,7 @@ impl Connection {
             stats.total_error_replies,
             stats.multi_shard_txs,
             stats.tx_retries,
+            stats.script_restarts,
         );
         section("Stats", &s, &mut out);
         section(

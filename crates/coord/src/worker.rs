@@ -87,6 +87,8 @@ pub struct Worker {
     /// Where the running snapshot's finished sink goes (crates/coord/src/snapshots.rs).
     pub(crate) snapshot_done:
         RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
+    /// This thread's Lua VM, lent to one script run at a time.
+    pub(crate) scripting: damselfly_scripting::VmSlot,
     /// DEBUG PANIC TICK armed it: the next tick panics (debug builds, to test the policy).
     #[cfg(debug_assertions)]
     pub(crate) panic_on_tick: Cell<bool>,
@@ -120,6 +122,7 @@ impl Worker {
             journal: RefCell::new(None),
             current_tx: Cell::new((0, 0)),
             snapshot_done: RefCell::new(None),
+            scripting: Default::default(),
             #[cfg(debug_assertions)]
             panic_on_tick: Cell::new(false),
         });

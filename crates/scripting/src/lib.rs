@@ -4,9 +4,11 @@
 //!
 //! - `vm`: one thread's Lua 5.1 state with Redis's environment (`prelude.lua`), compiled
 //!   scripts, and the run coroutine the driver resumes.
+//! - `slot`: lends a thread's VM to one run at a time.
 //! - `cache`: the process-wide EVAL script cache (SCRIPT LOAD is seen by every thread).
 //! - `shebang`: `#!lua flags=...` and `#!lua name=...` first lines.
 //! - `convert`: RESP replies to Lua values and back.
+//! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
 //! - `random`, `bit`: Redis's `math.random` generator and the `bit` library.
 //!
 //! mlua with a vendored Lua 5.1 is the Lua binding: Redis embeds Lua 5.1, scripts depend on
@@ -18,8 +20,11 @@ pub mod cache;
 pub mod convert;
 pub mod random;
 pub mod shebang;
+pub mod slot;
+pub mod tailcall;
 pub mod vm;
 
 pub use cache::{sha1_hex, Script, ScriptCache};
 pub use shebang::ScriptFlags;
+pub use slot::{VmLease, VmSlot};
 pub use vm::{Request, Run, ScriptVm, Step};

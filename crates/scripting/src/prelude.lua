@@ -306,7 +306,7 @@ local function where(co)
   end
 end
 
--- Drives one run: returns (true, value) when it finishes, (false, error table, source, line)
+-- Drives one run: returns (true, value, protocol) when it finishes, (false, error table, source, line)
 -- when it fails, and yields CALL requests to the Rust driver in between.
 local function finish_run(co, ok, ...)
   if not ok then
@@ -317,7 +317,7 @@ local function finish_run(co, ok, ...)
     return false, e, where(co)
   end
   if co_status(co) == "dead" then
-    return true, (...)
+    return true, (...), resp
   end
   if (...) ~= CALL then
     return finish_run(co, false, "attempt to yield from outside a coroutine")

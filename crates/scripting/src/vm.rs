@@ -6,9 +6,10 @@
 
 use std::collections::HashMap;
 
-use mlua::{Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value};
+use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value};
 
 use crate::random;
+use crate::tailcall::without_tail_calls;
 
 /// Instruction budget between two checks of a run's deadline and kill flag.
 pub const HOOK_INSTRUCTIONS: u32 = 100_000;
@@ -40,8 +41,8 @@ pub enum Step {
     /// An argument of `redis.call` was neither a string nor a number, or there was none:
     /// resume with this error (Redis's text) as the call's reply.
     BadRequest { raise: bool, error: &'static str },
-    /// It returned this value.
-    Done(Value),
+    /// It returned this value, with the protocol it had chosen (true: RESP3).
+    Done(Value, bool),
     /// It raised an error: the error table, and the user-code frame it came from.
     Failed {
         error: Value,
@@ -138,12 +139,21 @@ impl ScriptVm {
 
     /// Compiles without keeping the result (a syntax check, or a library body run once).
     pub fn load(&self, chunk: &str, code: &[u8]) -> Result<Function, String> {
-        let f = self
+        let compiled = self
             .lua
             .load(code)
             .set_name(format!("@{chunk}"))
             .into_function()
             .map_err(lua_text)?;
+        let f = match without_tail_calls(&compiled.dump(false)) {
+            Some(patched) => self
+                .lua
+                .load(&patched)
+                .set_mode(ChunkMode::Binary)
+                .into_function()
+                .map_err(lua_text)?,
+            None => compiled,
+        };
         f.set_environment(self.env.clone()).map_err(lua_text)?;
         Ok(f)
     }
@@ -207,7 +217,7 @@ impl Run {
             (None, None) => MultiValue::new(),
         };
         match self.thread.resume::<MultiValue>(input) {
-            Ok(values) => self.step(lua, values),
+            Ok(values) => self.step(values),
             Err(e) => Step::Failed {
                 error: error_table(lua, &format!("ERR {}", lua_text(e))),
                 source: None,
@@ -216,14 +226,15 @@ impl Run {
         }
     }
 
-    fn step(&self, lua: &Lua, values: MultiValue) -> Step {
+    fn step(&self, values: MultiValue) -> Step {
         let mut it = values.into_iter();
         if self.thread.status() != mlua::ThreadStatus::Resumable {
-            // The runner returned (true, value) or (false, error, source, line).
+            // The runner returned (true, value, protocol) or (false, error, source, line).
             let ok = matches!(it.next(), Some(Value::Boolean(true)));
             let value = it.next().unwrap_or(Value::Nil);
             if ok {
-                return Step::Done(value);
+                let resp3 = matches!(it.next(), Some(Value::Integer(3)));
+                return Step::Done(value, resp3);
             }
             let source = match it.next() {
                 Some(Value::String(s)) => Some(s.to_string_lossy()),
@@ -271,7 +282,6 @@ impl Run {
                 },
             };
         }
-        let _ = lua;
         Step::Request(if acl {
             Request::AclCheck { args }
         } else {
@@ -315,5 +325,66 @@ pub fn lua_text(e: mlua::Error) -> String {
         mlua::Error::MemoryError(_) => "Lua memory limit reached".to_string(),
         mlua::Error::CallbackError { cause, .. } => lua_text((*cause).clone()),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `code`, answering its requests in order; the VM is returned with the last step
+    /// because the step's values live in it.
+    fn run_with_answers(code: &str, answers: Vec<(bool, &str)>) -> (ScriptVm, Step, usize) {
+        let mut vm = ScriptVm::new(0).unwrap();
+        let f = vm.compile("t", "user_script", code.as_bytes()).unwrap();
+        let mut run = vm.start(&f, &[b"k"], &[b"a"], true).unwrap();
+        let mut asked = 0;
+        let mut answer = None;
+        let mut answers = answers.into_iter();
+        loop {
+            match run.resume(vm.lua(), answer.take()) {
+                Step::Request(_) => {
+                    asked += 1;
+                    let (ok, text) = answers.next().expect("an answer per request");
+                    let v = if ok {
+                        Value::String(vm.lua().create_string(text).unwrap())
+                    } else {
+                        error_table(vm.lua(), text)
+                    };
+                    answer = Some((ok, v));
+                }
+                step => return (vm, step, asked),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_call_reports_the_calling_line() {
+        let (_vm, step, asked) = run_with_answers(
+            "local x = 1\nreturn redis.call('incr', KEYS[1])",
+            vec![(false, "ERR not an integer")],
+        );
+        assert_eq!(asked, 1);
+        match step {
+            Step::Failed { source, line, .. } => {
+                assert_eq!(source.as_deref(), Some("@user_script"));
+                assert_eq!(line, Some(2));
+            }
+            _ => panic!("expected a failure"),
+        }
+    }
+
+    #[test]
+    fn pcall_passes_calls_through_and_returns_error_text() {
+        let (_vm, step, asked) = run_with_answers(
+            "local ok, e = pcall(redis.call, 'incr', 'x')\nlocal v = redis.call('get', 'y')\nreturn {tostring(ok), e, v}",
+            vec![(false, "ERR not an integer"), (true, "val")],
+        );
+        assert_eq!(asked, 2);
+        let Step::Done(Value::Table(t), _) = step else {
+            panic!("expected a result")
+        };
+        let items: Vec<String> = t.sequence_values::<String>().map(Result::unwrap).collect();
+        assert_eq!(items, ["false", "ERR not an integer", "val"]);
     }
 }

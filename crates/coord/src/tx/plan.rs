@@ -47,6 +47,17 @@ pub fn command_locks(
                 return;
             }
         }
+        Intents::Script => {
+            for shard in 0..shards {
+                add(
+                    shard,
+                    Lock::AllDbs {
+                        mode: Mode::Exclusive,
+                    },
+                );
+            }
+            return;
+        }
         Intents::AllDbs => {
             for shard in 0..shards {
                 add(shard, Lock::AllDbs { mode });
