@@ -67,6 +67,7 @@ const POLICIES: &[&str] = &[
     "allkeys-random",
     "noeviction",
 ];
+const SCRIPT_LOCKING: &[&str] = &["declared", "all"];
 const FSYNC: &[&str] = &["always", "everysec", "no"];
 const INT: Kind = Kind::Int {
     min: i64::MIN,
@@ -211,6 +212,14 @@ pub static PARAMS: &[Param] = &[
     p("latency-monitor-threshold", "0", NONNEG, true, A),
     p("lua-time-limit", "5000", INT, true, A),
     p("busy-reply-threshold", "5000", INT, true, A),
+    // Damselfly's: which shards a script run locks (docs/scripting.md).
+    p(
+        "script-shard-locking",
+        "declared",
+        Kind::Enum(SCRIPT_LOCKING),
+        true,
+        Y,
+    ),
     p("lazyfree-lazy-eviction", "no", Kind::Bool, true, A),
     p("lazyfree-lazy-expire", "no", Kind::Bool, true, A),
     p("lazyfree-lazy-server-del", "no", Kind::Bool, true, A),

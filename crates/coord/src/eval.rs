@@ -6,14 +6,13 @@
 //! shard the run did not lock restarts the run with every shard locked, if nothing was
 //! written yet (docs/scripting.md, "Keys a script does not declare").
 
-use std::sync::atomic::Ordering;
 use damselfly_commands::table::{flags, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::Span;
 use damselfly_scripting::convert::{reply_to_lua, write_lua};
 use damselfly_scripting::vm::error_table;
-use damselfly_scripting::{Request, Script, ScriptVm, Step};
+use damselfly_scripting::{Reach, Request, Script, ScriptVm, Step};
 use damselfly_storage::shard_for_key;
 use mlua::Value;
 
@@ -21,6 +20,24 @@ use crate::connection::Connection;
 use crate::tx::{Lock, Mode};
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+/// The shards a run locks and what it did so far.
+struct RunScope {
+    locked: Vec<usize>,
+    /// The shards of its declared keys.
+    declared: Vec<usize>,
+    read_only: bool,
+    /// A write command succeeded: the run can no longer be restarted.
+    wrote: bool,
+    /// A command reached a shard none of its declared keys is on.
+    roamed: bool,
+}
+
+impl RunScope {
+    fn lock_every_shard(&mut self, shards: usize) {
+        self.locked = (0..shards).collect();
+    }
+}
 
 /// How a run ended.
 enum Outcome {
@@ -98,25 +115,28 @@ impl Connection {
             Some(f) => f,
             None => match vm.compile(&script.sha, "user_script", script.code()) {
                 Ok(f) => f,
-                Err(e) => return self.reply_error(&format!("ERR Error compiling script (new function): {e}")),
+                Err(e) => {
+                    return self
+                        .reply_error(&format!("ERR Error compiling script (new function): {e}"))
+                }
             },
         };
         let no_writes = script.flags.is_some_and(|f| f.no_writes);
         if read_only_cmd && script.flags.is_some() && !no_writes {
-            return self.reply_error("ERR Can not execute a script with write flag using *_ro command.");
+            return self
+                .reply_error("ERR Can not execute a script with write flag using *_ro command.");
         }
         let nkeys = numkeys as usize;
         let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
         let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
         let read_only = read_only_cmd || no_writes;
+        let mut scope = self.run_scope(&keys, &script.reach, read_only);
         loop {
-            let every_shard = script.roams.load(Ordering::Relaxed);
-            let outcome = self
-                .run_script(&vm, &f, &keys, &argv, read_only, every_shard)
-                .await;
+            let outcome = self.run_script(&vm, &f, &keys, &argv, &mut scope).await;
+            script.reach.record(scope.roamed);
             match outcome {
                 Outcome::Restart => {
-                    script.roams.store(true, Ordering::Relaxed);
+                    scope.lock_every_shard(self.worker.num_shards());
                     self.worker.stats.borrow_mut().script_restarts += 1;
                 }
                 Outcome::Done(v, script_resp3) => {
@@ -129,6 +149,32 @@ impl Connection {
         }
     }
 
+    /// Which shards a run locks: every shard for a script that declares no keys, for its
+    /// first run, once it has been seen to reach other shards, inside EXEC, and under
+    /// `script-shard-locking all`; otherwise the shards of its declared keys.
+    fn run_scope(&self, keys: &[&[u8]], reach: &Reach, read_only: bool) -> RunScope {
+        let n = self.worker.num_shards();
+        let mut declared: Vec<usize> = keys.iter().map(|k| shard_for_key(k, n)).collect();
+        declared.sort_unstable();
+        declared.dedup();
+        let every_shard = declared.is_empty()
+            || reach.needs_every_shard()
+            || self.tx.is_some()
+            || self.worker.cluster.config.get("script-shard-locking") == "all";
+        let locked = if every_shard {
+            (0..n).collect()
+        } else {
+            declared.clone()
+        };
+        RunScope {
+            locked,
+            declared,
+            read_only,
+            wrote: false,
+            roamed: false,
+        }
+    }
+
     /// One run of `f` in its own transaction (or inside the EXEC that runs it).
     async fn run_script(
         &mut self,
@@ -136,24 +182,11 @@ impl Connection {
         f: &mlua::Function,
         keys: &[&[u8]],
         argv: &[&[u8]],
-        read_only: bool,
-        every_shard: bool,
+        scope: &mut RunScope,
     ) -> Outcome {
-        let n = self.worker.num_shards();
-        let inside_exec = self.tx.is_some();
-        let locked: Vec<usize> = if every_shard || inside_exec {
-            (0..n).collect()
-        } else {
-            let mut shards: Vec<usize> = keys.iter().map(|k| shard_for_key(k, n)).collect();
-            if shards.is_empty() {
-                shards.push(self.worker.id);
-            }
-            shards.sort_unstable();
-            shards.dedup();
-            shards
-        };
-        let mode = Mode::for_write(!read_only);
-        let plan = locked
+        let mode = Mode::for_write(!scope.read_only);
+        let plan = scope
+            .locked
             .iter()
             .map(|&s| (s, vec![Lock::AllDbs { mode }]))
             .collect();
@@ -161,7 +194,7 @@ impl Connection {
             return Outcome::Failed(Failure::plain("ERR shard unavailable"));
         };
         let db = self.info.db.get();
-        let outcome = self.drive(vm, f, keys, argv, read_only, &locked).await;
+        let outcome = self.drive(vm, f, keys, argv, scope).await;
         self.info.db.set(db);
         self.leave_tx(own_tx).await;
         outcome
@@ -173,8 +206,7 @@ impl Connection {
         f: &mlua::Function,
         keys: &[&[u8]],
         argv: &[&[u8]],
-        read_only: bool,
-        locked: &[usize],
+        scope: &mut RunScope,
     ) -> Outcome {
         let lua = vm.lua();
         let mut run = match vm.start(f, keys, argv, true) {
@@ -184,7 +216,8 @@ impl Connection {
                 return Outcome::Failed(Failure::plain(&text));
             }
         };
-        let mut wrote = false;
+        scope.wrote = false;
+        scope.roamed = false;
         let mut answer = None;
         loop {
             match run.resume(lua, answer.take()) {
@@ -207,17 +240,18 @@ impl Connection {
                     });
                 }
                 Step::Request(Request::Call { resp3, args, .. }) => {
-                    let reply = match self.script_call(&args, resp3, read_only, locked).await {
+                    let reply = match self.script_call(&args, resp3, scope).await {
                         CallResult::Reply(bytes) => {
                             if let Some(idx) = lookup(&args[0]) {
-                                wrote |= COMMANDS[idx].is_write() && bytes.first() != Some(&b'-');
+                                scope.wrote |=
+                                    COMMANDS[idx].is_write() && bytes.first() != Some(&b'-');
                             }
                             reply_to_lua(lua, &bytes)
                                 .map(|(is_error, v)| (!is_error, v))
                                 .unwrap_or_else(|_| (false, error_table(lua, "ERR reply could not be read")))
                         }
                         CallResult::Refused(e) => (false, error_table(lua, e)),
-                        CallResult::Elsewhere if !wrote => return Outcome::Restart,
+                        CallResult::Elsewhere if !scope.wrote => return Outcome::Restart,
                         CallResult::Elsewhere => (
                             false,
                             error_table(lua, "ERR Script accessed a key on a shard it did not lock after writing; declare its keys in KEYS (see docs/scripting.md)"),
@@ -235,8 +269,7 @@ impl Connection {
         &mut self,
         argv: &[Vec<u8>],
         resp3: bool,
-        read_only: bool,
-        locked: &[usize],
+        scope: &mut RunScope,
     ) -> CallResult {
         let mut data = Vec::new();
         let mut spans = Vec::with_capacity(argv.len());
@@ -249,18 +282,28 @@ impl Connection {
         };
         let spec = &COMMANDS[idx];
         if !spec.arity_ok(args.len()) {
-            return CallResult::Refused("ERR Wrong number of args calling Redis command from script");
+            return CallResult::Refused(
+                "ERR Wrong number of args calling Redis command from script",
+            );
         }
         if spec.flags & flags::NOSCRIPT != 0 {
             return CallResult::Refused("ERR This Redis command is not allowed from script");
         }
-        if read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
-            return CallResult::Refused("ERR Write commands are not allowed from read-only scripts.");
+        if scope.read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
+            return CallResult::Refused(
+                "ERR Write commands are not allowed from read-only scripts.",
+            );
         }
         let mut plan = Vec::new();
         self.plan(idx, self.info.db.get(), &args, &mut plan);
-        if plan.iter().any(|(shard, _)| !locked.contains(shard)) {
-            return CallResult::Elsewhere;
+        if plan
+            .iter()
+            .any(|(shard, _)| !scope.declared.contains(shard))
+        {
+            scope.roamed = true;
+            if plan.iter().any(|(shard, _)| !scope.locked.contains(shard)) {
+                return CallResult::Elsewhere;
+            }
         }
         let client_resp = self.info.resp.get();
         self.info.resp.set(if resp3 { 3 } else { 2 });
@@ -287,7 +330,6 @@ impl Connection {
         let arity_ok = match sub.as_slice() {
             b"load" => args.len() == 3,
             b"exists" => args.len() >= 3,
-            b"flush" => args.len() <= 3,
             b"kill" | b"help" => args.len() == 2,
             _ => true,
         };
@@ -316,10 +358,11 @@ impl Connection {
                 }
             }
             b"flush" => {
-                let mode_ok = args.len() == 2 || {
-                    let m = args.get(2).to_ascii_lowercase();
-                    m == b"sync" || m == b"async"
-                };
+                let mode_ok = args.len() == 2
+                    || (args.len() == 3 && {
+                        let m = args.get(2).to_ascii_lowercase();
+                        m == b"sync" || m == b"async"
+                    });
                 if !mode_ok {
                     return self.reply_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
                 }

@@ -12,31 +12,20 @@ pub fn tobit(n: f64) -> i32 {
     r as i64 as u32 as i32
 }
 
-/// `bad argument #n to 'f' (number expected, got T)` with the caller's position, as
-/// `luaL_argerror` words it.
-fn arg_error(lua: &Lua, n: usize, fname: &str, got: &Value) -> mlua::Error {
+/// Why an argument was refused, in `luaL_argerror`'s words. The functions return it as a
+/// second value and the prelude raises it from Lua, so the message carries the calling
+/// line as Lua's own errors do (an error raised from Rust would be a wrapped userdata).
+type ArgError = String;
+
+fn arg_error(n: usize, fname: &str, got: &Value) -> ArgError {
     let got = match got {
         Value::Nil => "no value",
         v => v.type_name(),
     };
-    mlua::Error::RuntimeError(format!(
-        "{}bad argument #{n} to '{fname}' (number expected, got {got})",
-        position(lua)
-    ))
+    format!("bad argument #{n} to '{fname}' (number expected, got {got})")
 }
 
-/// `chunk:line: ` of the Lua code calling the current function, as `luaL_where(L, 1)`.
-pub fn position(lua: &Lua) -> String {
-    lua.inspect_stack(1)
-        .and_then(|d| {
-            let line = d.curr_line();
-            let src = d.source().short_src.map(|s| s.into_owned())?;
-            (line > 0).then(|| format!("{src}:{line}: "))
-        })
-        .unwrap_or_default()
-}
-
-fn number(lua: &Lua, v: &Value, n: usize, fname: &str) -> mlua::Result<i32> {
+fn number(v: &Value, n: usize, fname: &str) -> Result<i32, ArgError> {
     match v {
         Value::Integer(i) => Ok(tobit(*i as f64)),
         Value::Number(x) => Ok(tobit(*x)),
@@ -45,32 +34,43 @@ fn number(lua: &Lua, v: &Value, n: usize, fname: &str) -> mlua::Result<i32> {
             .ok()
             .and_then(|s| s.trim().parse::<f64>().ok())
             .map(tobit)
-            .ok_or_else(|| arg_error(lua, n, fname, v)),
-        _ => Err(arg_error(lua, n, fname, v)),
+            .ok_or_else(|| arg_error(n, fname, v)),
+        _ => Err(arg_error(n, fname, v)),
     }
 }
 
-fn arg(lua: &Lua, args: &Variadic<Value>, i: usize, fname: &str) -> mlua::Result<i32> {
-    number(lua, args.get(i).unwrap_or(&Value::Nil), i + 1, fname)
+fn arg(args: &Variadic<Value>, i: usize, fname: &str) -> Result<i32, ArgError> {
+    number(args.get(i).unwrap_or(&Value::Nil), i + 1, fname)
+}
+
+/// A bit function's Lua results: the number, or nil and the argument error.
+fn results(r: Result<i32, ArgError>) -> (Option<i32>, Option<ArgError>) {
+    match r {
+        Ok(v) => (Some(v), None),
+        Err(e) => (None, Some(e)),
+    }
 }
 
 type Fold = fn(i32, i32) -> i32;
 type Shift = fn(i32, u32) -> i32;
 
-/// Builds the `bit` table.
+/// Builds the table of `bit` functions, each returning its result or nil and an argument
+/// error (the prelude wraps them to raise it).
 pub fn library(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     t.set(
         "tobit",
-        lua.create_function(|lua, a: Variadic<Value>| arg(lua, &a, 0, "tobit"))?,
+        lua.create_function(|_, a: Variadic<Value>| Ok(results(arg(&a, 0, "tobit"))))?,
     )?;
     t.set(
         "bnot",
-        lua.create_function(|lua, a: Variadic<Value>| Ok(!arg(lua, &a, 0, "bnot")?))?,
+        lua.create_function(|_, a: Variadic<Value>| Ok(results(arg(&a, 0, "bnot").map(|x| !x))))?,
     )?;
     t.set(
         "bswap",
-        lua.create_function(|lua, a: Variadic<Value>| Ok(arg(lua, &a, 0, "bswap")?.swap_bytes()))?,
+        lua.create_function(|_, a: Variadic<Value>| {
+            Ok(results(arg(&a, 0, "bswap").map(i32::swap_bytes)))
+        })?,
     )?;
     let folds: [(&'static str, Fold); 3] = [
         ("band", |a, b| a & b),
@@ -80,12 +80,15 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
     for (name, op) in folds {
         t.set(
             name,
-            lua.create_function(move |lua, a: Variadic<Value>| {
-                let mut acc = arg(lua, &a, 0, name)?;
-                for i in 1..a.len() {
-                    acc = op(acc, arg(lua, &a, i, name)?);
-                }
-                Ok(acc)
+            lua.create_function(move |_, a: Variadic<Value>| {
+                let fold = || {
+                    let mut acc = arg(&a, 0, name)?;
+                    for i in 1..a.len() {
+                        acc = op(acc, arg(&a, i, name)?);
+                    }
+                    Ok(acc)
+                };
+                Ok(results(fold()))
             })?,
         )?;
     }
@@ -99,30 +102,30 @@ pub fn library(lua: &Lua) -> mlua::Result<Table> {
     for (name, op) in shifts {
         t.set(
             name,
-            lua.create_function(move |lua, a: Variadic<Value>| {
-                let x = arg(lua, &a, 0, name)?;
-                let n = arg(lua, &a, 1, name)? as u32 & 31;
-                Ok(op(x, n))
+            lua.create_function(move |_, a: Variadic<Value>| {
+                let shifted = || Ok(op(arg(&a, 0, name)?, arg(&a, 1, name)? as u32 & 31));
+                Ok(results(shifted()))
             })?,
         )?;
     }
     t.set(
         "tohex",
-        lua.create_function(|lua, a: Variadic<Value>| {
-            let x = arg(lua, &a, 0, "tohex")? as u32;
-            let n = if a.len() > 1 {
-                arg(lua, &a, 1, "tohex")?
-            } else {
-                8
+        lua.create_function(|_, a: Variadic<Value>| {
+            let hex = || {
+                let x = arg(&a, 0, "tohex")? as u32;
+                let n = if a.len() > 1 { arg(&a, 1, "tohex")? } else { 8 };
+                let digits = n.unsigned_abs().min(8) as usize;
+                let hex = if n < 0 {
+                    format!("{x:08X}")
+                } else {
+                    format!("{x:08x}")
+                };
+                Ok::<_, ArgError>(hex[8 - digits..].to_string())
             };
-            let upper = n < 0;
-            let digits = n.unsigned_abs().min(8) as usize;
-            let hex = if upper {
-                format!("{x:08X}")
-            } else {
-                format!("{x:08x}")
-            };
-            Ok(hex[8 - digits..].to_string())
+            Ok(match hex() {
+                Ok(h) => (Some(h), None),
+                Err(e) => (None, Some(e)),
+            })
         })?,
     )?;
     Ok(t)
@@ -145,7 +148,12 @@ mod tests {
     #[test]
     fn operations_from_lua() {
         let lua = Lua::new();
-        lua.globals().set("bit", library(&lua).unwrap()).unwrap();
+        let raw = library(&lua).unwrap();
+        let bit = lua
+            .load("local raw = ... local t = {} for k, f in pairs(raw) do t[k] = function(...) local r, e = f(...) if e then error(e, 2) end return r end end return t")
+            .call::<Table>(raw)
+            .unwrap();
+        lua.globals().set("bit", bit).unwrap();
         let r: String = lua
             .load(
                 "return table.concat({bit.band(0xff, 0x0f), bit.bor(1, 2, 4), bit.bxor(5, 1), \

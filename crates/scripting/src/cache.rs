@@ -20,14 +20,37 @@ pub struct Script {
     pub flags: Option<ScriptFlags>,
     /// Where the compiled code starts (after the shebang line, its newline kept).
     pub code_start: usize,
-    /// A run of it reached a shard outside the ones its declared keys chose: from now on it
-    /// locks every shard (docs/scripting.md, "Keys a script does not declare").
-    pub roams: AtomicBool,
+    pub reach: Reach,
 }
 
 impl Script {
     pub fn code(&self) -> &[u8] {
         &self.body[self.code_start..]
+    }
+}
+
+/// What the runs of a script (or function) have shown about where its keys live, which
+/// decides the shards its next run locks (docs/scripting.md, "Keys a script does not
+/// declare").
+#[derive(Debug, Default)]
+pub struct Reach {
+    ran: AtomicBool,
+    roams: AtomicBool,
+}
+
+impl Reach {
+    /// Its first run, and every run once one reached a shard none of its declared keys is
+    /// on, lock every shard.
+    pub fn needs_every_shard(&self) -> bool {
+        !self.ran.load(Ordering::Relaxed) || self.roams.load(Ordering::Relaxed)
+    }
+
+    /// Records a finished run, and whether it reached beyond its declared keys' shards.
+    pub fn record(&self, roamed: bool) {
+        if roamed {
+            self.roams.store(true, Ordering::Relaxed);
+        }
+        self.ran.store(true, Ordering::Relaxed);
     }
 }
 
@@ -72,7 +95,7 @@ impl ScriptCache {
             body: body.to_vec(),
             flags: header.flags,
             code_start: header.code_start,
-            roams: AtomicBool::new(false),
+            reach: Reach::default(),
         });
         compiles(&script)?;
         let mut scripts = self.scripts.write().unwrap_or_else(|e| e.into_inner());

@@ -202,7 +202,7 @@ fn write_value(out: &mut ReplyBuf, v: &Value, script_resp3: bool, depth: usize) 
 /// C's `(long long)` of a Lua number on x86-64: truncation, and the "integer indefinite"
 /// value for NaN and anything out of range.
 fn lua_number_to_int(n: f64) -> i64 {
-    if n.is_nan() || n >= 9_223_372_036_854_775_808.0 || n < -9_223_372_036_854_775_808.0 {
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&n) {
         i64::MIN
     } else {
         n as i64

@@ -24,7 +24,7 @@ pub mod slot;
 pub mod tailcall;
 pub mod vm;
 
-pub use cache::{sha1_hex, Script, ScriptCache};
+pub use cache::{sha1_hex, Reach, Script, ScriptCache};
 pub use shebang::ScriptFlags;
 pub use slot::{VmLease, VmSlot};
 pub use vm::{Request, Run, ScriptVm, Step};

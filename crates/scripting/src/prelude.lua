@@ -284,7 +284,17 @@ for _, name in ipairs({ "print", "dofile", "loadfile", "getfenv", "setfenv", "ne
   "module", "require", "package", "debug", "os", "io" }) do
   G[name] = nil
 end
-G.bit = prims.bit and protect(prims.bit) or nil
+-- The bit functions return (nil, message) on a bad argument; raised here so the error
+-- names the calling line, as errors from Lua's C functions do.
+local bit = {}
+for name, f in pairs(prims.bit) do
+  bit[name] = function(...)
+    local r, e = f(...)
+    if e then error(e, 2) end
+    return r
+  end
+end
+G.bit = protect(bit)
 G.redis = protect(redis)
 G.string = protect(string)
 G.table = protect(table)

@@ -28,7 +28,11 @@ impl VmSlot {
             let _ = rx.await;
         }
         self.lent.set(true);
-        let kept = self.vm.borrow_mut().take().filter(|v| v.generation == generation);
+        let kept = self
+            .vm
+            .borrow_mut()
+            .take()
+            .filter(|v| v.generation == generation);
         let vm = match kept {
             Some(vm) => vm,
             None => match ScriptVm::new(generation) {
@@ -73,13 +77,17 @@ pub struct VmLease<'a> {
 impl Deref for VmLease<'_> {
     type Target = ScriptVm;
     fn deref(&self) -> &ScriptVm {
-        self.vm.as_ref().expect("a lease holds its VM until dropped")
+        self.vm
+            .as_ref()
+            .expect("a lease holds its VM until dropped")
     }
 }
 
 impl DerefMut for VmLease<'_> {
     fn deref_mut(&mut self) -> &mut ScriptVm {
-        self.vm.as_mut().expect("a lease holds its VM until dropped")
+        self.vm
+            .as_mut()
+            .expect("a lease holds its VM until dropped")
     }
 }
 

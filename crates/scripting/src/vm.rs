@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value};
+use mlua::{
+    ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value,
+};
 
 use crate::random;
 use crate::tailcall::without_tail_calls;

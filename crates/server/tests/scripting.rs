@@ -1,0 +1,539 @@
+//! Lua scripting against redis-server 7.0: the same EVAL/EVALSHA/SCRIPT streams go to both
+//! servers and every reply must be byte-for-byte equal; seeded random scripts cover the
+//! reply conversions both ways; and scripts stay atomic across shards, with declared keys
+//! and with keys they did not declare (docs/scripting.md).
+
+mod common;
+
+use common::{info_field, Backend, Raw, Server};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Sends each command to both servers and asserts equal replies, listing every difference.
+/// `HELLO` replies differ by design (server name, version, id) and are not compared.
+fn assert_same(redis: &mut Raw, ours: &mut Raw, cmds: &[Vec<String>]) {
+    let mut differences = Vec::new();
+    for cmd in cmds {
+        let theirs = redis.cmd(cmd);
+        let mine = ours.cmd(cmd);
+        if cmd[0].eq_ignore_ascii_case("hello") || mine == theirs {
+            continue;
+        }
+        differences.push(format!(
+            "{cmd:?}\n  ours:  {:?}\n  redis: {:?}",
+            String::from_utf8_lossy(&mine),
+            String::from_utf8_lossy(&theirs)
+        ));
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+fn cmds(lines: &[&[&str]]) -> Vec<Vec<String>> {
+    lines
+        .iter()
+        .map(|l| l.iter().map(|s| s.to_string()).collect())
+        .collect()
+}
+
+/// Redis's scripting test cases (docs/research/scripting-redis-7.0.md §6) that need no
+/// replica, memory limit or library Damselfly lacks.
+fn eval_as_redis(b: Backend) {
+    let redis = Server::redis();
+    let s = Server::start_with(b, 2, &[]);
+    let (mut theirs, mut ours) = (redis.raw(), s.raw());
+    let script = cmds(&[
+        // Replies and conversions.
+        &["EVAL", "return 'hello'", "0"],
+        &["EVAL", "return 100.5", "0"],
+        &["EVAL", "return -3.99", "0"],
+        &["EVAL", "return true", "0"],
+        &["EVAL", "return false", "0"],
+        &["EVAL", "return nil", "0"],
+        &["EVAL", "return", "0"],
+        &["EVAL", "return {ok='fine'}", "0"],
+        &["EVAL", "return {ok='a\\r\\nb'}", "0"],
+        &["EVAL", "return {err='ERR this is an error'}", "0"],
+        &["EVAL", "return {err='x'}", "0"],
+        &["EVAL", "return {err='a\\nb'}", "0"],
+        &["EVAL", "return {ok='fine', 1, 2}", "0"],
+        &["EVAL", "return {ok=1}", "0"],
+        &["EVAL", "return {1,2,3,'ciao',{1,2}}", "0"],
+        &["EVAL", "return {1,2,nil,3}", "0"],
+        &["EVAL", "return {1,false,3}", "0"],
+        &["EVAL", "return {a=1}", "0"],
+        &["EVAL", "return {[2]=2}", "0"],
+        &["EVAL", "return 1, 2", "0"],
+        &["EVAL", "return {double=3.5}", "0"],
+        &["EVAL", "return {big_number='123'}", "0"],
+        &["EVAL", "return {map={a=1}}", "0"],
+        &["EVAL", "return {set={a=true}}", "0"],
+        &["EVAL", "return {verbatim_string={format='txt', string='hi'}}", "0"],
+        &["EVAL", "return 9007199254740993", "0"],
+        &["EVAL", "return {KEYS[1],KEYS[2],ARGV[1],ARGV[2]}", "2", "a{t}", "b{t}", "c{t}", "d{t}"],
+        // EVAL caches; EVALSHA in either case; NOSCRIPT.
+        &["SET", "mykey", "myval"],
+        &["EVAL", "return redis.call('get',KEYS[1])", "1", "mykey"],
+        &["EVALSHA", "fd758d1589d044dd850a6f05d52f2eefd27f033f", "1", "mykey"],
+        &["EVALSHA", "FD758D1589D044DD850A6F05D52F2EEFD27F033F", "1", "mykey"],
+        &["EVALSHA", "NotValidShaSUM", "0"],
+        &["EVALSHA", "ffd632c7d33e571e9f24556ebed26c3479a87130", "0"],
+        &["EVALSHA", "abc", "x"],
+        // Redis to Lua.
+        &["SET", "x", "0"],
+        &["EVAL", "local foo = redis.pcall('incr',KEYS[1]) return {type(foo),foo}", "1", "x"],
+        &["EVAL", "local foo = redis.pcall('set',KEYS[1],'myval') return {type(foo),foo['ok']}", "1", "mykey"],
+        &["EVAL", "local foo = redis.pcall('incr',KEYS[1]) return {type(foo),foo['err']}", "1", "mykey"],
+        &["DEL", "mykey"],
+        &["EVAL", "local foo = redis.pcall('get',KEYS[1]) return {type(foo),foo == false}", "1", "mykey"],
+        &["RPUSH", "l", "a", "b", "c"],
+        &["EVAL", "return redis.call('lrange', KEYS[1], 0, -1)", "1", "l"],
+        &["EVAL", "return redis.call('mget', 'l', 'x', 'nokey', 'mykey')", "0"],
+        &["EVAL", "return redis.call('hgetall', 'nokey')", "0"],
+        &["EVAL", "return redis.call('ping')", "0"],
+        &["EVAL", "return redis.call('echo', 'e')", "0"],
+        &["EVAL", "return redis.call('exists', 'l', 'x', 'nokey')", "0"],
+        &["EVAL", "return redis.call('dbsize')", "0"],
+        // SELECT inside a script stays inside it.
+        &["SELECT", "10"],
+        &["SET", "mykey", "original value"],
+        &["EVAL", "return redis.pcall('select','9')", "0"],
+        &["GET", "mykey"],
+        &["EVAL", "redis.call('select','9') redis.call('set', 'in9', '1') return redis.call('get', 'in9')", "0"],
+        &["EXISTS", "in9"],
+        &["SELECT", "0"],
+        // Commands scripts may not run; call errors.
+        &["EVAL", "return redis.pcall('blpop','x',0)", "0"],
+        &["EVAL", "return redis.pcall('multi')", "0"],
+        &["EVAL", "return redis.call('eval', 'return 1', '0')", "0"],
+        &["EVAL", "return redis.call()", "0"],
+        &["EVAL", "return redis.pcall()", "0"],
+        &["EVAL", "redis.call('nosuchcommand')", "0"],
+        &["EVAL", "redis.call('get','a','b','c')", "0"],
+        &["EVAL", "local x={} return redis.call(\"ping\", x)", "0"],
+        &["EVAL", "return redis.pcall('ping', true)", "0"],
+        &["SET", "foo", "bar"],
+        &["EVAL", "redis.call('lpush',KEYS[1],'val')", "1", "foo"],
+        &["EVAL", "return redis.pcall('lpush',KEYS[1],'val')", "1", "foo"],
+        &["EVAL", "local x = 1\nlocal y = 2\nreturn redis.call('incr', 'foo')", "0"],
+        &["EVAL", "return redis.call('select',99)", "0"],
+        &["EVAL", "return redis.call('blmpop', 0, 1, 'nolist', 'LEFT')", "0"],
+        // numkeys.
+        &["EVAL", "return \"hello\"", "-12"],
+        &["EVAL", "return 1", "1"],
+        &["EVAL", "return 1", "x"],
+        &["EVAL", "return 1", "01"],
+        &["EVAL", "return 1"],
+        &["EVALSHA", "fd758d1589d044dd850a6f05d52f2eefd27f033f"],
+        // EVAL_RO.
+        &["SET", "foo", "bar"],
+        &["EVAL_RO", "return redis.call('get', KEYS[1]);", "1", "foo"],
+        &["EVAL_RO", "redis.call('del', KEYS[1]);", "1", "foo"],
+        &["EVAL_RO", "return redis.pcall('del', KEYS[1]);", "1", "foo"],
+        &["EVALSHA_RO", "fd758d1589d044dd850a6f05d52f2eefd27f033f", "1", "foo"],
+        // SCRIPT.
+        &["SCRIPT", "FLUSH"],
+        &["EVALSHA", "fd758d1589d044dd850a6f05d52f2eefd27f033f", "1", "mykey"],
+        &["EVAL", "return 1+1", "0"],
+        &["SCRIPT", "EXISTS", "a27e7e8a43702b7046d4f6a7ccf5b60cef6b9bd9", "a27e7e8a43702b7046d4f6a7ccf5b60cef6b9bda"],
+        &["SCRIPT", "LOAD", "return 'loaded'"],
+        &["EVALSHA", "b534286061d4b9e4026607613b95c06c06015ae8", "0"],
+        &["SCRIPT", "LOAD", "retur n"],
+        &["SCRIPT", "FLUSH", "bad"],
+        &["SCRIPT", "FLUSH", "async"],
+        &["SCRIPT", "FLUSH", "SYNC", "x"],
+        &["SCRIPT", "KILL"],
+        &["SCRIPT", "bad_subcommand"],
+        &["SCRIPT", "LOAD"],
+        &["SCRIPT"],
+        &["SCRIPT", "HELP"],
+        // The environment.
+        &["EVAL", "return a", "0"],
+        &["EVAL", "a=10", "0"],
+        &["EVAL", "_G.x = 1", "0"],
+        &["EVAL", "return rawget(_G, 'nope')", "0"],
+        &["EVAL", "setmetatable(_G, {})", "0"],
+        &["EVAL", "redis.call = function() return 1 end", "0"],
+        &["EVAL", "string.foo = 1", "0"],
+        &["EVAL", "loadfile('some file')", "0"],
+        &["EVAL", "dofile('some file')", "0"],
+        &["EVAL", "print('some data')", "0"],
+        &["EVAL", "return os.clock()", "0"],
+        &["EVAL", "return io", "0"],
+        &["EVAL", "return debug", "0"],
+        &["EVAL", "return _VERSION", "0"],
+        &["EVAL", "return type(unpack)", "0"],
+        &["EVAL", "local t = {} t.x = 1 table.insert(t, 5) return {t.x, t[1], #t}", "0"],
+        &["EVAL", "return loadstring('return 7')()", "0"],
+        &["EVAL", "return loadstring(string.dump(function() return 1 end))", "0"],
+        &["EVAL", "local f = loadstring('x = 1') return pcall(f)", "0"],
+        &["EVAL", "return {redis.REDIS_VERSION, redis.REDIS_VERSION_NUM}", "0"],
+        &["EVAL", "return {redis.LOG_DEBUG, redis.LOG_WARNING, redis.REPL_ALL}", "0"],
+        &["EVAL", "return string.format('%d %s %5.2f', 42, 'x', 3.14159)", "0"],
+        &["EVAL", "return table.concat({string.byte('AB', 1, 2)}, ',')", "0"],
+        &["EVAL", "return math.floor(-3.5) .. ' ' .. math.huge .. ' ' .. math.fmod(7, 3)", "0"],
+        &["EVAL", "local co = coroutine.create(function(a) local b = coroutine.yield(a + 1) return b * 2 end) local _, x = coroutine.resume(co, 1) local _, y = coroutine.resume(co, 10) return {x, y}", "0"],
+        &["EVAL", "local co = coroutine.wrap(function() return redis.call('get', 'foo') end) return co()", "0"],
+        // Numbers as command arguments.
+        &["EVAL", "local value = 9007199254740991 redis.call(\"set\",\"foo\",value) return redis.call(\"get\",\"foo\")", "1", "foo"],
+        &["EVAL", "redis.call(\"set\",\"key\",\"12039611435714932082\") return redis.call(\"get\",\"key\")", "1", "key"],
+        &["EVAL", "redis.call(\"set\",\"n\",0.1) return redis.call(\"get\",\"n\")", "0"],
+        &["EVAL", "redis.call('set','n',1e20) return redis.call('get','n')", "0"],
+        &["EVAL", "redis.call('set','n',-0.5) return redis.call('get','n')", "0"],
+        // pcall, error, sha1hex, error_reply, status_reply, log, set_repl.
+        &["EVAL", "local status, res = pcall(function() return 1 end); return 'status: ' .. tostring(status) .. ' result: ' .. res", "0"],
+        &["EVAL", "local status, res = pcall(function() return foo end); return 'status: ' .. tostring(status) .. ' result: ' .. res", "0"],
+        &["EVAL", "return {pcall(redis.call, 'incr', 'foo')}", "0"],
+        &["EVAL", "local ok, e = pcall(error, {err='CODE x'}) return e", "0"],
+        &["EVAL", "local ok, e = pcall(error) return tostring(e)", "0"],
+        &["EVAL", "return {pcall(nil)}", "0"],
+        &["EVAL", "return {xpcall(function() error('q') end, function(e) return 'handled ' .. e end)}", "0"],
+        &["EVAL", "return redis.sha1hex('')", "0"],
+        &["EVAL", "return redis.sha1hex('Pizza & Mandolino')", "0"],
+        &["EVAL", "return redis.sha1hex(12)", "0"],
+        &["EVAL", "redis.sha1hex()", "0"],
+        &["EVAL", "return redis.error_reply(\"MY_ERR_CODE custom msg\")", "0"],
+        &["EVAL", "return redis.error_reply(\"\")", "0"],
+        &["EVAL", "return redis.error_reply(\"x\")", "0"],
+        &["EVAL", "return redis.error_reply(\"-MY_ERR x\")", "0"],
+        &["EVAL", "return redis.error_reply(\"ERR\\n\")", "0"],
+        &["EVAL", "return redis.status_reply(\"MY_OK_CODE custom msg\")", "0"],
+        &["EVAL", "return redis.error_reply(1)", "0"],
+        &["EVAL", "return redis.status_reply()", "0"],
+        &["EVAL", "redis.log(redis.LOG_WARNING, 'from a script', 1) return 1", "0"],
+        &["EVAL", "redis.log(1)", "0"],
+        &["EVAL", "redis.log('x', 'y')", "0"],
+        &["EVAL", "redis.log(9, 'y')", "0"],
+        &["EVAL", "redis.set_repl(redis.REPL_ALL) return redis.replicate_commands()", "0"],
+        &["EVAL", "redis.set_repl(7)", "0"],
+        &["EVAL", "redis.set_repl()", "0"],
+        &["EVAL", "return redis.acl_check_cmd('get', 'x')", "0"],
+        &["EVAL", "return redis.acl_check_cmd('nosuch')", "0"],
+        &["EVAL", "return redis.breakpoint()", "0"],
+        // Runtime errors and where they happened.
+        &["EVAL", "error(\"x\")", "0"],
+        &["EVAL", "error(\"x\", 0)", "0"],
+        &["EVAL", "error(123)", "0"],
+        &["EVAL", "error()", "0"],
+        &["EVAL", "#!lua\n\nerror(\"boom\")", "0"],
+        &["EVAL", "error({err=\"MYERR hi\"})", "0"],
+        &["EVAL", "local function f()\n  error('deep')\nend\nf()", "0"],
+        &["EVAL", "local function f()\n  return redis.call('incr', 'foo')\nend\nreturn f()", "0"],
+        &["EVAL", "return string.rep()", "0"],
+        &["EVAL", "retur n 1", "0"],
+        &["EVAL", "return 'unfinished", "0"],
+        // Shebangs.
+        &["EVAL", "#!not-lua\nreturn 1", "0"],
+        &["EVAL", "#!lua\nreturn 1", "0"],
+        &["EVAL", "#!lua badger=data\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=allow-oom,what?\nreturn 1", "0"],
+        &["EVAL", "#!lua", "0"],
+        &["EVAL", "#!lua name=foo\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=no-writes\nredis.call('set','x',1)\nreturn 1", "1", "x"],
+        &["EVAL_RO", "#!lua\nreturn 1", "0"],
+        &["EVAL_RO", "#!lua flags=no-writes\nreturn 1", "0"],
+        &["EVAL", "#!lua flags=no-writes\nreturn redis.call('get', 'x')", "0"],
+        // math.random.
+        &["EVAL", "math.randomseed(ARGV[1]); return tostring(math.random())", "0", "10"],
+        &["EVAL", "math.randomseed(ARGV[1]); return tostring(math.random())", "0", "20"],
+        &["EVAL", "math.randomseed(0); return {math.random(10), math.random(5, 7), tostring(math.random())}", "0"],
+        &["EVAL", "return math.random(0)", "0"],
+        &["EVAL", "return math.random(3, 1)", "0"],
+        &["EVAL", "return math.random(1, 2, 3)", "0"],
+        // bit.
+        &["EVAL", "return {bit.band(0xff, 0x0f), bit.bor(1, 2, 4), bit.bxor(5, 1), bit.bnot(0), bit.lshift(1, 31), bit.arshift(-256, 4), bit.tohex(255), bit.tohex(-1, -4), bit.tobit(2^32 + 5)}", "0"],
+        &["EVAL", "return bit.band('x')", "0"],
+        // RESP3 through redis.setresp and the client's protocol.
+        &["HSET", "hash", "field", "value"],
+        &["ZADD", "z", "1.5", "m"],
+        &["HELLO", "3"],
+        &["EVAL", "redis.setresp(3); return redis.call('hgetall', KEYS[1])", "1", "hash"],
+        &["EVAL", "redis.setresp(2); return redis.call('hgetall', KEYS[1])", "1", "hash"],
+        &["EVAL", "redis.setresp(3); return redis.call('zscore', 'z', 'm')", "0"],
+        &["EVAL", "redis.setresp(3); local s = redis.call('zscore', 'z', 'm') return {type(s), s['double']}", "0"],
+        &["EVAL", "redis.setresp(3); return redis.call('smembers', 'nokey')", "0"],
+        &["EVAL", "redis.setresp(3); return {type(redis.call('get', 'nokey'))}", "0"],
+        &["EVAL", "return false", "0"],
+        &["EVAL", "return true", "0"],
+        &["EVAL", "redis.setresp(3); return false", "0"],
+        &["EVAL", "redis.setresp(3); return true", "0"],
+        &["EVAL", "return {double=3.5}", "0"],
+        &["EVAL", "return {double=1/0}", "0"],
+        &["EVAL", "return {big_number='12\\r\\n3'}", "0"],
+        &["EVAL", "return {map={a=1}}", "0"],
+        &["EVAL", "return {set={a=true}}", "0"],
+        &["EVAL", "return {verbatim_string={format='markdown', string='hi'}}", "0"],
+        &["EVAL", "return nil", "0"],
+        &["HELLO", "2"],
+        &["EVAL", "redis.setresp(3); return redis.call('hgetall', KEYS[1])", "1", "hash"],
+        &["EVAL", "redis.setresp(3); return false", "0"],
+        &["EVAL", "redis.setresp(3); return true", "0"],
+        &["EVAL", "redis.setresp(4)", "0"],
+        &["EVAL", "redis.setresp()", "0"],
+        &["EVAL", "redis.setresp('3') return redis.call('zscore', 'z', 'm')", "0"],
+        // Inside MULTI/EXEC.
+        &["MULTI"],
+        &["EVAL", "return redis.call('incr', KEYS[1])", "1", "counter"],
+        &["EVAL", "return redis.call('incr', 'counter')", "0"],
+        &["EVAL", "error('in exec')", "0"],
+        &["EXEC"],
+        &["WATCH", "counter"],
+        &["EVAL", "return redis.call('incr', 'counter')", "0"],
+        &["MULTI"],
+        &["EVAL", "return 1", "0"],
+        &["EXEC"],
+    ]);
+    assert_same(&mut theirs, &mut ours, &script);
+}
+
+/// A random Lua value expression and nesting depth budget.
+fn lua_value(rng: &mut StdRng, depth: u32) -> String {
+    let pick = if depth == 0 {
+        rng.gen_range(0..8)
+    } else {
+        rng.gen_range(0..14)
+    };
+    match pick {
+        0 => rng.gen_range(-1000i64..1000).to_string(),
+        1 => format!("{:.3}", rng.gen_range(-100.0f64..100.0)),
+        2 => format!("'s{}'", rng.gen_range(0..100)),
+        3 => "true".into(),
+        4 => "false".into(),
+        5 => "nil".into(),
+        6 => "''".into(),
+        7 => format!("{}", rng.gen_range(-1e15f64..1e15)),
+        8 => format!("{{ok='st{}'}}", rng.gen_range(0..9)),
+        9 => format!("{{err='E{} m'}}", rng.gen_range(0..9)),
+        10 => format!("{{double={}}}", rng.gen_range(-5.0f64..5.0)),
+        11 => format!("{{map={{k={}}}}}", lua_value(rng, depth - 1)),
+        12 => "{set={m=true}}".into(),
+        _ => {
+            let n = rng.gen_range(0..5);
+            let items: Vec<String> = (0..n).map(|_| lua_value(rng, depth - 1)).collect();
+            format!("{{{}}}", items.join(", "))
+        }
+    }
+}
+
+/// A random command a script calls, on keys of every shard.
+fn redis_call(rng: &mut StdRng) -> String {
+    let k = format!("'k{}'", rng.gen_range(0..12));
+    let v = rng.gen_range(0..50);
+    let f = if rng.gen_bool(0.3) { "pcall" } else { "call" };
+    let cmd = match rng.gen_range(0..12) {
+        0 => format!("'set', {k}, {v}"),
+        1 => format!("'get', {k}"),
+        2 => format!("'incr', {k}"),
+        3 => format!("'rpush', {k}, {v}"),
+        4 => format!("'lrange', {k}, 0, -1"),
+        5 => format!("'hset', {k}, 'f', {v}"),
+        6 => format!("'hgetall', {k}"),
+        7 => format!("'zadd', {k}, {v}, 'm'"),
+        8 => format!("'zscore', {k}, 'm'"),
+        9 => format!("'del', {k}"),
+        10 => format!("'type', {k}"),
+        _ => format!("'exists', {k}, 'k1', 'k2'"),
+    };
+    format!("redis.{f}({cmd})")
+}
+
+/// Seeded random scripts: return values of every shape, and command replies converted to Lua
+/// and back, in RESP2 and RESP3 on both sides, over keys of every shard (so most runs are
+/// retried once with every shard locked: the keys are not declared).
+fn seeded_scripts_as_redis(b: Backend) {
+    let redis = Server::redis();
+    let s = Server::start_with(b, 2, &[]);
+    let (mut theirs, mut ours) = (redis.raw(), s.raw());
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut script = Vec::new();
+    for i in 0..600 {
+        if i % 150 == 0 {
+            let proto = if i % 300 == 0 { "2" } else { "3" };
+            script.push(vec!["HELLO".to_string(), proto.to_string()]);
+        }
+        let mut body = String::new();
+        if rng.gen_bool(0.4) {
+            body.push_str("redis.setresp(3) ");
+        }
+        let calls = rng.gen_range(0..4);
+        for c in 0..calls {
+            body.push_str(&format!("local r{c} = {} ", redis_call(&mut rng)));
+        }
+        let ret = if calls > 0 && rng.gen_bool(0.6) {
+            format!("r{}", rng.gen_range(0..calls))
+        } else {
+            lua_value(&mut rng, 3)
+        };
+        body.push_str(&format!("return {ret}"));
+        script.push(vec!["EVAL".to_string(), body, "0".to_string()]);
+    }
+    assert_same(&mut theirs, &mut ours, &script);
+}
+
+/// Money moves between accounts on every shard by a Lua transfer script while readers MGET
+/// all accounts: every read sees the same total. `declared` passes the two accounts as KEYS;
+/// otherwise the script declares the source account and builds the destination's name from
+/// ARGV, so its runs lock every shard.
+fn transfers_stay_atomic(b: Backend, declared: bool) {
+    const ACCOUNTS: usize = 16;
+    const START: i64 = 100;
+    let s = Server::start_with(b, 2, &[]);
+    let mut c = s.raw();
+    let names: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct:{i}")).collect();
+    for n in &names {
+        c.cmd(&["SET", n.as_str(), &START.to_string()]);
+    }
+    let transfer = if declared {
+        "local a = tonumber(redis.call('get', KEYS[1])) local amount = tonumber(ARGV[1]) \
+         if a < amount then return 0 end \
+         redis.call('decrby', KEYS[1], amount) redis.call('incrby', KEYS[2], amount) return 1"
+    } else {
+        "local from, to = KEYS[1], 'acct:' .. ARGV[2] \
+         local a = tonumber(redis.call('get', from)) local amount = tonumber(ARGV[1]) \
+         if a < amount then return 0 end \
+         redis.call('decrby', from, amount) redis.call('incrby', to, amount) return 1"
+    };
+    let sha = String::from_utf8(c.cmd(&["SCRIPT", "LOAD", transfer])).expect("utf-8");
+    let sha = sha
+        .trim_start_matches(|ch| ch == '$' || char::is_ascii_digit(&ch))
+        .trim()
+        .to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = s.port;
+    let movers: Vec<_> = (0..3)
+        .map(|seed| {
+            let sha = sha.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Raw::tcp(port);
+                let mut rng = StdRng::seed_from_u64(seed);
+                let mut moved = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let from = rng.gen_range(0..ACCOUNTS);
+                    let to = (from + rng.gen_range(1..ACCOUNTS)) % ACCOUNTS;
+                    let amount = rng.gen_range(1..30).to_string();
+                    let (kf, kt) = (format!("acct:{from}"), format!("acct:{to}"));
+                    let reply = if declared {
+                        c.cmd(&["EVALSHA", sha.as_str(), "2", &kf, &kt, &amount])
+                    } else {
+                        c.cmd(&["EVALSHA", sha.as_str(), "1", &kf, &amount, &to.to_string()])
+                    };
+                    assert!(
+                        reply == b":1\r\n" || reply == b":0\r\n",
+                        "{}",
+                        String::from_utf8_lossy(&reply)
+                    );
+                    moved += 1;
+                }
+                moved
+            })
+        })
+        .collect();
+    let mut mget: Vec<&str> = vec!["MGET"];
+    mget.extend(names.iter().map(String::as_str));
+    for _ in 0..400 {
+        let reply = String::from_utf8(c.cmd(&mget)).expect("utf-8");
+        let total: i64 = reply
+            .lines()
+            .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+            .map(|l| l.parse::<i64>().expect("a balance"))
+            .sum();
+        assert_eq!(total, START * ACCOUNTS as i64, "{reply}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let moved: u64 = movers.into_iter().map(|m| m.join().expect("mover")).sum();
+    assert!(moved > 50, "only {moved} transfers ran");
+    // A restart happens only when a script that stayed on its keys' shards starts to roam:
+    // this one roams from its first run (which locks every shard) or never.
+    assert_eq!(restarts(&mut c), 0);
+}
+
+fn restarts(c: &mut Raw) -> u64 {
+    info_field(c, "stats", "script_shard_restarts")
+        .and_then(|v| v.parse().ok())
+        .expect("script_shard_restarts")
+}
+
+/// A key on the other shard from `{a}` (with 2 threads).
+fn key_off_a() -> String {
+    let home = damselfly_storage::shard_for_key(b"{a}", 2);
+    (0..100)
+        .map(|i| format!("{{b{i}}}"))
+        .find(|k| damselfly_storage::shard_for_key(k.as_bytes(), 2) != home)
+        .expect("a key on the other shard")
+}
+
+fn transfers_with_declared_keys(b: Backend) {
+    transfers_stay_atomic(b, true);
+}
+
+fn transfers_with_undeclared_keys(b: Backend) {
+    transfers_stay_atomic(b, false);
+}
+
+/// The rule for keys a script does not declare (docs/scripting.md): a first run locks every
+/// shard; a script that then stayed on its keys' shards locks only those, and when a later
+/// run reaches another shard it restarts with every shard locked if it has not written,
+/// or has that call fail if it has. Either way its next runs lock every shard.
+fn undeclared_keys_rule(b: Backend) {
+    let s = Server::start_with(b, 2, &[]);
+    let mut c = s.raw();
+    let other = key_off_a();
+    c.cmd(&["SET", "{a}:2", "near"]);
+    c.cmd(&["SET", other.as_str(), "far"]);
+    let read = "return redis.call('get', ARGV[1])";
+    assert_eq!(
+        c.cmd(&["EVAL", read, "1", "{a}", "{a}:2"]),
+        b"$4\r\nnear\r\n"
+    );
+    assert_eq!(c.cmd(&["EVAL", read, "1", "{a}", &other]), b"$3\r\nfar\r\n");
+    assert_eq!(restarts(&mut c), 1);
+    assert_eq!(c.cmd(&["EVAL", read, "1", "{a}", &other]), b"$3\r\nfar\r\n");
+    assert_eq!(restarts(&mut c), 1);
+
+    let write = "redis.call('set', KEYS[1], ARGV[2]) return redis.call('set', ARGV[1], ARGV[2])";
+    assert_eq!(
+        c.cmd(&["EVAL", write, "1", "{a}", "{a}:2", "1"]),
+        b"+OK\r\n"
+    );
+    let failed =
+        String::from_utf8(c.cmd(&["EVAL", write, "1", "{a}", &other, "2"])).expect("utf-8");
+    assert!(
+        failed.starts_with("-ERR Script accessed a key on a shard it did not lock"),
+        "{failed}"
+    );
+    assert_eq!(c.cmd(&["GET", "{a}"]), b"$1\r\n2\r\n");
+    assert_eq!(c.cmd(&["GET", &other]), b"$3\r\nfar\r\n");
+    assert_eq!(c.cmd(&["EVAL", write, "1", "{a}", &other, "3"]), b"+OK\r\n");
+    assert_eq!(
+        c.cmd(&["MGET", "{a}", &other]),
+        b"*2\r\n$1\r\n3\r\n$1\r\n3\r\n"
+    );
+
+    // Scripts that declare no keys, and every script under `script-shard-locking all`,
+    // lock every shard.
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            "redis.call('set', '{a}', 4) return redis.call('set', ARGV[1], 4)",
+            "0",
+            &other
+        ]),
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "script-shard-locking", "all"]),
+        b"+OK\r\n"
+    );
+    let fresh = "redis.call('set', KEYS[1], 5) return redis.call('set', ARGV[1], 5)";
+    assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", "{a}:2"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", &other]), b"+OK\r\n");
+    assert_eq!(restarts(&mut c), 1);
+}
+
+backend_tests!(
+    eval_as_redis,
+    seeded_scripts_as_redis,
+    transfers_with_declared_keys,
+    transfers_with_undeclared_keys,
+    undeclared_keys_rule,
+);
