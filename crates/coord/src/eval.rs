@@ -1,10 +1,11 @@
 //! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT: the driver between a script run (the
 //! Lua side lives in damselfly-scripting) and the shards. A run is one transaction that
-//! locks whole shards: those owning its declared keys (this thread's shard when it declares
-//! none). Each `redis.call` is checked as Redis checks it, then routed like a client's
-//! command inside that transaction, and its reply handed back to Lua. A call that reaches a
-//! shard the run did not lock restarts the run with every shard locked, if nothing was
-//! written yet (docs/scripting.md, "Keys a script does not declare").
+//! locks whole shards: every shard, or only those owning its declared keys once the script
+//! has been seen to stay on them. Each `redis.call` is checked as Redis checks it, then
+//! routed like a client's command inside that transaction, and its reply handed back to Lua.
+//! A call that reaches a shard the run did not lock restarts the run with every shard
+//! locked, after taking back what it wrote (docs/scripting.md, "Keys a script does not
+//! declare").
 
 use damselfly_commands::table::{flags, COMMANDS};
 use damselfly_commands::{lookup, Args};
@@ -43,8 +44,8 @@ impl RunScope {
 enum Outcome {
     Done(Value, bool),
     Failed(Failure),
-    /// It reached a shard it had not locked before writing anything: run it again with
-    /// every shard locked.
+    /// It reached a shard it had not locked: run it again with every shard locked (after
+    /// taking back what it wrote).
     Restart,
 }
 
@@ -193,9 +194,20 @@ impl Connection {
         let Some(own_tx) = self.enter_tx(plan).await else {
             return Outcome::Failed(Failure::plain("ERR shard unavailable"));
         };
+        let partial = scope.locked.len() < self.worker.num_shards();
+        if partial && !scope.read_only {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.keep_undo();
+            }
+        }
         let db = self.info.db.get();
         let outcome = self.drive(vm, f, keys, argv, scope).await;
         self.info.db.set(db);
+        if matches!(outcome, Outcome::Restart) && scope.wrote {
+            if let Some(tx) = self.tx.as_mut() {
+                tx.roll_back(&scope.locked).await;
+            }
+        }
         self.leave_tx(own_tx).await;
         outcome
     }
@@ -248,14 +260,12 @@ impl Connection {
                             }
                             reply_to_lua(lua, &bytes)
                                 .map(|(is_error, v)| (!is_error, v))
-                                .unwrap_or_else(|_| (false, error_table(lua, "ERR reply could not be read")))
+                                .unwrap_or_else(|_| {
+                                    (false, error_table(lua, "ERR reply could not be read"))
+                                })
                         }
                         CallResult::Refused(e) => (false, error_table(lua, e)),
-                        CallResult::Elsewhere if !scope.wrote => return Outcome::Restart,
-                        CallResult::Elsewhere => (
-                            false,
-                            error_table(lua, "ERR Script accessed a key on a shard it did not lock after writing; declare its keys in KEYS (see docs/scripting.md)"),
-                        ),
+                        CallResult::Elsewhere => return Outcome::Restart,
                     };
                     answer = Some(reply);
                 }

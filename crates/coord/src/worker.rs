@@ -84,6 +84,10 @@ pub struct Worker {
     pub(crate) journal: JournalCell,
     /// The transaction the records made now belong to.
     pub(crate) current_tx: Cell<TxTag>,
+    /// The transaction whose hop is running (crates/coord/src/tx/undo.rs).
+    pub(crate) running_tx: Cell<TxId>,
+    /// The transaction the shard keeps an undo log for.
+    pub(crate) undo_owner: Cell<Option<TxId>>,
     /// Where the running snapshot's finished sink goes (crates/coord/src/snapshots.rs).
     pub(crate) snapshot_done:
         RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
@@ -121,6 +125,8 @@ impl Worker {
             peak_memory: Cell::new(0),
             journal: RefCell::new(None),
             current_tx: Cell::new((0, 0)),
+            running_tx: Cell::new(0),
+            undo_owner: Cell::new(None),
             snapshot_done: RefCell::new(None),
             scripting: Default::default(),
             #[cfg(debug_assertions)]
@@ -488,6 +494,7 @@ impl Worker {
     /// Drops a transaction's intents here (recording its end) and runs the hops whose turn
     /// has come.
     pub(crate) fn release(&self, id: TxId) {
+        self.end_undo(id);
         self.journal_tx_end(id);
         let ready = self.txq.borrow_mut().release(id);
         for (id, hop) in ready {
@@ -506,7 +513,9 @@ impl Worker {
                 slot,
             } => {
                 self.current_tx.set(self.journal_tx_tag(id));
+                self.running_tx.set(id);
                 let value = f(self);
+                self.running_tx.set(0);
                 self.current_tx.set((0, 0));
                 if conclude {
                     self.release(id);

@@ -54,6 +54,7 @@ fn workload(c: &mut Raw, seed: u64) {
     for i in 0..300 {
         let k = format!("k{}", rng.gen_range(0..40));
         let k2 = format!("k{}", rng.gen_range(0..40));
+        let (script_key, script_other) = (k.clone(), k2.clone());
         let n = rng.gen_range(0..1000).to_string();
         let cmd: Vec<String> = match rng.gen_range(0..22) {
             0 => vec!["SET".into(), k, n, "EX".into(), "1000".into()],
@@ -96,6 +97,17 @@ fn workload(c: &mut Raw, seed: u64) {
                 };
                 c.cmd(&words);
             }
+            // A new script each time: its first run stays on its key's shard, so the second
+            // runs locking that shard only and, when `k2` is elsewhere, is taken back after its
+            // RPUSH and INCR and run again locking every shard (docs/scripting.md). The journal
+            // must take the RPUSH back too, or replay would push twice.
+            let script = format!(
+                "-- {i}\nredis.call('rpush', '{{' .. KEYS[1] .. '}}:log', ARGV[1]) \
+                 local n = redis.call('incr', KEYS[1]) redis.call('set', ARGV[1], n)"
+            );
+            let near = format!("{{{script_key}}}:near");
+            c.cmd(&["EVAL", &script, "1", &script_key, &near]);
+            c.cmd(&["EVAL", &script, "1", &script_key, &script_other]);
         }
     }
     // Other databases, DEBUG POPULATE, SORT ... STORE, and a deadline that passes.
@@ -130,6 +142,11 @@ fn recovers_across_thread_counts(b: Backend) {
     workload(&mut c, 7);
     let mut c2 = s.raw();
     workload(&mut c2, 8);
+    let restarts = common::info_field(&mut c, "stats", "script_shard_restarts");
+    assert!(
+        restarts.as_deref().is_some_and(|r| r != "0"),
+        "no script run was taken back: {restarts:?}"
+    );
     let before = digest(&mut c);
     assert_ne!(before, b"+0000000000000000000000000000000000000000\r\n");
     let keys = c.cmd(&["DBSIZE"]);

@@ -442,9 +442,15 @@ fn transfers_stay_atomic(b: Backend, declared: bool) {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let moved: u64 = movers.into_iter().map(|m| m.join().expect("mover")).sum();
     assert!(moved > 50, "only {moved} transfers ran");
-    // A restart happens only when a script that stayed on its keys' shards starts to roam:
-    // this one roams from its first run (which locks every shard) or never.
-    assert_eq!(restarts(&mut c), 0);
+    // A restart happens only when a script that stayed on its keys' shards starts to roam,
+    // which declared keys never do. The undeclared script restarts at most once per mover:
+    // it may look confined until its first run that reaches another shard.
+    let restarted = restarts(&mut c);
+    if declared {
+        assert_eq!(restarted, 0);
+    } else {
+        assert!(restarted <= 3, "{restarted} restarts");
+    }
 }
 
 fn restarts(c: &mut Raw) -> u64 {
@@ -490,23 +496,22 @@ fn undeclared_keys_rule(b: Backend) {
     assert_eq!(c.cmd(&["EVAL", read, "1", "{a}", &other]), b"$3\r\nfar\r\n");
     assert_eq!(restarts(&mut c), 1);
 
-    let write = "redis.call('set', KEYS[1], ARGV[2]) return redis.call('set', ARGV[1], ARGV[2])";
-    assert_eq!(
-        c.cmd(&["EVAL", write, "1", "{a}", "{a}:2", "1"]),
-        b"+OK\r\n"
-    );
-    let failed =
-        String::from_utf8(c.cmd(&["EVAL", write, "1", "{a}", &other, "2"])).expect("utf-8");
-    assert!(
-        failed.starts_with("-ERR Script accessed a key on a shard it did not lock"),
-        "{failed}"
-    );
-    assert_eq!(c.cmd(&["GET", "{a}"]), b"$1\r\n2\r\n");
-    assert_eq!(c.cmd(&["GET", &other]), b"$3\r\nfar\r\n");
-    assert_eq!(c.cmd(&["EVAL", write, "1", "{a}", &other, "3"]), b"+OK\r\n");
+    // A run that reaches another shard after writing is taken back and run again with every
+    // shard locked: the INCR happens once.
+    let count = "local n = redis.call('incr', KEYS[1]) redis.call('set', ARGV[1], n) return n";
+    assert_eq!(c.cmd(&["EVAL", count, "1", "{a}", "{a}:2"]), b":1\r\n");
+    assert_eq!(restarts(&mut c), 1);
+    assert_eq!(c.cmd(&["EVAL", count, "1", "{a}", &other]), b":2\r\n");
+    assert_eq!(restarts(&mut c), 2);
     assert_eq!(
         c.cmd(&["MGET", "{a}", &other]),
-        b"*2\r\n$1\r\n3\r\n$1\r\n3\r\n"
+        b"*2\r\n$1\r\n2\r\n$1\r\n2\r\n"
+    );
+    assert_eq!(c.cmd(&["EVAL", count, "1", "{a}", &other]), b":3\r\n");
+    assert_eq!(
+        restarts(&mut c),
+        2,
+        "it roams, so it locks every shard from now on"
     );
 
     // Scripts that declare no keys, and every script under `script-shard-locking all`,
@@ -527,7 +532,7 @@ fn undeclared_keys_rule(b: Backend) {
     let fresh = "redis.call('set', KEYS[1], 5) return redis.call('set', ARGV[1], 5)";
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", "{a}:2"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", &other]), b"+OK\r\n");
-    assert_eq!(restarts(&mut c), 1);
+    assert_eq!(restarts(&mut c), 2);
 }
 
 backend_tests!(

@@ -12,6 +12,7 @@ pub mod pack;
 pub mod set;
 pub mod shard;
 pub mod table;
+pub mod undo;
 pub mod value;
 pub mod zset;
 
@@ -19,7 +20,7 @@ pub use hash::Hash;
 pub use limits::EncodingLimits;
 pub use list::{End, List};
 pub use set::Set;
-pub use shard::{Db, Shard, ShardStats, SnapshotSink, WatchStamp};
+pub use shard::{Db, Shard, ShardStats, SnapshotSink, Undone, WatchStamp};
 pub use table::{Entry, Table, SCAN_SHARD_BITS};
 pub use value::{Collection, Kind, Value};
 pub use zset::ZSet;

@@ -6,6 +6,7 @@ use std::collections::BinaryHeap;
 
 use crate::limits::EncodingLimits;
 use crate::table::{Entry, Table};
+use crate::undo::{Saved, UndoLog};
 use crate::value::{Kind, Value};
 
 /// Keyspace counters of one shard, summed across shards by INFO.
@@ -121,6 +122,19 @@ pub struct Shard {
     pub dirty: u64,
     /// Keys removed because their deadline passed, kept for the journal while it wants them.
     expired_log: Option<Vec<(usize, Box<[u8]>)>>,
+    /// While kept, the state before every change, so the changes can be taken back.
+    undo: Option<UndoLog>,
+}
+
+/// What [`Shard::rollback`] restored, for the journal.
+#[derive(Debug, PartialEq)]
+pub enum Undone {
+    /// A key now holds what it held before (possibly nothing).
+    Key { db: usize, key: Box<[u8]> },
+    /// A database emptied and refilled with what it held before.
+    Db(usize),
+    /// Two databases swapped back.
+    Swap(usize, usize),
 }
 
 type KeySet = std::collections::HashSet<Box<[u8]>, ahash::RandomState>;
@@ -144,6 +158,7 @@ impl Shard {
             snapshot_version: 0,
             dirty: 0,
             expired_log: None,
+            undo: None,
         }
     }
 
@@ -205,6 +220,57 @@ impl Shard {
                 snap.sink.save(db, e);
             }
         }
+        if let Some(undo) = &mut self.undo {
+            if undo.wants(db, key) {
+                undo.save_key(db, key, self.dbs[db].table.get(key));
+            }
+        }
+    }
+
+    /// Starts keeping the state before every change (if not already), for [`Shard::rollback`].
+    pub fn keep_undo(&mut self) {
+        self.undo.get_or_insert_with(UndoLog::default);
+    }
+
+    /// Stops keeping it: the changes stay.
+    pub fn drop_undo(&mut self) {
+        self.undo = None;
+    }
+
+    /// Takes back every change since [`Shard::keep_undo`], newest first, and stops keeping
+    /// the log. Returns what was restored, in the order it was restored.
+    pub fn rollback(&mut self, now: u64) -> Vec<Undone> {
+        let Some(log) = self.undo.take() else {
+            return Vec::new();
+        };
+        let mut undone = Vec::with_capacity(log.saved.len());
+        for saved in log.saved.into_iter().rev() {
+            match saved {
+                Saved::Key { db, key, before } => {
+                    match before {
+                        Some((value, expire_at)) => {
+                            self.set(db, &key, value, expire_at);
+                        }
+                        None => {
+                            self.remove(db, &key);
+                        }
+                    }
+                    undone.push(Undone::Key { db, key });
+                }
+                Saved::Db { db, entries } => {
+                    self.flush_db(db, now);
+                    for e in entries {
+                        self.set(db, &e.key, e.value, e.expire_at);
+                    }
+                    undone.push(Undone::Db(db));
+                }
+                Saved::Swap { a, b } => {
+                    self.swap_dbs(a, b);
+                    undone.push(Undone::Swap(a, b));
+                }
+            }
+        }
+        undone
     }
 
     /// Saves every unsaved segment of `db` (before a change to the whole database).
@@ -412,6 +478,18 @@ impl Shard {
 
     pub fn flush_db(&mut self, db: usize, now: u64) {
         self.before_db_change(db);
+        if let Some(undo) = &mut self.undo {
+            let entries = self.dbs[db]
+                .table
+                .iter()
+                .map(|e| Entry {
+                    key: e.key.clone(),
+                    value: e.value.clone(),
+                    expire_at: e.expire_at,
+                })
+                .collect();
+            undo.save_db(db, entries);
+        }
         self.dirty += 1;
         for (key, w) in self.watched[db].iter_mut() {
             if let Some(e) = self.dbs[db].table.get(key) {
@@ -442,6 +520,9 @@ impl Shard {
         // A snapshot saves each entry under the database it was in when the snapshot began.
         self.before_db_change(a);
         self.before_db_change(b);
+        if let Some(undo) = &mut self.undo {
+            undo.save_swap(a, b);
+        }
         self.dirty += 1;
         self.touch_existing(a, b);
         self.touch_existing(b, a);
@@ -598,6 +679,68 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every database's entries, sorted, as text.
+    fn contents(s: &Shard) -> Vec<Vec<String>> {
+        s.dbs
+            .iter()
+            .map(|d| {
+                let mut v: Vec<String> = d
+                    .table
+                    .iter()
+                    .map(|e| format!("{:?} {:?} {}", e.key, e.value, e.expire_at))
+                    .collect();
+                v.sort();
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rollback_restores_every_change() {
+        let mut s = Shard::new(4);
+        s.set(0, b"a", Value::Int(1), 0);
+        s.set(0, b"b", Value::Str(b"two".to_vec()), 5000);
+        s.set(1, b"c", Value::Int(3), 0);
+        s.set(2, b"d", Value::Int(4), 0);
+        let (before, memory) = (contents(&s), s.used_memory());
+        s.keep_undo();
+        s.update(0, b"a", 0, |e| e.value = Value::Int(10));
+        s.update(0, b"a", 0, |e| e.value = Value::Int(11));
+        s.set(0, b"new", Value::Int(5), 0);
+        s.delete(0, b"b", 0);
+        s.flush_db(1, 0);
+        s.set(1, b"after-flush", Value::Int(6), 0);
+        s.swap_dbs(2, 3);
+        s.set(2, b"after-swap", Value::Int(7), 0);
+        assert_ne!(contents(&s), before);
+        let undone = s.rollback(0);
+        assert_eq!(
+            undone.first(),
+            Some(&Undone::Key {
+                db: 2,
+                key: b"after-swap"[..].into()
+            })
+        );
+        assert!(undone.contains(&Undone::Swap(2, 3)) && undone.contains(&Undone::Db(1)));
+        assert_eq!(contents(&s), before);
+        assert_eq!(s.used_memory(), memory);
+        assert_eq!(s.dbs[0].volatile_count(), 1);
+        // The log is gone: later changes stay.
+        s.set(0, b"a", Value::Int(12), 0);
+        assert!(s.rollback(0).is_empty());
+        assert_ne!(contents(&s), before);
+    }
+
+    #[test]
+    fn dropping_the_log_keeps_the_changes() {
+        let mut s = Shard::new(1);
+        s.keep_undo();
+        s.set(0, b"a", Value::Int(1), 0);
+        s.drop_undo();
+        assert!(s.rollback(0).is_empty());
+        assert!(s.exists(0, b"a", 0));
+    }
 
     #[test]
     fn lazy_expiry_removes_on_access() {

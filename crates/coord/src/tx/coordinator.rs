@@ -51,6 +51,8 @@ pub(crate) struct Tx {
     /// only once every shard has its end record on disk (`end`), so no later command can
     /// depend on a transaction a crash could still leave incomplete.
     durable_release: bool,
+    /// Its hops keep each shard's undo log, so `roll_back` can take its changes back.
+    undoable: bool,
 }
 
 impl Tx {
@@ -72,6 +74,7 @@ impl Tx {
                 granted_everywhere: true,
                 shards,
                 durable_release,
+                undoable: false,
             });
         }
         worker.stats.borrow_mut().multi_shard_txs += 1;
@@ -96,6 +99,7 @@ impl Tx {
                 granted_everywhere: false,
                 shards,
                 durable_release,
+                undoable: false,
             });
         }
         let (id, held, granted_everywhere) = schedule_all(worker, &plan).await?;
@@ -106,7 +110,22 @@ impl Tx {
             granted_everywhere,
             shards,
             durable_release,
+            undoable: false,
         })
+    }
+
+    /// From now on every hop keeps its shard's undo log (crates/coord/src/tx/undo.rs).
+    pub(crate) fn keep_undo(&mut self) {
+        self.undoable = true;
+    }
+
+    /// Takes back every change the transaction made on `shards` (which it must hold).
+    pub(crate) async fn roll_back(&mut self, shards: &[usize]) {
+        let parts = shards
+            .iter()
+            .map(|&s| (s, Box::new(|w: &Worker| w.roll_back()) as ShardWork<()>))
+            .collect();
+        self.hops(parts, false).await;
     }
 
     /// The first hops of a `LocalFirst` transaction whose parts are on its two shards,
@@ -241,6 +260,20 @@ impl Tx {
         parts: Vec<(usize, ShardWork<T>)>,
         conclude: bool,
     ) -> Vec<Option<T>> {
+        let parts = if self.undoable {
+            parts
+                .into_iter()
+                .map(|(shard, f)| {
+                    let kept: ShardWork<T> = Box::new(move |w: &Worker| {
+                        w.keep_undo();
+                        f(w)
+                    });
+                    (shard, kept)
+                })
+                .collect()
+        } else {
+            parts
+        };
         if let Scheduling::LocalFirst {
             local,
             remote,

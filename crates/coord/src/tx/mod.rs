@@ -7,6 +7,7 @@ pub(crate) mod coordinator;
 pub mod locks;
 pub mod plan;
 pub mod queue;
+mod undo;
 
 pub(crate) use coordinator::{ShardWork, Tx};
 pub use locks::{merge_locks, Lock, Mode, TxId};

@@ -1,0 +1,65 @@
+//! An undo log: what a shard looked like before a unit of work changed it, so that work can
+//! be taken back. A script that locked only the shards of its declared keys and then reaches
+//! another shard after writing is rolled back with it and run again with every shard locked
+//! (docs/scripting.md). Each key is saved once, before its first change; a change to a whole
+//! database saves the database.
+
+use std::collections::HashSet;
+
+use crate::table::Entry;
+
+/// One saved state, in the order the changes happened.
+pub(crate) enum Saved {
+    /// A key as it was (None: absent).
+    Key {
+        db: usize,
+        key: Box<[u8]>,
+        before: Option<(crate::Value, u64)>,
+    },
+    /// Every entry of a database, before FLUSHDB or FLUSHALL emptied it.
+    Db { db: usize, entries: Vec<Entry> },
+    /// SWAPDB of two databases (undone by swapping them back).
+    Swap { a: usize, b: usize },
+}
+
+#[derive(Default)]
+pub struct UndoLog {
+    pub(crate) saved: Vec<Saved>,
+    /// Keys saved since the last whole-database change, per database (later changes to them
+    /// need no copy).
+    seen: Vec<HashSet<Box<[u8]>, ahash::RandomState>>,
+}
+
+impl UndoLog {
+    /// True when `key` still needs saving before it changes.
+    pub(crate) fn wants(&self, db: usize, key: &[u8]) -> bool {
+        self.seen.get(db).is_none_or(|keys| !keys.contains(key))
+    }
+
+    pub(crate) fn save_key(&mut self, db: usize, key: &[u8], before: Option<&Entry>) {
+        if self.seen.len() <= db {
+            self.seen.resize_with(db + 1, HashSet::default);
+        }
+        self.seen[db].insert(key.into());
+        self.saved.push(Saved::Key {
+            db,
+            key: key.into(),
+            before: before.map(|e| (e.value.clone(), e.expire_at)),
+        });
+    }
+
+    pub(crate) fn save_db(&mut self, db: usize, entries: Vec<Entry>) {
+        self.seen.clear();
+        self.saved.push(Saved::Db { db, entries });
+    }
+
+    pub(crate) fn save_swap(&mut self, a: usize, b: usize) {
+        self.seen.clear();
+        self.saved.push(Saved::Swap { a, b });
+    }
+
+    /// True when nothing changed while it was kept.
+    pub fn is_empty(&self) -> bool {
+        self.saved.is_empty()
+    }
+}
