@@ -41,6 +41,8 @@ pub enum CoordCmd {
     /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
     Eval,
     Script,
+    Fcall,
+    Function,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -354,6 +356,9 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Executes a read-only server-side Lua script.", Coordinator, C(CoordCmd::Eval)),
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Executes a read-only server-side Lua script by SHA1 digest.", Coordinator, C(CoordCmd::Eval)),
     cmd!("script", -2, NOSCRIPT, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "A container for Lua scripts management commands.", Coordinator, C(CoordCmd::Script)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Invokes a function.", Coordinator, C(CoordCmd::Fcall)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Invokes a read-only function.", Coordinator, C(CoordCmd::Fcall)),
+    cmd!("function", -2, NOSCRIPT, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "A container for function commands.", Coordinator, C(CoordCmd::Function)),
     cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
     cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),

@@ -114,6 +114,10 @@ pub struct Cluster {
     pub rewrites: crate::snapshots::Saves,
     /// EVAL scripts, shared by every thread (docs/scripting.md).
     pub scripts: damselfly_scripting::ScriptCache,
+    /// Function libraries, shared by every thread (FUNCTION LOAD).
+    pub functions: damselfly_scripting::functions::FunctionRegistry,
+    /// Script runs past `busy-reply-threshold`, on any thread.
+    pub busy: Arc<damselfly_scripting::watchdog::BusyBoard>,
     /// Where the journal's files are and what the manifest names (None: no journal files).
     pub journal_files: Mutex<Option<JournalFiles>>,
     /// A BGREWRITEAOF (or BGSAVE SCHEDULE) waits for the running background job.
@@ -159,6 +163,8 @@ impl Cluster {
             final_save: crate::snapshots::FinalSave::default(),
             rewrites: crate::snapshots::Saves::new(started_unix),
             scripts: Default::default(),
+            functions: Default::default(),
+            busy: Default::default(),
             journal_files: Mutex::new(None),
             rewrite_scheduled: AtomicBool::new(false),
             save_scheduled: AtomicBool::new(false),

@@ -445,6 +445,11 @@ impl Connection {
             self.refuse_command(errors::NO_AUTH);
             return;
         }
+        if let Some(busy) = self.busy_refusal(spec, args) {
+            self.worker.stats.borrow_mut().record_rejected(idx);
+            self.refuse_command(busy);
+            return;
+        }
         if let Some(refusal) = self.save_error_refusal(idx) {
             self.worker.stats.borrow_mut().record_rejected(idx);
             if matches!(spec.handler, Handler::Coord(CoordCmd::Exec)) {

@@ -197,6 +197,8 @@ impl Connection {
             CoordCmd::Lastsave => self.lastsave_cmd(),
             CoordCmd::Eval => self.eval(args).await,
             CoordCmd::Script => self.script(args).await,
+            CoordCmd::Fcall => self.fcall(args).await,
+            CoordCmd::Function => self.function(args).await,
         }
     }
 
@@ -228,9 +230,14 @@ impl Connection {
             self.reply_error("ERR No shutdown in progress.");
             return;
         }
+        let has = |word: &[u8]| args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(word));
+        if let Some(busy) =
+            crate::scripting::shutdown_refusal(&self.worker.cluster.busy, has(b"nosave"))
+        {
+            return self.reply_error(busy);
+        }
         // Earlier commands of this client complete before the server stops.
         self.flush_remote().await;
-        let has = |word: &[u8]| args.iter().skip(1).any(|a| a.eq_ignore_ascii_case(word));
         let mode = if has(b"nosave") {
             ShutdownSave::NoSave
         } else if has(b"save") {

@@ -3,12 +3,17 @@
 //! before it (8 bytes, little-endian). RESTORE refuses a payload from a newer RDB version or
 //! with a wrong checksum and, as Redis does, decodes the value from the whole payload (footer
 //! included) and ignores whatever follows it.
+//!
+//! FUNCTION DUMP payloads have the same footer around a FUNCTION2 record (the library's
+//! code as an RDB string) per library.
 
 use damselfly_storage::{EncodingLimits, Value};
 
 use crate::crc64::crc64;
 use crate::error::Error;
-use crate::rdb::{read_value, value_type, write_value, Encoder, Input, WriteOptions, RDB_VERSION};
+use crate::rdb::{
+    opcodes, read_value, value_type, write_value, Encoder, Input, WriteOptions, RDB_VERSION,
+};
 
 /// The reply RESTORE gives for a payload failing [`verify`].
 pub const BAD_PAYLOAD: &str = "ERR DUMP payload version or checksum are wrong";
@@ -22,10 +27,45 @@ pub fn encode(value: &Value, opts: &WriteOptions) -> Vec<u8> {
     let mut enc = Encoder::new(opts);
     // A Vec sink cannot fail.
     let _ = write_value(&mut out, &mut enc, value);
+    with_footer(out)
+}
+
+/// Appends the RDB version and the CRC-64 of everything before the checksum.
+fn with_footer(mut out: Vec<u8>) -> Vec<u8> {
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = crc64(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// FUNCTION DUMP: one FUNCTION2 record per library's code, then the footer.
+pub fn encode_functions(codes: &[&[u8]], opts: &WriteOptions) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut enc = Encoder::new(opts);
+    for code in codes {
+        out.push(opcodes::FUNCTION2);
+        enc.string(&mut out, code);
+    }
+    with_footer(out)
+}
+
+/// FUNCTION RESTORE's reading of a payload: the libraries' codes, or Redis's error reply.
+pub fn decode_functions(payload: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
+    if !verify(payload) {
+        return Err(BAD_PAYLOAD);
+    }
+    let body = &payload[..payload.len() - 10];
+    let mut input = Input::new(body);
+    let mut codes = Vec::new();
+    while input.pos() < body.len() as u64 {
+        let code = match input.u8() {
+            Ok(opcodes::FUNCTION2) => input.string(),
+            Ok(_) => return Err("ERR given type is not a function"),
+            Err(_) => return Err("ERR can not read data type"),
+        };
+        codes.push(code.map_err(|_| "ERR failed loading the given functions payload")?);
+    }
+    Ok(codes)
 }
 
 /// `verifyDumpPayload`: at least the footer, a version not newer than ours, the checksum.

@@ -10,6 +10,9 @@
 //! - `convert`: RESP replies to Lua values and back.
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
 //! - `random`, `bit`: Redis's `math.random` generator and the `bit` library.
+//! - `watchdog`: the instruction hook behind BUSY, SCRIPT/FUNCTION KILL and the load time
+//!   limit.
+//! - `functions`: the process-wide registry of function libraries (FUNCTION LOAD).
 //!
 //! mlua with a vendored Lua 5.1 is the Lua binding: Redis embeds Lua 5.1, scripts depend on
 //! its semantics (`unpack`, `table.getn`, `loadstring`, numbers as doubles), and mlua is the
@@ -18,11 +21,13 @@
 pub mod bit;
 pub mod cache;
 pub mod convert;
+pub mod functions;
 pub mod random;
 pub mod shebang;
 pub mod slot;
 pub mod tailcall;
 pub mod vm;
+pub mod watchdog;
 
 pub use cache::{sha1_hex, Reach, Script, ScriptCache};
 pub use shebang::ScriptFlags;

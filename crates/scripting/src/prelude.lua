@@ -8,6 +8,7 @@ local G = _G
 local type, error, tostring, tonumber, select, rawget, rawset =
     type, error, tostring, tonumber, select, rawget, rawset
 local setmetatable, getmetatable, setfenv, loadstring = setmetatable, getmetatable, setfenv, loadstring
+local pairs, pcall, lower = pairs, pcall, string.lower
 local floor, ceil = math.floor, math.ceil
 local str_sub, str_byte, str_find = string.sub, string.byte, string.find
 local getinfo = debug.getinfo
@@ -170,9 +171,11 @@ end
 
 -- pcall through coroutines, so a redis.call inside it can still yield to the driver.
 -- As in Redis, an error table's `err` text is what pcall returns.
+local stopping = prims.stopping
 local function finish_pcall(co, ok, ...)
   if not ok then
     local e = ...
+    if stopping() then error(e, 0) end
     if type(e) == "table" and type(rawget(e, "err")) == "string" then
       e = rawget(e, "err")
     end
@@ -202,6 +205,7 @@ G.xpcall = function(f, handler)
   local co = co_create(function() return f() end)
   local function finish(ok, ...)
     if not ok then
+      if stopping() then error((...), 0) end
       return false, handler((...))
     end
     if co_status(co) == "dead" then
@@ -214,6 +218,7 @@ end
 
 -- The script's own coroutines pass the driver's yields through.
 local function finish_resume(co, ok, ...)
+  if not ok and stopping() then error((...), 0) end
   if ok and co_status(co) ~= "dead" and (...) == CALL then
     return finish_resume(co, co_resume(co, co_yield(...)))
   end
@@ -344,4 +349,139 @@ local function set_args(keys, argv)
   G.KEYS, G.ARGV = keys, argv
 end
 
-return env, run, set_args
+-- Function libraries (FUNCTION LOAD). As in Redis 7.0, a library's code runs with only the
+-- load API as globals (redis.register_function, redis.log, the log levels and version
+-- fields); the callbacks it registers run later with the whole environment but EVAL's KEYS
+-- and ARGV (they get keys and args as arguments). One environment serves every library:
+-- what its globals resolve to depends on whether a library is loading.
+local function nonexistent(k)
+  error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 3)
+end
+local function strict(t)
+  local proxy = setmetatable({}, {
+    __index = function(_, k)
+      local v = t[k]
+      if v == nil then nonexistent(k) end
+      return v
+    end,
+    __newindex = refuse_write,
+    __metatable = false,
+  })
+  readonly[proxy] = true
+  return proxy
+end
+
+-- The registrations of the library loading now; nil when none is.
+local registered
+
+local FLAGS = { ["no-writes"] = true, ["allow-oom"] = true, ["allow-stale"] = true,
+  ["no-cluster"] = true, ["allow-cross-slot-keys"] = true }
+local function fail(text)
+  error({ err = "ERR " .. text })
+end
+local function text_arg(v, what)
+  if type(v) == "string" or type(v) == "number" then return tostring(v) end
+  fail(what)
+end
+local function read_flags(t)
+  local out = {}
+  for _, f in pairs(t) do
+    if type(f) ~= "string" or not FLAGS[f] then return nil end
+    out[#out + 1] = f
+  end
+  return out
+end
+
+local function register_function(...)
+  local n = select("#", ...)
+  if n < 1 or n > 2 then
+    fail("wrong number of arguments to redis.register_function")
+  end
+  local name, callback, flags, description
+  if n == 2 then
+    local a, b = ...
+    name = text_arg(a, "first argument to redis.register_function must be a string")
+    if type(b) ~= "function" then
+      fail("second argument to redis.register_function must be a function")
+    end
+    callback = b
+  else
+    local t = ...
+    if type(t) ~= "table" then
+      fail("calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).")
+    end
+    for k, v in pairs(t) do
+      if type(k) ~= "string" and type(k) ~= "number" then
+        fail("named argument key given to redis.register_function is not a string")
+      end
+      local key = lower(tostring(k))
+      if key == "function_name" then
+        name = text_arg(v, "function_name argument given to redis.register_function must be a string")
+      elseif key == "description" then
+        description = text_arg(v, "description argument given to redis.register_function must be a string")
+      elseif key == "callback" then
+        if type(v) ~= "function" then
+          fail("callback argument given to redis.register_function must be a function")
+        end
+        callback = v
+      elseif key == "flags" then
+        if type(v) ~= "table" then
+          fail("flags argument to redis.register_function must be a table representing function flags")
+        end
+        flags = read_flags(v)
+        if not flags then fail("unknown flag given") end
+      else
+        fail("unknown argument given to redis.register_function")
+      end
+    end
+    if not name then fail("redis.register_function must get a function name argument") end
+    if not callback then fail("redis.register_function must get a callback argument") end
+  end
+  if not str_find(name, "^[%w_]+$") then
+    -- Redis's text names libraries here too.
+    fail("Library names can only contain letters, numbers, or underscores(_) and must be at least one character long")
+  end
+  for _, r in ipairs(registered) do
+    if r.name == name then fail("Function already exists in the library") end
+  end
+  registered[#registered + 1] = { name = name, callback = callback, flags = flags or {},
+    description = description }
+end
+
+local load_redis = { register_function = register_function, log = redis.log,
+  REDIS_VERSION = redis.REDIS_VERSION, REDIS_VERSION_NUM = redis.REDIS_VERSION_NUM }
+for _, level in ipairs({ "LOG_DEBUG", "LOG_VERBOSE", "LOG_NOTICE", "LOG_WARNING" }) do
+  load_redis[level] = redis[level]
+end
+local load_globals = { redis = strict(load_redis) }
+
+local fenv = setmetatable({}, {
+  __index = function(_, k)
+    local v
+    if registered then
+      v = load_globals[k]
+    elseif k ~= "KEYS" and k ~= "ARGV" then
+      v = G[k]
+    end
+    if v == nil then nonexistent(k) end
+    return v
+  end,
+  __newindex = refuse_write,
+  __metatable = false,
+})
+readonly[fenv] = true
+
+-- Runs a library's compiled code: (true, registrations) or (false, error text).
+local function load_library(f)
+  registered = {}
+  local ok, e = pcall(f)
+  local r = registered
+  registered = nil
+  if ok then return true, r end
+  if type(e) == "table" and type(rawget(e, "err")) == "string" then
+    return false, rawget(e, "err")
+  end
+  return false, "ERR " .. tostring(e)
+end
+
+return env, run, set_args, fenv, load_library

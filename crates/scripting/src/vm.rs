@@ -10,11 +10,8 @@ use mlua::{
     ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value,
 };
 
-use crate::random;
 use crate::tailcall::without_tail_calls;
-
-/// Instruction budget between two checks of a run's deadline and kill flag.
-pub const HOOK_INSTRUCTIONS: u32 = 100_000;
+use crate::{random, watchdog, ScriptFlags};
 
 /// Memory one thread's Lua state may use before allocations fail inside the script.
 pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
@@ -53,13 +50,26 @@ pub enum Step {
     },
 }
 
+/// A function a library registered while it loaded.
+pub struct Registered {
+    pub name: String,
+    pub description: Option<Vec<u8>>,
+    pub flags: ScriptFlags,
+    pub callback: Function,
+}
+
 pub struct ScriptVm {
     lua: Lua,
     env: Table,
     runner: Function,
     set_args: Function,
+    /// The environment of function libraries (prelude.lua).
+    function_env: Table,
+    load_library: Function,
     /// Compiled scripts by id (a SHA for EVAL scripts).
     compiled: HashMap<String, RegistryKey>,
+    /// Libraries loaded here: name -> (registry version, callbacks by function name).
+    libraries: HashMap<String, (u64, HashMap<String, RegistryKey>)>,
     /// The script cache generation this VM was built for (SCRIPT FLUSH starts a new VM).
     pub generation: u64,
 }
@@ -103,18 +113,113 @@ impl ScriptVm {
         prims.set("bit", crate::bit::library(&lua)?)?;
         prims.set("version", REDIS_VERSION)?;
         prims.set("version_num", REDIS_VERSION_NUM)?;
-        let (env, runner, set_args): (Table, Function, Function) = lua
+        prims.set(
+            "stopping",
+            lua.create_function(|_, ()| Ok(watchdog::stopping()))?,
+        )?;
+        let (env, runner, set_args, function_env, load_library): (
+            Table,
+            Function,
+            Function,
+            Table,
+            Function,
+        ) = lua
             .load(include_str!("prelude.lua"))
             .set_name("=prelude")
             .call(prims)?;
+        watchdog::install(&lua)?;
         Ok(ScriptVm {
             lua,
             env,
             runner,
             set_args,
+            function_env,
+            load_library,
             compiled: HashMap::new(),
+            libraries: HashMap::new(),
             generation,
         })
+    }
+
+    /// Runs a library's code (after its `#!lua` line) as FUNCTION LOAD does: with only the
+    /// load API as globals, under the load time limit. Returns what it registered, or the
+    /// error reply's text.
+    pub fn load_library(&self, code: &[u8]) -> Result<Vec<Registered>, String> {
+        let f = self
+            .compile_in("user_function", code, &self.function_env)
+            .map_err(|e| format!("ERR Error compiling function: {e}"))?;
+        let watch = watchdog::RunWatch::new(
+            watchdog::RunKind::Load,
+            String::new(),
+            Vec::new(),
+            watchdog::LOAD_TIME_LIMIT,
+            Default::default(),
+        );
+        let _watching = watchdog::watch(watch);
+        let (ok, result): (bool, Value) = self
+            .load_library
+            .call(f)
+            .map_err(|e| format!("ERR Error registering functions: ERR {}", lua_text(e)))?;
+        if !ok {
+            let text = match result {
+                Value::String(s) => s.to_string_lossy(),
+                _ => String::new(),
+            };
+            return Err(format!("ERR Error registering functions: {text}"));
+        }
+        let Value::Table(list) = result else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for entry in list.sequence_values::<Table>() {
+            let entry = entry.map_err(lua_text)?;
+            let mut flags = ScriptFlags::default();
+            for f in entry
+                .get::<Table>("flags")
+                .map_err(lua_text)?
+                .sequence_values::<mlua::String>()
+            {
+                flags.set(&f.map_err(lua_text)?.as_bytes());
+            }
+            out.push(Registered {
+                name: entry.get("name").map_err(lua_text)?,
+                description: entry
+                    .get::<Option<mlua::String>>("description")
+                    .map_err(lua_text)?
+                    .map(|d| d.as_bytes().to_vec()),
+                flags,
+                callback: entry.get("callback").map_err(lua_text)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Keeps the callbacks of library `name` at registry `version` (replacing older ones).
+    pub fn install_library(
+        &mut self,
+        name: &str,
+        version: u64,
+        functions: &[Registered],
+    ) -> mlua::Result<()> {
+        let mut callbacks = HashMap::with_capacity(functions.len());
+        for f in functions {
+            callbacks.insert(
+                f.name.clone(),
+                self.lua.create_registry_value(f.callback.clone())?,
+            );
+        }
+        self.libraries
+            .insert(name.to_string(), (version, callbacks));
+        Ok(())
+    }
+
+    /// Function `function` of library `name`, if this VM loaded that library's `version`.
+    pub fn library_function(&self, name: &str, version: u64, function: &str) -> Option<Function> {
+        let (loaded, callbacks) = self.libraries.get(name)?;
+        if *loaded != version {
+            return None;
+        }
+        self.lua.registry_value(callbacks.get(function)?).ok()
     }
 
     pub fn lua(&self) -> &Lua {
@@ -141,6 +246,10 @@ impl ScriptVm {
 
     /// Compiles without keeping the result (a syntax check, or a library body run once).
     pub fn load(&self, chunk: &str, code: &[u8]) -> Result<Function, String> {
+        self.compile_in(chunk, code, &self.env)
+    }
+
+    fn compile_in(&self, chunk: &str, code: &[u8], env: &Table) -> Result<Function, String> {
         let compiled = self
             .lua
             .load(code)
@@ -156,7 +265,7 @@ impl ScriptVm {
                 .map_err(lua_text)?,
             None => compiled,
         };
-        f.set_environment(self.env.clone()).map_err(lua_text)?;
+        f.set_environment(env.clone()).map_err(lua_text)?;
         Ok(f)
     }
 
@@ -358,6 +467,60 @@ mod tests {
                 step => return (vm, step, asked),
             }
         }
+    }
+
+    /// A killed run stops even when it catches errors in a loop: pcall, xpcall and
+    /// coroutine.resume pass the watchdog's error on.
+    #[test]
+    fn a_killed_run_cannot_catch_its_stop() {
+        use std::sync::Arc;
+        use std::time::Duration;
+        let board = Arc::new(watchdog::BusyBoard::default());
+        for code in [
+            "while true do pcall(function() while true do end end) end",
+            "while true do xpcall(function() while true do end end, function(e) return e end) end",
+            "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+        ] {
+            let vm = ScriptVm::new(0).unwrap();
+            let f = vm.load("user_script", code.as_bytes()).unwrap();
+            let watch = watchdog::RunWatch::new(
+                watchdog::RunKind::Eval,
+                "t".into(),
+                Vec::new(),
+                Duration::ZERO,
+                board.clone(),
+            );
+            let _watching = watchdog::watch(watch.clone());
+            watch.kill("Script killed by user with SCRIPT KILL...");
+            let mut run = vm.start(&f, &[], &[], true).unwrap();
+            match run.resume(vm.lua(), None) {
+                Step::Failed { error, line, .. } => {
+                    let Value::Table(t) = error else {
+                        panic!("{code}: an error table")
+                    };
+                    let err: String = t.get("err").unwrap();
+                    assert_eq!(err, "ERR Script killed by user with SCRIPT KILL...", "{code}");
+                    assert_eq!(line, Some(1));
+                }
+                _ => panic!("{code}: the run must fail"),
+            }
+            // It went on the busy board at once (threshold 0) and leaves it with the guard.
+            assert!(board.is_busy());
+            drop(_watching);
+            assert!(!board.is_busy());
+        }
+    }
+
+    #[test]
+    fn a_load_past_its_time_limit_stops() {
+        let vm = ScriptVm::new(0).unwrap();
+        let Err(e) = vm.load_library(b"\nlocal t = {} while true do t[1] = 1 end") else {
+            panic!("a library that never ends cannot load")
+        };
+        assert_eq!(
+            e,
+            "ERR Error registering functions: ERR FUNCTION LOAD timeout"
+        );
     }
 
     #[test]

@@ -5,35 +5,9 @@
 
 mod common;
 
-use common::{info_field, Backend, Raw, Server};
+use common::{assert_same, cmds, info_field, Backend, Raw, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-/// Sends each command to both servers and asserts equal replies, listing every difference.
-/// `HELLO` replies differ by design (server name, version, id) and are not compared.
-fn assert_same(redis: &mut Raw, ours: &mut Raw, cmds: &[Vec<String>]) {
-    let mut differences = Vec::new();
-    for cmd in cmds {
-        let theirs = redis.cmd(cmd);
-        let mine = ours.cmd(cmd);
-        if cmd[0].eq_ignore_ascii_case("hello") || mine == theirs {
-            continue;
-        }
-        differences.push(format!(
-            "{cmd:?}\n  ours:  {:?}\n  redis: {:?}",
-            String::from_utf8_lossy(&mine),
-            String::from_utf8_lossy(&theirs)
-        ));
-    }
-    assert!(differences.is_empty(), "{}", differences.join("\n"));
-}
-
-fn cmds(lines: &[&[&str]]) -> Vec<Vec<String>> {
-    lines
-        .iter()
-        .map(|l| l.iter().map(|s| s.to_string()).collect())
-        .collect()
-}
 
 /// Redis's scripting test cases (docs/research/scripting-redis-7.0.md §6) that need no
 /// replica, memory limit or library Damselfly lacks.
@@ -397,37 +371,23 @@ fn transfers_stay_atomic(b: Backend, declared: bool) {
         .trim_start_matches(|ch| ch == '$' || char::is_ascii_digit(&ch))
         .trim()
         .to_string();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let port = s.port;
-    let movers: Vec<_> = (0..3)
-        .map(|seed| {
-            let sha = sha.clone();
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut c = Raw::tcp(port);
-                let mut rng = StdRng::seed_from_u64(seed);
-                let mut moved = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let from = rng.gen_range(0..ACCOUNTS);
-                    let to = (from + rng.gen_range(1..ACCOUNTS)) % ACCOUNTS;
-                    let amount = rng.gen_range(1..30).to_string();
-                    let (kf, kt) = (format!("acct:{from}"), format!("acct:{to}"));
-                    let reply = if declared {
-                        c.cmd(&["EVALSHA", sha.as_str(), "2", &kf, &kt, &amount])
-                    } else {
-                        c.cmd(&["EVALSHA", sha.as_str(), "1", &kf, &amount, &to.to_string()])
-                    };
-                    assert!(
-                        reply == b":1\r\n" || reply == b":0\r\n",
-                        "{}",
-                        String::from_utf8_lossy(&reply)
-                    );
-                    moved += 1;
-                }
-                moved
-            })
-        })
-        .collect();
+    let transfer: common::Transfer =
+        std::sync::Arc::new(move |from: &str, to: &str, amount: &str| {
+            let call = if declared {
+                vec!["EVALSHA", &sha, "2", from, to, amount]
+            } else {
+                vec![
+                    "EVALSHA",
+                    &sha,
+                    "1",
+                    from,
+                    amount,
+                    to.trim_start_matches("acct:"),
+                ]
+            };
+            vec![call.into_iter().map(String::from).collect()]
+        });
+    let movers = common::movers_with(s.port, 3, ACCOUNTS, 0, transfer);
     let mut mget: Vec<&str> = vec!["MGET"];
     mget.extend(names.iter().map(String::as_str));
     for _ in 0..400 {
@@ -439,8 +399,7 @@ fn transfers_stay_atomic(b: Backend, declared: bool) {
             .sum();
         assert_eq!(total, START * ACCOUNTS as i64, "{reply}");
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let moved: u64 = movers.into_iter().map(|m| m.join().expect("mover")).sum();
+    let moved = movers.stop();
     assert!(moved > 50, "only {moved} transfers ran");
     // A restart happens only when a script that stayed on its keys' shards starts to roam,
     // which declared keys never do. The undeclared script restarts at most once per mover:

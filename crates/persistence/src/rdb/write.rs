@@ -83,7 +83,7 @@ impl Encoder {
 
     /// `rdbSaveRawString`: an integer encoding for short canonical integers, else LZF when
     /// enabled, longer than 20 bytes and at least 4 bytes smaller, else length and bytes.
-    fn string(&mut self, out: &mut Vec<u8>, s: &[u8]) {
+    pub(crate) fn string(&mut self, out: &mut Vec<u8>, s: &[u8]) {
         if s.len() <= 11 {
             if let Some(v) = parse_i64(s) {
                 if put_int_encoded(out, v) {

@@ -335,6 +335,11 @@ impl Raw {
         Ok(Raw::new(Box::new(r), Box::new(s), Sock::Tcp(sock)))
     }
 
+    /// How long a read waits before failing (30 s unless set).
+    pub fn set_read_timeout(&self, t: Duration) {
+        self.sock.set_read_timeout(Some(t)).expect("set timeout");
+    }
+
     pub fn tcp(port: u16) -> Raw {
         Raw::try_tcp(port).expect("connect tcp")
     }
@@ -581,8 +586,9 @@ pub const FLOATS: [&str; 15] = [
     "-3",
 ];
 
-/// Clients moving amounts between `accounts` accounts (`acct:N`, on every shard) in MULTI
-/// transfers until stopped or the server goes away.
+/// Clients moving amounts between `accounts` accounts (`acct:N`, on every shard) until
+/// stopped or the server goes away. Each transfer is the commands `transfer(from, to,
+/// amount)` returns, pipelined; an error reply fails the test.
 pub struct Movers {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Transfers completed.
@@ -590,7 +596,29 @@ pub struct Movers {
     handles: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// How one transfer is sent: the commands for (from, to, amount).
+pub type Transfer = std::sync::Arc<dyn Fn(&str, &str, &str) -> Vec<Vec<String>> + Send + Sync>;
+
+/// Movers transferring in MULTI/EXEC.
 pub fn movers(port: u16, clients: u64, accounts: usize, seed: u64) -> Movers {
+    let multi: Transfer = std::sync::Arc::new(|from: &str, to: &str, amount: &str| {
+        vec![
+            vec!["MULTI".into()],
+            vec!["DECRBY".into(), from.into(), amount.into()],
+            vec!["INCRBY".into(), to.into(), amount.into()],
+            vec!["EXEC".into()],
+        ]
+    });
+    movers_with(port, clients, accounts, seed, multi)
+}
+
+pub fn movers_with(
+    port: u16,
+    clients: u64,
+    accounts: usize,
+    seed: u64,
+    transfer: Transfer,
+) -> Movers {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -599,27 +627,27 @@ pub fn movers(port: u16, clients: u64, accounts: usize, seed: u64) -> Movers {
     let done = Arc::new(AtomicU64::new(0));
     let handles = (0..clients)
         .map(|m| {
-            let (stop, done) = (stop.clone(), done.clone());
+            let (stop, done, transfer) = (stop.clone(), done.clone(), transfer.clone());
             std::thread::spawn(move || {
                 let Ok(mut c) = Raw::try_tcp(port) else {
                     return;
                 };
                 let mut rng = StdRng::seed_from_u64(seed * 10 + m);
                 while !stop.load(Ordering::Relaxed) {
-                    let from = format!("acct:{}", rng.gen_range(0..accounts));
-                    let to = format!("acct:{}", rng.gen_range(0..accounts));
+                    let from = rng.gen_range(0..accounts);
+                    let to = (from + rng.gen_range(1..accounts)) % accounts;
                     let amount = rng.gen_range(1..50).to_string();
-                    let wire: Vec<u8> = [
-                        encode(&["MULTI"]),
-                        encode(&["DECRBY", &from, &amount]),
-                        encode(&["INCRBY", &to, &amount]),
-                        encode(&["EXEC"]),
-                    ]
-                    .concat();
-                    if c.try_send(&wire).is_err()
-                        || !(0..4).all(|_| c.try_reply().is_ok_and(|r| !r.is_empty()))
-                    {
+                    let cmds = transfer(&format!("acct:{from}"), &format!("acct:{to}"), &amount);
+                    let wire: Vec<u8> = cmds.iter().flat_map(|c| encode(c)).collect();
+                    if c.try_send(&wire).is_err() {
                         return;
+                    }
+                    for _ in 0..cmds.len() {
+                        match c.try_reply() {
+                            Ok(r) if r.is_empty() => return,
+                            Ok(r) => assert!(r[0] != b'-', "{}", String::from_utf8_lossy(&r)),
+                            Err(_) => return,
+                        }
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -639,11 +667,13 @@ impl Movers {
         self.done.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn stop(self) {
+    /// Stops them and returns the transfers completed; a mover that failed fails the test.
+    pub fn stop(self) -> u64 {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for h in self.handles {
-            let _ = h.join();
+            h.join().expect("a mover failed");
         }
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -681,4 +711,30 @@ pub fn fill_every_type(c: &mut Raw) {
         assert_eq!(c.cmd(&["EXISTS", "soon"]), b":0\r\n");
     }
     c.cmd(&["SELECT", "0"]);
+}
+
+/// Sends each command to both servers and asserts equal replies, listing every difference.
+/// `HELLO` replies differ by design (server name, version, id) and are not compared.
+pub fn assert_same(redis: &mut Raw, ours: &mut Raw, cmds: &[Vec<String>]) {
+    let mut differences = Vec::new();
+    for cmd in cmds {
+        let theirs = redis.cmd(cmd);
+        let mine = ours.cmd(cmd);
+        if cmd[0].eq_ignore_ascii_case("hello") || mine == theirs {
+            continue;
+        }
+        differences.push(format!(
+            "{cmd:?}\n  ours:  {:?}\n  redis: {:?}",
+            String::from_utf8_lossy(&mine),
+            String::from_utf8_lossy(&theirs)
+        ));
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+pub fn cmds(lines: &[&[&str]]) -> Vec<Vec<String>> {
+    lines
+        .iter()
+        .map(|l| l.iter().map(|s| s.to_string()).collect())
+        .collect()
 }

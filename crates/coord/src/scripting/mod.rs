@@ -1,26 +1,52 @@
-//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT: the driver between a script run (the
-//! Lua side lives in damselfly-scripting) and the shards. A run is one transaction that
-//! locks whole shards: every shard, or only those owning its declared keys once the script
-//! has been seen to stay on them. Each `redis.call` is checked as Redis checks it, then
-//! routed like a client's command inside that transaction, and its reply handed back to Lua.
-//! A call that reaches a shard the run did not lock restarts the run with every shard
-//! locked, after taking back what it wrote (docs/scripting.md, "Keys a script does not
-//! declare").
+//! Scripting (docs/scripting.md): EVAL and SCRIPT (`eval`), FCALL and FUNCTION
+//! (`function_family`), and the driver they share between a run (the Lua side lives in
+//! damselfly-scripting) and the shards. A run is one transaction that locks whole shards:
+//! every shard, or only those owning its declared keys once the script has been seen to
+//! stay on them. Each `redis.call` is checked as Redis checks it, then routed like a
+//! client's command inside that transaction, and its reply handed back to Lua. A call that
+//! reaches a shard the run did not lock restarts the run with every shard locked, after
+//! taking back what it wrote (docs/scripting.md, "Keys a script does not declare").
+//!
+//! A run past `busy-reply-threshold` goes on the process's busy board (its watchdog lives
+//! in damselfly-scripting): other clients then get `-BUSY` until it ends, and SCRIPT KILL,
+//! FUNCTION KILL or SHUTDOWN NOSAVE can stop it.
 
-use damselfly_commands::table::{flags, COMMANDS};
+mod eval;
+mod function_family;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
 use damselfly_commands::{lookup, Args};
-use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::Span;
 use damselfly_scripting::convert::{reply_to_lua, write_lua};
 use damselfly_scripting::vm::error_table;
-use damselfly_scripting::{Reach, Request, Script, ScriptVm, Step};
+use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
+use damselfly_scripting::{Reach, Request, ScriptVm, Step};
 use damselfly_storage::shard_for_key;
 use mlua::Value;
 
 use crate::connection::Connection;
 use crate::tx::{Lock, Mode};
 
-const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+const BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+const KILLED: &str = "Script killed by user with SCRIPT KILL...";
+
+/// One script or function call to run.
+struct Invocation<'a> {
+    f: mlua::Function,
+    keys: Vec<&'a [u8]>,
+    argv: Vec<&'a [u8]>,
+    kind: RunKind,
+    /// The script's SHA or the function's name (error replies, FUNCTION STATS).
+    id: &'a str,
+    read_only: bool,
+    reach: &'a Reach,
+}
 
 /// The shards a run locks and what it did so far.
 struct RunScope {
@@ -28,10 +54,12 @@ struct RunScope {
     /// The shards of its declared keys.
     declared: Vec<usize>,
     read_only: bool,
-    /// A write command succeeded: the run can no longer be restarted.
+    /// A write command succeeded: a restart takes the run's writes back first, and SCRIPT
+    /// KILL can no longer stop it.
     wrote: bool,
     /// A command reached a shard none of its declared keys is on.
     roamed: bool,
+    watch: Arc<RunWatch>,
 }
 
 impl RunScope {
@@ -57,84 +85,28 @@ enum CallResult {
     Elsewhere,
 }
 
-const SCRIPT_HELP: &[&str] = &[
-    "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-    "DEBUG (YES|SYNC|NO)",
-    "    Set the debug mode for subsequent scripts executed.",
-    "EXISTS <sha1> [<sha1> ...]",
-    "    Return information about the existence of the scripts in the script cache.",
-    "FLUSH [ASYNC|SYNC]",
-    "    Flush the Lua scripts cache. Very dangerous on replicas.",
-    "    When called without the optional mode argument, the behavior is determined by the",
-    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
-    "    * ASYNC: Asynchronously flush the scripts cache.",
-    "    * SYNC: Synchronously flush the scripts cache.",
-    "KILL",
-    "    Kill the currently executing Lua script.",
-    "LOAD <script>",
-    "    Load a script into the scripts cache without executing it.",
-    "HELP",
-    "    Prints this help.",
-];
-
 impl Connection {
-    /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
-    pub(crate) async fn eval(&mut self, args: &Args<'_>) {
-        let name = args.get(0).to_ascii_lowercase();
-        let by_sha = name.starts_with(b"evalsha");
-        let read_only_cmd = name.ends_with(b"_ro");
-        if by_sha && args.get(1).len() != 40 {
-            return self.reply_error(NOSCRIPT);
-        }
-        let Some(numkeys) = parse_i64(args.get(2)) else {
-            return self.reply_error("ERR value is not an integer or out of range");
-        };
-        if numkeys > (args.len() - 3) as i64 {
-            return self.reply_error("ERR Number of keys can't be greater than number of args");
-        }
-        if numkeys < 0 {
-            return self.reply_error("ERR Number of keys can't be negative");
-        }
-        let worker = self.worker.clone();
-        let cache = &worker.cluster.scripts;
-        let mut vm = match worker.scripting.lend(cache.generation()).await {
-            Ok(vm) => vm,
-            Err(e) => return self.reply_error(&format!("ERR {e}")),
-        };
-        let script = if by_sha {
-            match cache.get(args.get(1)) {
-                Some(s) => s,
-                None => return self.reply_error(NOSCRIPT),
-            }
-        } else {
-            match cache.add(args.get(1), |s| compile(&mut vm, s)) {
-                Ok(s) => s,
-                Err(e) => return self.reply_error(&e),
-            }
-        };
-        let f = match vm.compiled(&script.sha) {
-            Some(f) => f,
-            None => match vm.compile(&script.sha, "user_script", script.code()) {
-                Ok(f) => f,
-                Err(e) => {
-                    return self
-                        .reply_error(&format!("ERR Error compiling script (new function): {e}"))
-                }
-            },
-        };
-        let no_writes = script.flags.is_some_and(|f| f.no_writes);
-        if read_only_cmd && script.flags.is_some() && !no_writes {
-            return self
-                .reply_error("ERR Can not execute a script with write flag using *_ro command.");
-        }
-        let nkeys = numkeys as usize;
-        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
-        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
-        let read_only = read_only_cmd || no_writes;
-        let mut scope = self.run_scope(&keys, &script.reach, read_only);
+    /// Runs `inv` to its end (restarting it if it must) and writes its reply.
+    async fn invoke(&mut self, vm: &ScriptVm, inv: Invocation<'_>, args: &Args<'_>) {
+        let busy_after = self
+            .worker
+            .cluster
+            .config
+            .get("busy-reply-threshold")
+            .parse()
+            .unwrap_or(5000);
+        let watch = RunWatch::new(
+            inv.kind,
+            inv.id.to_string(),
+            args.iter().map(<[u8]>::to_vec).collect(),
+            Duration::from_millis(busy_after),
+            self.worker.cluster.busy.clone(),
+        );
+        let _watching = watchdog::watch(watch.clone());
+        let mut scope = self.run_scope(&inv.keys, inv.reach, inv.read_only, watch);
         loop {
-            let outcome = self.run_script(&vm, &f, &keys, &argv, &mut scope).await;
-            script.reach.record(scope.roamed);
+            let outcome = self.run_script(vm, &inv, &mut scope).await;
+            inv.reach.record(scope.roamed);
             match outcome {
                 Outcome::Restart => {
                     scope.lock_every_shard(self.worker.num_shards());
@@ -145,7 +117,7 @@ impl Connection {
                     write_lua(&mut self.out, &v, script_resp3);
                     return;
                 }
-                Outcome::Failed(failure) => return self.reply_error(&failure.reply(&script.sha)),
+                Outcome::Failed(failure) => return self.reply_error(&failure.reply(inv.id)),
             }
         }
     }
@@ -153,7 +125,13 @@ impl Connection {
     /// Which shards a run locks: every shard for a script that declares no keys, for its
     /// first run, once it has been seen to reach other shards, inside EXEC, and under
     /// `script-shard-locking all`; otherwise the shards of its declared keys.
-    fn run_scope(&self, keys: &[&[u8]], reach: &Reach, read_only: bool) -> RunScope {
+    fn run_scope(
+        &self,
+        keys: &[&[u8]],
+        reach: &Reach,
+        read_only: bool,
+        watch: Arc<RunWatch>,
+    ) -> RunScope {
         let n = self.worker.num_shards();
         let mut declared: Vec<usize> = keys.iter().map(|k| shard_for_key(k, n)).collect();
         declared.sort_unstable();
@@ -173,6 +151,7 @@ impl Connection {
             read_only,
             wrote: false,
             roamed: false,
+            watch,
         }
     }
 
@@ -180,9 +159,7 @@ impl Connection {
     async fn run_script(
         &mut self,
         vm: &ScriptVm,
-        f: &mlua::Function,
-        keys: &[&[u8]],
-        argv: &[&[u8]],
+        inv: &Invocation<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
         let mode = Mode::for_write(!scope.read_only);
@@ -201,7 +178,7 @@ impl Connection {
             }
         }
         let db = self.info.db.get();
-        let outcome = self.drive(vm, f, keys, argv, scope).await;
+        let outcome = self.drive(vm, inv, scope).await;
         self.info.db.set(db);
         if matches!(outcome, Outcome::Restart) && scope.wrote {
             if let Some(tx) = self.tx.as_mut() {
@@ -215,13 +192,12 @@ impl Connection {
     async fn drive(
         &mut self,
         vm: &ScriptVm,
-        f: &mlua::Function,
-        keys: &[&[u8]],
-        argv: &[&[u8]],
+        inv: &Invocation<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
         let lua = vm.lua();
-        let mut run = match vm.start(f, keys, argv, true) {
+        let as_globals = inv.kind == RunKind::Eval;
+        let mut run = match vm.start(&inv.f, &inv.keys, &inv.argv, as_globals) {
             Ok(r) => r,
             Err(e) => {
                 let text = format!("ERR {}", damselfly_scripting::vm::lua_text(e));
@@ -254,9 +230,12 @@ impl Connection {
                 Step::Request(Request::Call { resp3, args, .. }) => {
                     let reply = match self.script_call(&args, resp3, scope).await {
                         CallResult::Reply(bytes) => {
-                            if let Some(idx) = lookup(&args[0]) {
-                                scope.wrote |=
-                                    COMMANDS[idx].is_write() && bytes.first() != Some(&b'-');
+                            let wrote = lookup(&args[0]).is_some_and(|idx| {
+                                COMMANDS[idx].is_write() && bytes.first() != Some(&b'-')
+                            });
+                            if wrote {
+                                scope.wrote = true;
+                                scope.watch.note_write();
                             }
                             reply_to_lua(lua, &bytes)
                                 .map(|(is_error, v)| (!is_error, v))
@@ -332,75 +311,78 @@ impl Connection {
         CallResult::Reply(reply)
     }
 
-    /// SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP.
-    pub(crate) async fn script(&mut self, args: &Args<'_>) {
-        let sub = args.get(1).to_ascii_lowercase();
-        let cluster = self.worker.cluster.clone();
-        let cache = &cluster.scripts;
-        let arity_ok = match sub.as_slice() {
-            b"load" => args.len() == 3,
-            b"exists" => args.len() >= 3,
-            b"kill" | b"help" => args.len() == 2,
-            _ => true,
+    /// `-BUSY` for a command other clients may not run while a script is busy (Redis's
+    /// `allow_busy` commands may), or None.
+    pub(crate) fn busy_refusal(&self, spec: &CommandSpec, args: &Args) -> Option<&'static str> {
+        let board = &self.worker.cluster.busy;
+        if !board.is_busy() {
+            return None;
+        }
+        let sub = args.len() > 1 && {
+            let sub = args.get(1).to_ascii_lowercase();
+            match spec.name {
+                "script" => sub == b"kill",
+                "function" => sub == b"kill" || sub == b"stats",
+                _ => false,
+            }
         };
-        if !arity_ok {
-            let sub = String::from_utf8_lossy(&sub).into_owned();
-            return self.reply_error(&format!(
-                "ERR wrong number of arguments for 'script|{sub}' command"
-            ));
+        if spec.flags & flags::ALLOW_BUSY != 0 || sub {
+            return None;
         }
-        match sub.as_slice() {
-            b"load" => {
-                let worker = self.worker.clone();
-                let mut vm = match worker.scripting.lend(cache.generation()).await {
-                    Ok(vm) => vm,
-                    Err(e) => return self.reply_error(&format!("ERR {e}")),
-                };
-                match cache.add(args.get(2), |s| compile(&mut vm, s)) {
-                    Ok(s) => self.out.bulk(s.sha.as_bytes()),
-                    Err(e) => self.reply_error(&e),
-                }
-            }
-            b"exists" => {
-                self.out.array(args.len() - 2);
-                for sha in args.iter().skip(2) {
-                    self.out.int(i64::from(cache.get(sha).is_some()));
-                }
-            }
-            b"flush" => {
-                let mode_ok = args.len() == 2
-                    || (args.len() == 3 && {
-                        let m = args.get(2).to_ascii_lowercase();
-                        m == b"sync" || m == b"async"
-                    });
-                if !mode_ok {
-                    return self.reply_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
-                }
-                cache.flush();
-                self.out.ok();
-            }
-            b"kill" => self.reply_error("NOTBUSY No scripts in execution right now."),
-            b"help" => {
-                self.out.array(SCRIPT_HELP.len());
-                for line in SCRIPT_HELP {
-                    self.out.simple(line);
-                }
-            }
-            _ => {
-                let typed = String::from_utf8_lossy(args.get(1)).into_owned();
-                self.reply_error(&format!(
-                    "ERR unknown subcommand '{typed}'. Try SCRIPT HELP."
-                ));
-            }
+        Some(busy_text(board))
+    }
+
+    /// SCRIPT KILL (`kind` Eval) and FUNCTION KILL: stops the busy runs of that kind, as
+    /// Redis's scriptKill answers.
+    fn kill_busy(&mut self, kind: RunKind) {
+        let runs = self.worker.cluster.busy.runs();
+        if runs.is_empty() {
+            return self.reply_error("NOTBUSY No scripts in execution right now.");
         }
+        if runs.iter().any(|r| r.wrote()) {
+            return self.reply_error(
+                "UNKILLABLE Sorry the script already executed write commands against the \
+                 dataset. You can either wait the script termination or kill the server in a \
+                 hard way using the SHUTDOWN NOSAVE command.",
+            );
+        }
+        if let Some(other) = runs.iter().find(|r| r.kind != kind) {
+            return self.reply_error(if other.kind == RunKind::Eval {
+                BUSY_EVAL
+            } else {
+                BUSY_FUNCTION
+            });
+        }
+        for r in runs {
+            r.kill(KILLED);
+        }
+        self.out.ok();
     }
 }
 
-/// Compiles a new script into this thread's VM (the cache keeps only scripts that compile).
-fn compile(vm: &mut ScriptVm, s: &Script) -> Result<(), String> {
-    vm.compile(&s.sha, "user_script", s.code())
-        .map(|_| ())
-        .map_err(|e| format!("ERR Error compiling script (new function): {e}"))
+/// The BUSY text for the busy runs: the function form when a function is among them.
+fn busy_text(board: &watchdog::BusyBoard) -> &'static str {
+    if board.runs().iter().any(|r| r.kind == RunKind::Function) {
+        BUSY_FUNCTION
+    } else {
+        BUSY_EVAL
+    }
+}
+
+/// SHUTDOWN while a script is busy: without NOSAVE it is refused with BUSY; with NOSAVE
+/// every busy run is stopped, whatever it wrote, so the server can stop.
+pub(crate) fn shutdown_refusal(board: &watchdog::BusyBoard, nosave: bool) -> Option<&'static str> {
+    let runs = board.runs();
+    if runs.is_empty() {
+        return None;
+    }
+    if !nosave {
+        return Some(busy_text(board));
+    }
+    for r in runs {
+        r.kill(KILLED);
+    }
+    None
 }
 
 /// The error a failed run raised and the user-code line it came from.

@@ -1,0 +1,168 @@
+//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT: the EVAL script cache's commands. Runs go
+//! through the shared driver (`super`).
+
+use damselfly_commands::Args;
+use damselfly_protocol::number::parse_i64;
+use damselfly_scripting::watchdog::RunKind;
+use damselfly_scripting::{Script, ScriptVm};
+
+use super::Invocation;
+use crate::connection::Connection;
+
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+const SCRIPT_HELP: &[&str] = &[
+    "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DEBUG (YES|SYNC|NO)",
+    "    Set the debug mode for subsequent scripts executed.",
+    "EXISTS <sha1> [<sha1> ...]",
+    "    Return information about the existence of the scripts in the script cache.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Flush the Lua scripts cache. Very dangerous on replicas.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the scripts cache.",
+    "    * SYNC: Synchronously flush the scripts cache.",
+    "KILL",
+    "    Kill the currently executing Lua script.",
+    "LOAD <script>",
+    "    Load a script into the scripts cache without executing it.",
+    "HELP",
+    "    Prints this help.",
+];
+
+impl Connection {
+    /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
+    pub(crate) async fn eval(&mut self, args: &Args<'_>) {
+        let name = args.get(0).to_ascii_lowercase();
+        let by_sha = name.starts_with(b"evalsha");
+        let read_only_cmd = name.ends_with(b"_ro");
+        if by_sha && args.get(1).len() != 40 {
+            return self.reply_error(NOSCRIPT);
+        }
+        let Some(numkeys) = parse_i64(args.get(2)) else {
+            return self.reply_error("ERR value is not an integer or out of range");
+        };
+        if numkeys > (args.len() - 3) as i64 {
+            return self.reply_error("ERR Number of keys can't be greater than number of args");
+        }
+        if numkeys < 0 {
+            return self.reply_error("ERR Number of keys can't be negative");
+        }
+        let worker = self.worker.clone();
+        let cache = &worker.cluster.scripts;
+        let mut vm = match worker.scripting.lend(cache.generation()).await {
+            Ok(vm) => vm,
+            Err(e) => return self.reply_error(&format!("ERR {e}")),
+        };
+        let script = if by_sha {
+            match cache.get(args.get(1)) {
+                Some(s) => s,
+                None => return self.reply_error(NOSCRIPT),
+            }
+        } else {
+            match cache.add(args.get(1), |s| compile(&mut vm, s)) {
+                Ok(s) => s,
+                Err(e) => return self.reply_error(&e),
+            }
+        };
+        let f = match vm.compiled(&script.sha) {
+            Some(f) => f,
+            None => match vm.compile(&script.sha, "user_script", script.code()) {
+                Ok(f) => f,
+                Err(e) => {
+                    return self
+                        .reply_error(&format!("ERR Error compiling script (new function): {e}"))
+                }
+            },
+        };
+        let no_writes = script.flags.is_some_and(|f| f.no_writes);
+        if read_only_cmd && script.flags.is_some() && !no_writes {
+            return self
+                .reply_error("ERR Can not execute a script with write flag using *_ro command.");
+        }
+        let nkeys = numkeys as usize;
+        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
+        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
+        let inv = Invocation {
+            f,
+            keys,
+            argv,
+            kind: RunKind::Eval,
+            id: &script.sha,
+            read_only: read_only_cmd || no_writes,
+            reach: &script.reach,
+        };
+        self.invoke(&vm, inv, args).await;
+    }
+
+    /// SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP.
+    pub(crate) async fn script(&mut self, args: &Args<'_>) {
+        let sub = args.get(1).to_ascii_lowercase();
+        let cluster = self.worker.cluster.clone();
+        let cache = &cluster.scripts;
+        let arity_ok = match sub.as_slice() {
+            b"load" => args.len() == 3,
+            b"exists" => args.len() >= 3,
+            b"kill" | b"help" => args.len() == 2,
+            _ => true,
+        };
+        if !arity_ok {
+            let sub = String::from_utf8_lossy(&sub).into_owned();
+            return self.reply_error(&format!(
+                "ERR wrong number of arguments for 'script|{sub}' command"
+            ));
+        }
+        match sub.as_slice() {
+            b"load" => {
+                let worker = self.worker.clone();
+                let mut vm = match worker.scripting.lend(cache.generation()).await {
+                    Ok(vm) => vm,
+                    Err(e) => return self.reply_error(&format!("ERR {e}")),
+                };
+                match cache.add(args.get(2), |s| compile(&mut vm, s)) {
+                    Ok(s) => self.out.bulk(s.sha.as_bytes()),
+                    Err(e) => self.reply_error(&e),
+                }
+            }
+            b"exists" => {
+                self.out.array(args.len() - 2);
+                for sha in args.iter().skip(2) {
+                    self.out.int(i64::from(cache.get(sha).is_some()));
+                }
+            }
+            b"flush" => {
+                let mode_ok = args.len() == 2
+                    || (args.len() == 3 && {
+                        let m = args.get(2).to_ascii_lowercase();
+                        m == b"sync" || m == b"async"
+                    });
+                if !mode_ok {
+                    return self.reply_error("ERR SCRIPT FLUSH only support SYNC|ASYNC option");
+                }
+                cache.flush();
+                self.out.ok();
+            }
+            b"kill" => self.kill_busy(RunKind::Eval),
+            b"help" => {
+                self.out.array(SCRIPT_HELP.len());
+                for line in SCRIPT_HELP {
+                    self.out.simple(line);
+                }
+            }
+            _ => {
+                let typed = String::from_utf8_lossy(args.get(1)).into_owned();
+                self.reply_error(&format!(
+                    "ERR unknown subcommand '{typed}'. Try SCRIPT HELP."
+                ));
+            }
+        }
+    }
+}
+
+/// Compiles a new script into this thread's VM (the cache keeps only scripts that compile).
+fn compile(vm: &mut ScriptVm, s: &Script) -> Result<(), String> {
+    vm.compile(&s.sha, "user_script", s.code())
+        .map(|_| ())
+        .map_err(|e| format!("ERR Error compiling script (new function): {e}"))
+}
