@@ -149,6 +149,8 @@ pub struct ThreadReport {
     pub journal: Option<JournalReport>,
     /// The shard's change counter (INFO's `rdb_changes_since_last_save`).
     pub dirty: u64,
+    /// Bytes the thread's Lua VM uses (0 while a run has it, or before the first script).
+    pub lua_memory: usize,
 }
 
 /// One shard's journal, for INFO persistence.

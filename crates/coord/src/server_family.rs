@@ -803,6 +803,7 @@ impl Connection {
             cluster.config.get("maxmemory-policy"),
             if used > 0 { rss as f64 / used as f64 } else { 1.0 },
         );
+        let s = s + &scripting_memory(cluster, reports);
         section("Memory", &s, &mut out);
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
@@ -879,4 +880,25 @@ impl Connection {
         section("Shards", &s, &mut out);
         out
     }
+}
+
+/// INFO memory's scripting fields. A thread's one Lua VM runs both EVAL scripts and
+/// functions, so `used_memory_lua` counts all of it and `used_memory_vm_functions` is 0.
+fn scripting_memory(cluster: &crate::cluster::Cluster, reports: &[ThreadReport]) -> String {
+    let lua: u64 = reports.iter().map(|r| r.lua_memory as u64).sum();
+    let eval = cluster.scripts.body_bytes();
+    let functions: u64 = cluster
+        .functions
+        .list()
+        .iter()
+        .map(|l| l.code.len() as u64)
+        .sum();
+    format!(
+        "used_memory_lua:{lua}\r\nused_memory_lua_human:{}\r\nused_memory_scripts_eval:{eval}\r\nnumber_of_cached_scripts:{}\r\nnumber_of_functions:{}\r\nused_memory_vm_functions:0\r\nused_memory_functions:{functions}\r\nused_memory_scripts:{}\r\nused_memory_scripts_human:{}\r\n",
+        human_bytes(lua),
+        cluster.scripts.len(),
+        cluster.functions.counts().1,
+        eval + functions,
+        human_bytes(eval + functions),
+    )
 }

@@ -666,6 +666,7 @@ impl Worker {
             peak_memory: self.peak_memory.get().max(shard.used_memory()),
             journal: self.journal_report(),
             dirty: shard.dirty,
+            lua_memory: self.scripting.used_memory(),
         }
     }
 

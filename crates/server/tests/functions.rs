@@ -426,7 +426,36 @@ fn function_transfers_stay_atomic(b: Backend) {
     assert!(movers.stop() > 50);
 }
 
+/// INFO memory counts scripts, functions and the Lua VMs' memory.
+fn scripting_memory_in_info(b: Backend) {
+    let s = Server::start_with(b, 2, &[]);
+    let mut c = s.raw();
+    let field = |c: &mut Raw, name: &str| -> u64 {
+        common::info_field(c, "memory", name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("INFO memory has no {name}"))
+    };
+    assert_eq!(field(&mut c, "number_of_cached_scripts"), 0);
+    assert_eq!(field(&mut c, "used_memory_scripts_eval"), 0);
+    c.cmd(&["SCRIPT", "LOAD", "return 1"]);
+    c.cmd(&["EVAL", "return 2", "0"]);
+    assert_eq!(field(&mut c, "number_of_cached_scripts"), 2);
+    assert_eq!(field(&mut c, "used_memory_scripts_eval"), 16);
+    assert!(field(&mut c, "used_memory_lua") > 10_000);
+    c.cmd(&["FUNCTION", "LOAD", SETTER]);
+    assert_eq!(field(&mut c, "number_of_functions"), 1);
+    assert_eq!(
+        field(&mut c, "used_memory_scripts"),
+        16 + SETTER.len() as u64
+    );
+    c.cmd(&["SCRIPT", "FLUSH"]);
+    c.cmd(&["FUNCTION", "FLUSH"]);
+    assert_eq!(field(&mut c, "number_of_cached_scripts"), 0);
+    assert_eq!(field(&mut c, "used_memory_scripts"), 0);
+}
+
 backend_tests!(
+    scripting_memory_in_info,
     functions_as_redis,
     dump_and_restore_across_servers,
     busy_scripts_as_redis,
