@@ -67,7 +67,7 @@ const POLICIES: &[&str] = &[
     "allkeys-random",
     "noeviction",
 ];
-const SCRIPT_LOCKING: &[&str] = &["declared", "all"];
+const SCRIPT_LOCKING: &[&str] = &["declared", "all", "strict"];
 const FSYNC: &[&str] = &["always", "everysec", "no"];
 const INT: Kind = Kind::Int {
     min: i64::MIN,
@@ -249,6 +249,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
     ("list-max-ziplist-size", "list-max-listpack-size"),
+    ("lua-time-limit", "busy-reply-threshold"),
 ];
 
 fn alias_of(name: &str) -> Option<&'static str> {

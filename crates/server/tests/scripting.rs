@@ -492,6 +492,31 @@ fn undeclared_keys_rule(b: Backend) {
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", "{a}:2"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", &other]), b"+OK\r\n");
     assert_eq!(restarts(&mut c), 2);
+
+    // `strict`: a script may name only the keys it declared, whatever shard they are on.
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "script-shard-locking", "strict"]),
+        b"+OK\r\n"
+    );
+    let refused = "-ERR Script attempted to access a key it did not declare \
+                   (script-shard-locking strict) script: ";
+    for key in ["{a}:2", other.as_str()] {
+        let reply = String::from_utf8(c.cmd(&["EVAL", read, "1", "{a}", key])).expect("utf-8");
+        assert!(reply.starts_with(refused), "{reply}");
+    }
+    assert_eq!(
+        c.cmd(&[
+            "EVAL",
+            "return redis.call('get', KEYS[2])",
+            "2",
+            "{a}",
+            &other
+        ]),
+        b"$1\r\n5\r\n"
+    );
+    let caught = "return redis.pcall('get', ARGV[1])['err']";
+    let reply = String::from_utf8(c.cmd(&["EVAL", caught, "1", "{a}", "{a}:2"])).expect("utf-8");
+    assert!(reply.contains("did not declare"), "{reply}");
 }
 
 backend_tests!(

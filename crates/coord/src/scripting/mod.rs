@@ -35,6 +35,8 @@ const BUSY_EVAL: &str =
 const BUSY_FUNCTION: &str =
     "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 const KILLED: &str = "Script killed by user with SCRIPT KILL...";
+const UNDECLARED: &str =
+    "ERR Script attempted to access a key it did not declare (script-shard-locking strict)";
 
 /// One script or function call to run.
 struct Invocation<'a> {
@@ -60,6 +62,8 @@ struct RunScope {
     /// A command reached a shard none of its declared keys is on.
     roamed: bool,
     watch: Arc<RunWatch>,
+    /// Under `script-shard-locking strict`: the declared keys, the only ones calls may name.
+    strict_keys: Option<Vec<Vec<u8>>>,
 }
 
 impl RunScope {
@@ -136,10 +140,11 @@ impl Connection {
         let mut declared: Vec<usize> = keys.iter().map(|k| shard_for_key(k, n)).collect();
         declared.sort_unstable();
         declared.dedup();
+        let locking = self.worker.cluster.config.get("script-shard-locking");
         let every_shard = declared.is_empty()
             || reach.needs_every_shard()
             || self.tx.is_some()
-            || self.worker.cluster.config.get("script-shard-locking") == "all";
+            || locking == "all";
         let locked = if every_shard {
             (0..n).collect()
         } else {
@@ -152,6 +157,7 @@ impl Connection {
             wrote: false,
             roamed: false,
             watch,
+            strict_keys: (locking == "strict").then(|| keys.iter().map(|k| k.to_vec()).collect()),
         }
     }
 
@@ -285,6 +291,14 @@ impl Connection {
         }
         let mut plan = Vec::new();
         self.plan(idx, self.info.db.get(), &args, &mut plan);
+        if let Some(allowed) = &scope.strict_keys {
+            let undeclared = plan.iter().flat_map(|(_, locks)| locks).any(
+                |l| matches!(l, Lock::Key { key, .. } if !allowed.iter().any(|k| **k == **key)),
+            );
+            if undeclared {
+                return CallResult::Refused(UNDECLARED);
+            }
+        }
         if plan
             .iter()
             .any(|(shard, _)| !scope.declared.contains(shard))
