@@ -45,6 +45,11 @@ impl Reach {
         !self.ran.load(Ordering::Relaxed) || self.roams.load(Ordering::Relaxed)
     }
 
+    /// True once a run reached a shard none of its declared keys is on.
+    pub fn roams(&self) -> bool {
+        self.roams.load(Ordering::Relaxed)
+    }
+
     /// Records a finished run, and whether it reached beyond its declared keys' shards.
     pub fn record(&self, roamed: bool) {
         if roamed {

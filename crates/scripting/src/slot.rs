@@ -49,6 +49,29 @@ impl VmSlot {
         })
     }
 
+    /// The VM now if no run holds it (a run executed in one go on its shard's thread), built
+    /// fresh when the script cache generation changed; None while lent or when it cannot be
+    /// built.
+    pub fn try_lend(&self, generation: u64) -> Option<VmLease<'_>> {
+        if self.lent.get() {
+            return None;
+        }
+        let kept = self
+            .vm
+            .borrow_mut()
+            .take()
+            .filter(|v| v.generation == generation);
+        let vm = match kept {
+            Some(vm) => vm,
+            None => ScriptVm::new(generation).ok()?,
+        };
+        self.lent.set(true);
+        Some(VmLease {
+            slot: self,
+            vm: Some(vm),
+        })
+    }
+
     /// Bytes the idle VM's Lua state uses (0 while lent or not yet built).
     pub fn used_memory(&self) -> usize {
         self.vm.borrow().as_ref().map_or(0, ScriptVm::used_memory)

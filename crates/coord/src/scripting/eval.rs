@@ -4,9 +4,10 @@
 use damselfly_commands::Args;
 use damselfly_protocol::number::parse_i64;
 use damselfly_scripting::watchdog::RunKind;
-use damselfly_scripting::{Script, ScriptVm};
+use damselfly_scripting::{sha1_hex, Script, ScriptVm};
 
-use super::Invocation;
+use super::here::Target;
+use super::Call;
 use crate::connection::Connection;
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
@@ -51,20 +52,51 @@ impl Connection {
         }
         let worker = self.worker.clone();
         let cache = &worker.cluster.scripts;
+        let known = if by_sha {
+            args.get(1).to_vec()
+        } else {
+            sha1_hex(args.get(1)).into_bytes()
+        };
+        let script = match cache.get(&known) {
+            Some(s) => s,
+            None if by_sha => return self.reply_error(NOSCRIPT),
+            None => {
+                let mut vm = match worker.scripting.lend(cache.generation()).await {
+                    Ok(vm) => vm,
+                    Err(e) => return self.reply_error(&format!("ERR {e}")),
+                };
+                match cache.add(args.get(1), |s| compile(&mut vm, s)) {
+                    Ok(s) => s,
+                    Err(e) => return self.reply_error(&e),
+                }
+            }
+        };
+        let no_writes = script.flags.is_some_and(|f| f.no_writes);
+        if read_only_cmd && script.flags.is_some() && !no_writes {
+            return self
+                .reply_error("ERR Can not execute a script with write flag using *_ro command.");
+        }
+        let nkeys = numkeys as usize;
+        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
+        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
+        let read_only = read_only_cmd || no_writes;
+        let call = Call {
+            keys: &keys,
+            argv: &argv,
+            kind: RunKind::Eval,
+            id: &script.sha,
+            read_only,
+            reach: &script.reach,
+        };
+        if self
+            .run_on_its_shard(&call, Target::Eval(script.clone()), args)
+            .await
+        {
+            return;
+        }
         let mut vm = match worker.scripting.lend(cache.generation()).await {
             Ok(vm) => vm,
             Err(e) => return self.reply_error(&format!("ERR {e}")),
-        };
-        let script = if by_sha {
-            match cache.get(args.get(1)) {
-                Some(s) => s,
-                None => return self.reply_error(NOSCRIPT),
-            }
-        } else {
-            match cache.add(args.get(1), |s| compile(&mut vm, s)) {
-                Ok(s) => s,
-                Err(e) => return self.reply_error(&e),
-            }
         };
         let f = match vm.compiled(&script.sha) {
             Some(f) => f,
@@ -76,24 +108,7 @@ impl Connection {
                 }
             },
         };
-        let no_writes = script.flags.is_some_and(|f| f.no_writes);
-        if read_only_cmd && script.flags.is_some() && !no_writes {
-            return self
-                .reply_error("ERR Can not execute a script with write flag using *_ro command.");
-        }
-        let nkeys = numkeys as usize;
-        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
-        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
-        let inv = Invocation {
-            f,
-            keys,
-            argv,
-            kind: RunKind::Eval,
-            id: &script.sha,
-            read_only: read_only_cmd || no_writes,
-            reach: &script.reach,
-        };
-        self.invoke(&vm, inv, args).await;
+        self.invoke(&vm, f, &call, args).await;
     }
 
     /// SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP.

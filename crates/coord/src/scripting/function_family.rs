@@ -15,7 +15,8 @@ use damselfly_scripting::watchdog::RunKind;
 use damselfly_scripting::ScriptVm;
 use damselfly_storage::glob::glob_match;
 
-use super::Invocation;
+use super::here::Target;
+use super::Call;
 use crate::connection::Connection;
 
 const FUNCTION_HELP: &[&str] = &[
@@ -83,6 +84,23 @@ impl Connection {
             return self
                 .reply_error("ERR Can not execute a script with write flag using *_ro command.");
         }
+        let nkeys = numkeys as usize;
+        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
+        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
+        let call = Call {
+            keys: &keys,
+            argv: &argv,
+            kind: RunKind::Function,
+            id: &info.name,
+            read_only: read_only_cmd || info.flags.no_writes,
+            reach: &info.reach,
+        };
+        if self
+            .run_on_its_shard(&call, Target::Function(lib.clone(), index), args)
+            .await
+        {
+            return;
+        }
         let mut vm = match worker
             .scripting
             .lend(worker.cluster.scripts.generation())
@@ -101,17 +119,7 @@ impl Connection {
                 Err(e) => return self.reply_error(&e),
             },
         };
-        let nkeys = numkeys as usize;
-        let inv = Invocation {
-            f,
-            keys: (3..3 + nkeys).map(|i| args.get(i)).collect(),
-            argv: (3 + nkeys..args.len()).map(|i| args.get(i)).collect(),
-            kind: RunKind::Function,
-            id: &info.name,
-            read_only: read_only_cmd || info.flags.no_writes,
-            reach: &info.reach,
-        };
-        self.invoke(&vm, inv, args).await;
+        self.invoke(&vm, f, &call, args).await;
     }
 
     /// FUNCTION LOAD | DELETE | LIST | DUMP | RESTORE | FLUSH | STATS | KILL | HELP.
@@ -396,7 +404,7 @@ fn compile_library(vm: &ScriptVm, code: &[u8]) -> Result<(NewLibrary, Vec<Regist
 }
 
 /// Runs `lib`'s code in this thread's VM and keeps its callbacks.
-fn load_into(vm: &mut ScriptVm, lib: &Library) -> Result<(), String> {
+pub(super) fn load_into(vm: &mut ScriptVm, lib: &Library) -> Result<(), String> {
     let registered = vm.load_library(&lib.code[lib.code_start..])?;
     vm.install_library(&lib.name, lib.version, &registered)
         .map_err(|e| format!("ERR {e}"))

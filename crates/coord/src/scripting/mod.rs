@@ -13,6 +13,7 @@
 
 mod eval;
 mod function_family;
+mod here;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +24,11 @@ use damselfly_protocol::Span;
 use damselfly_scripting::convert::{reply_to_lua, write_lua};
 use damselfly_scripting::vm::error_table;
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
-use damselfly_scripting::{Reach, Request, ScriptVm, Step};
+use damselfly_scripting::{Reach, Request, Run, ScriptVm, Step};
 use damselfly_storage::shard_for_key;
 use mlua::Value;
 
+use self::here::{HereJob, HereResult, Target};
 use crate::connection::Connection;
 use crate::tx::{Lock, Mode};
 
@@ -39,10 +41,9 @@ const UNDECLARED: &str =
     "ERR Script attempted to access a key it did not declare (script-shard-locking strict)";
 
 /// One script or function call to run.
-struct Invocation<'a> {
-    f: mlua::Function,
-    keys: Vec<&'a [u8]>,
-    argv: Vec<&'a [u8]>,
+struct Call<'a> {
+    keys: &'a [&'a [u8]],
+    argv: &'a [&'a [u8]],
     kind: RunKind,
     /// The script's SHA or the function's name (error replies, FUNCTION STATS).
     id: &'a str,
@@ -90,8 +91,66 @@ enum CallResult {
 }
 
 impl Connection {
-    /// Runs `inv` to its end (restarting it if it must) and writes its reply.
-    async fn invoke(&mut self, vm: &ScriptVm, inv: Invocation<'_>, args: &Args<'_>) {
+    /// Runs `call` in one go on the thread of the shard its keys are on, when it has not been
+    /// seen to reach other shards (`here`). True when it replied; false when it must run
+    /// the general way (it needed another shard, and nothing it did remains).
+    async fn run_on_its_shard(&mut self, call: &Call<'_>, target: Target, args: &Args<'_>) -> bool {
+        let n = self.worker.num_shards();
+        let locking = self.worker.cluster.config.get("script-shard-locking");
+        if self.tx.is_some() || locking == "all" || call.reach.roams() {
+            return false;
+        }
+        let mut shard = self.worker.id;
+        for (i, key) in call.keys.iter().enumerate() {
+            let s = shard_for_key(key, n);
+            if i > 0 && s != shard {
+                return false;
+            }
+            shard = s;
+        }
+        let job = HereJob {
+            target,
+            keys: call.keys.iter().map(|k| k.to_vec()).collect(),
+            argv: call.argv.iter().map(|a| a.to_vec()).collect(),
+            db: self.info.db.get(),
+            resp3: self.info.resp.get() == 3,
+            read_only: call.read_only,
+            strict_keys: (locking == "strict")
+                .then(|| call.keys.iter().map(|k| k.to_vec()).collect()),
+            watch: self.run_watch(call, args),
+            generation: self.worker.cluster.scripts.generation(),
+        };
+        let mode = Mode::for_write(!call.read_only);
+        let Some(own) = self
+            .enter_tx(vec![(shard, vec![Lock::AllDbs { mode }])])
+            .await
+        else {
+            return false;
+        };
+        let result = match self.tx.as_mut() {
+            Some(tx) => tx.hop(shard, move |w| w.run_script_here(job), true).await,
+            None => None,
+        };
+        self.leave_tx(own).await;
+        match result {
+            Some(HereResult::Reply(bytes)) => {
+                call.reach.record(false);
+                if bytes.first() == Some(&b'-') {
+                    self.out.error_offsets.push(self.out.buf.len());
+                }
+                self.out.raw(&bytes);
+                true
+            }
+            Some(HereResult::Elsewhere) => {
+                call.reach.record(true);
+                self.worker.stats.borrow_mut().script_restarts += 1;
+                false
+            }
+            Some(HereResult::VmBusy) | None => false,
+        }
+    }
+
+    fn run_watch(&self, call: &Call<'_>, args: &Args<'_>) -> Arc<RunWatch> {
         let busy_after = self
             .worker
             .cluster
@@ -99,18 +158,24 @@ impl Connection {
             .get("busy-reply-threshold")
             .parse()
             .unwrap_or(5000);
-        let watch = RunWatch::new(
-            inv.kind,
-            inv.id.to_string(),
+        RunWatch::new(
+            call.kind,
+            call.id.to_string(),
             args.iter().map(<[u8]>::to_vec).collect(),
             Duration::from_millis(busy_after),
             self.worker.cluster.busy.clone(),
-        );
+        )
+    }
+
+    /// Runs `f` for `call` as one transaction over the shards it may touch (restarting it
+    /// with every shard locked if it must) and writes its reply.
+    async fn invoke(&mut self, vm: &ScriptVm, f: mlua::Function, call: &Call<'_>, args: &Args<'_>) {
+        let watch = self.run_watch(call, args);
         let _watching = watchdog::watch(watch.clone());
-        let mut scope = self.run_scope(&inv.keys, inv.reach, inv.read_only, watch);
+        let mut scope = self.run_scope(call.keys, call.reach, call.read_only, watch);
         loop {
-            let outcome = self.run_script(vm, &inv, &mut scope).await;
-            inv.reach.record(scope.roamed);
+            let outcome = self.run_script(vm, &f, call, &mut scope).await;
+            call.reach.record(scope.roamed);
             match outcome {
                 Outcome::Restart => {
                     scope.lock_every_shard(self.worker.num_shards());
@@ -121,7 +186,7 @@ impl Connection {
                     write_lua(&mut self.out, &v, script_resp3);
                     return;
                 }
-                Outcome::Failed(failure) => return self.reply_error(&failure.reply(inv.id)),
+                Outcome::Failed(failure) => return self.reply_error(&failure.reply(call.id)),
             }
         }
     }
@@ -165,7 +230,8 @@ impl Connection {
     async fn run_script(
         &mut self,
         vm: &ScriptVm,
-        inv: &Invocation<'_>,
+        f: &mlua::Function,
+        call: &Call<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
         let mode = Mode::for_write(!scope.read_only);
@@ -184,7 +250,7 @@ impl Connection {
             }
         }
         let db = self.info.db.get();
-        let outcome = self.drive(vm, inv, scope).await;
+        let outcome = self.drive(vm, f, call, scope).await;
         self.info.db.set(db);
         if matches!(outcome, Outcome::Restart) && scope.wrote {
             if let Some(tx) = self.tx.as_mut() {
@@ -198,12 +264,13 @@ impl Connection {
     async fn drive(
         &mut self,
         vm: &ScriptVm,
-        inv: &Invocation<'_>,
+        f: &mlua::Function,
+        call: &Call<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
         let lua = vm.lua();
-        let as_globals = inv.kind == RunKind::Eval;
-        let mut run = match vm.start(&inv.f, &inv.keys, &inv.argv, as_globals) {
+        let as_globals = call.kind == RunKind::Eval;
+        let mut run = match vm.start(f, call.keys, call.argv, as_globals) {
             Ok(r) => r,
             Err(e) => {
                 let text = format!("ERR {}", damselfly_scripting::vm::lua_text(e));
@@ -214,47 +281,22 @@ impl Connection {
         scope.roamed = false;
         let mut answer = None;
         loop {
-            match run.resume(lua, answer.take()) {
-                Step::Done(v, resp3) => return Outcome::Done(v, resp3),
-                Step::Failed {
-                    error,
-                    source,
-                    line,
-                } => return Outcome::Failed(Failure::raised(&error, source, line)),
-                Step::BadRequest { error, .. } => {
-                    answer = Some((false, error_table(lua, error)));
-                }
-                Step::Request(Request::AclCheck { args }) => {
-                    answer = Some(match lookup(&args[0]) {
-                        Some(_) => (true, Value::Boolean(true)),
-                        None => (
-                            false,
-                            error_table(lua, "ERR Invalid command passed to redis.acl_check_cmd()"),
-                        ),
-                    });
-                }
-                Step::Request(Request::Call { resp3, args, .. }) => {
-                    let reply = match self.script_call(&args, resp3, scope).await {
-                        CallResult::Reply(bytes) => {
-                            let wrote = lookup(&args[0]).is_some_and(|idx| {
-                                COMMANDS[idx].is_write() && bytes.first() != Some(&b'-')
-                            });
-                            if wrote {
-                                scope.wrote = true;
-                                scope.watch.note_write();
-                            }
-                            reply_to_lua(lua, &bytes)
-                                .map(|(is_error, v)| (!is_error, v))
-                                .unwrap_or_else(|_| {
-                                    (false, error_table(lua, "ERR reply could not be read"))
-                                })
-                        }
-                        CallResult::Refused(e) => (false, error_table(lua, e)),
-                        CallResult::Elsewhere => return Outcome::Restart,
-                    };
-                    answer = Some(reply);
-                }
-            }
+            let (resp3, words) = match next_call(&mut run, lua, answer.take()) {
+                Next::End(outcome) => return outcome,
+                Next::Call { resp3, args } => (resp3, args),
+            };
+            let reply = match self.script_call(&words, resp3, scope).await {
+                CallResult::Reply(bytes) => Ok(bytes),
+                CallResult::Refused(e) => Err(e),
+                CallResult::Elsewhere => return Outcome::Restart,
+            };
+            answer = Some(call_answer(
+                lua,
+                &words,
+                reply,
+                &scope.watch,
+                &mut scope.wrote,
+            ));
         }
     }
 
@@ -266,39 +308,20 @@ impl Connection {
         resp3: bool,
         scope: &mut RunScope,
     ) -> CallResult {
-        let mut data = Vec::new();
-        let mut spans = Vec::with_capacity(argv.len());
-        for a in argv {
-            Span::push_arg(&mut data, &mut spans, a);
-        }
+        let (data, spans) = call_words(argv);
         let args = Args::new(&data, &spans);
-        let Some(idx) = lookup(args.get(0)) else {
-            return CallResult::Refused("ERR Unknown Redis command called from script");
+        let db = self.info.db.get();
+        let checked = check_call(
+            &self.worker,
+            db,
+            &args,
+            scope.read_only,
+            scope.strict_keys.as_deref(),
+        );
+        let (idx, plan) = match checked {
+            Ok(c) => c,
+            Err(refusal) => return CallResult::Refused(refusal),
         };
-        let spec = &COMMANDS[idx];
-        if !spec.arity_ok(args.len()) {
-            return CallResult::Refused(
-                "ERR Wrong number of args calling Redis command from script",
-            );
-        }
-        if spec.flags & flags::NOSCRIPT != 0 {
-            return CallResult::Refused("ERR This Redis command is not allowed from script");
-        }
-        if scope.read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
-            return CallResult::Refused(
-                "ERR Write commands are not allowed from read-only scripts.",
-            );
-        }
-        let mut plan = Vec::new();
-        self.plan(idx, self.info.db.get(), &args, &mut plan);
-        if let Some(allowed) = &scope.strict_keys {
-            let undeclared = plan.iter().flat_map(|(_, locks)| locks).any(
-                |l| matches!(l, Lock::Key { key, .. } if !allowed.iter().any(|k| **k == **key)),
-            );
-            if undeclared {
-                return CallResult::Refused(UNDECLARED);
-            }
-        }
         if plan
             .iter()
             .any(|(shard, _)| !scope.declared.contains(shard))
@@ -381,6 +404,118 @@ fn busy_text(board: &watchdog::BusyBoard) -> &'static str {
     } else {
         BUSY_EVAL
     }
+}
+
+/// What a run asks for next.
+enum Next {
+    Call { resp3: bool, args: Vec<Vec<u8>> },
+    End(Outcome),
+}
+
+/// Resumes `run` until it calls a command or ends, answering what needs no command
+/// (argument errors, `redis.acl_check_cmd`) on the way.
+fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<(bool, Value)>) -> Next {
+    loop {
+        match run.resume(lua, answer.take()) {
+            Step::Done(v, resp3) => return Next::End(Outcome::Done(v, resp3)),
+            Step::Failed {
+                error,
+                source,
+                line,
+            } => return Next::End(Outcome::Failed(Failure::raised(&error, source, line))),
+            Step::BadRequest { error, .. } => answer = Some((false, error_table(lua, error))),
+            Step::Request(Request::AclCheck { args }) => {
+                answer = Some(match lookup(&args[0]) {
+                    Some(_) => (true, Value::Boolean(true)),
+                    None => (
+                        false,
+                        error_table(lua, "ERR Invalid command passed to redis.acl_check_cmd()"),
+                    ),
+                });
+            }
+            Step::Request(Request::Call { resp3, args, .. }) => return Next::Call { resp3, args },
+        }
+    }
+}
+
+/// What Lua gets back from a call: its reply (an error reply as an error table) or the
+/// refusal. A write that succeeded is noted in `wrote` and on the run's watch.
+fn call_answer(
+    lua: &mlua::Lua,
+    words: &[Vec<u8>],
+    reply: Result<Vec<u8>, &'static str>,
+    watch: &RunWatch,
+    wrote: &mut bool,
+) -> (bool, Value) {
+    let bytes = match reply {
+        Ok(bytes) => bytes,
+        Err(refusal) => return (false, error_table(lua, refusal)),
+    };
+    let write = lookup(&words[0])
+        .is_some_and(|idx| COMMANDS[idx].is_write() && bytes.first() != Some(&b'-'));
+    if write {
+        *wrote = true;
+        watch.note_write();
+    }
+    reply_to_lua(lua, &bytes)
+        .map(|(is_error, v)| (!is_error, v))
+        .unwrap_or_else(|_| (false, error_table(lua, "ERR reply could not be read")))
+}
+
+/// A `redis.call`'s words as arguments.
+fn call_words(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<Span>) {
+    let mut data = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
+    let mut spans = Vec::with_capacity(argv.len());
+    for a in argv {
+        Span::push_arg(&mut data, &mut spans, a);
+    }
+    (data, spans)
+}
+
+/// Intents per shard.
+type Plan = Vec<(usize, Vec<Lock>)>;
+
+/// Redis's checks of one `redis.call`, in Redis's order, then the intents it needs per shard.
+/// The error is the reply the call gets.
+fn check_call(
+    worker: &crate::worker::Worker,
+    db: usize,
+    args: &Args,
+    read_only: bool,
+    strict_keys: Option<&[Vec<u8>]>,
+) -> Result<(usize, Plan), &'static str> {
+    let Some(idx) = lookup(args.get(0)) else {
+        return Err("ERR Unknown Redis command called from script");
+    };
+    let spec = &COMMANDS[idx];
+    if !spec.arity_ok(args.len()) {
+        return Err("ERR Wrong number of args calling Redis command from script");
+    }
+    if spec.flags & flags::NOSCRIPT != 0 {
+        return Err("ERR This Redis command is not allowed from script");
+    }
+    if read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
+        return Err("ERR Write commands are not allowed from read-only scripts.");
+    }
+    let mut plan = Vec::new();
+    crate::tx::plan::command_locks(
+        idx,
+        db,
+        args,
+        worker.cluster.databases,
+        worker.num_shards(),
+        |shard, lock| crate::connection::add_to_plan(&mut plan, shard, lock),
+    );
+    if let Some(allowed) = strict_keys {
+        let undeclared = plan
+            .iter()
+            .flat_map(|(_, locks)| locks)
+            .any(|l| matches!(l, Lock::Key { key, .. } if !allowed.iter().any(|k| **k == **key)));
+        if undeclared {
+            return Err(UNDECLARED);
+        }
+    }
+    Ok((idx, plan))
 }
 
 /// SHUTDOWN while a script is busy: without NOSAVE it is refused with BUSY; with NOSAVE

@@ -1,0 +1,162 @@
+//! Runs confined to one shard, executed in one go on that shard's thread: the usual case of a
+//! script whose keys (declared or not) share a shard. The connection sends one hop (a
+//! one-shard transaction locking the whole shard) that runs the script with the shard
+//! thread's VM, executing each `redis.call` directly on the shard, so a call costs no
+//! message and no wait. A call that needs any other shard, or a command that does not run on
+//! a shard (SELECT, keyless commands, whole-keyspace ones), takes back what the run wrote
+//! (the shard's undo log) and hands the run back to the connection, which runs it the general
+//! way (`super`), locking every shard.
+
+use std::sync::Arc;
+
+use damselfly_commands::table::{Handler, Route, COMMANDS};
+use damselfly_commands::Args;
+use damselfly_protocol::ReplyBuf;
+use damselfly_scripting::convert::write_lua;
+use damselfly_scripting::functions::Library;
+use damselfly_scripting::watchdog::{self, RunWatch};
+use damselfly_scripting::{Script, ScriptVm};
+
+use super::{call_answer, call_words, check_call, next_call, Failure, Next, Outcome};
+use crate::worker::Worker;
+
+/// What a run executes: an EVAL script or a library's function.
+pub(super) enum Target {
+    Eval(Arc<Script>),
+    Function(Arc<Library>, usize),
+}
+
+/// One run to execute on a shard's thread.
+pub(super) struct HereJob {
+    pub target: Target,
+    pub keys: Vec<Vec<u8>>,
+    pub argv: Vec<Vec<u8>>,
+    /// The client's database and protocol.
+    pub db: usize,
+    pub resp3: bool,
+    pub read_only: bool,
+    pub strict_keys: Option<Vec<Vec<u8>>>,
+    pub watch: Arc<RunWatch>,
+    /// The script cache generation (which VM the thread must use).
+    pub generation: u64,
+}
+
+pub(super) enum HereResult {
+    /// The whole reply, in the client's protocol.
+    Reply(Vec<u8>),
+    /// It needed another shard (or a command that runs elsewhere): nothing it did remains.
+    Elsewhere,
+    /// The thread's VM is held by a run waiting for other shards.
+    VmBusy,
+}
+
+impl Worker {
+    /// Runs `job` here, in one go (the caller holds the whole shard in a transaction).
+    pub(super) fn run_script_here(&self, job: HereJob) -> HereResult {
+        let Some(mut vm) = self.scripting.try_lend(job.generation) else {
+            return HereResult::VmBusy;
+        };
+        let (f, id) = match resolve(&mut vm, &job.target) {
+            Ok(found) => found,
+            Err(e) => {
+                let mut reply = ReplyBuf::new(job.resp3);
+                reply.error(&e);
+                return HereResult::Reply(reply.buf);
+            }
+        };
+        let _watching = watchdog::watch(job.watch.clone());
+        if !job.read_only {
+            self.keep_undo();
+        }
+        let keys: Vec<&[u8]> = job.keys.iter().map(Vec::as_slice).collect();
+        let argv: Vec<&[u8]> = job.argv.iter().map(Vec::as_slice).collect();
+        let as_globals = matches!(job.target, Target::Eval(_));
+        let outcome = match vm.start(&f, &keys, &argv, as_globals) {
+            Ok(mut run) => self.drive_here(&vm, &mut run, &job),
+            Err(e) => Some(Outcome::Failed(Failure::plain(&format!(
+                "ERR {}",
+                damselfly_scripting::vm::lua_text(e)
+            )))),
+        };
+        let mut reply = ReplyBuf::new(job.resp3);
+        match outcome {
+            Some(Outcome::Done(v, script_resp3)) => write_lua(&mut reply, &v, script_resp3),
+            Some(Outcome::Failed(failure)) => reply.error(&failure.reply(&id)),
+            None | Some(Outcome::Restart) => {
+                self.roll_back();
+                return HereResult::Elsewhere;
+            }
+        }
+        self.end_undo(self.running_tx.get());
+        HereResult::Reply(reply.buf)
+    }
+
+    /// Resumes the run until it ends; None when a call must run elsewhere.
+    fn drive_here(
+        &self,
+        vm: &ScriptVm,
+        run: &mut damselfly_scripting::Run,
+        job: &HereJob,
+    ) -> Option<Outcome> {
+        let lua = vm.lua();
+        let mut answer = None;
+        loop {
+            let (resp3, words) = match next_call(run, lua, answer.take()) {
+                Next::End(outcome) => return Some(outcome),
+                Next::Call { resp3, args } => (resp3, args),
+            };
+            let (data, spans) = call_words(&words);
+            let args = Args::new(&data, &spans);
+            let checked = check_call(
+                self,
+                job.db,
+                &args,
+                job.read_only,
+                job.strict_keys.as_deref(),
+            );
+            let bytes = match checked {
+                Err(refusal) => Err(refusal),
+                Ok((idx, plan)) => {
+                    let here = plan.iter().all(|(shard, _)| *shard == self.id)
+                        && !plan.is_empty()
+                        && matches!(COMMANDS[idx].route, Route::Key | Route::Keys(_))
+                        && matches!(COMMANDS[idx].handler, Handler::Shard(_))
+                        && !COMMANDS[idx].reads_unknown_keys(&args);
+                    if !here {
+                        return None;
+                    }
+                    let mut reply = ReplyBuf::new(resp3);
+                    self.exec(idx, job.db, &args, &mut reply, true);
+                    Ok(reply.buf)
+                }
+            };
+            answer = Some(call_answer(lua, &words, bytes, &job.watch, &mut false));
+        }
+    }
+}
+
+/// The function to run and the id its errors name, compiling or loading it into this
+/// thread's VM when it has not run here before.
+fn resolve(vm: &mut ScriptVm, target: &Target) -> Result<(mlua::Function, String), String> {
+    match target {
+        Target::Eval(script) => {
+            let f = match vm.compiled(&script.sha) {
+                Some(f) => f,
+                None => vm
+                    .compile(&script.sha, "user_script", script.code())
+                    .map_err(|e| format!("ERR Error compiling script (new function): {e}"))?,
+            };
+            Ok((f, script.sha.clone()))
+        }
+        Target::Function(lib, index) => {
+            let name = &lib.functions[*index].name;
+            if vm.library_function(&lib.name, lib.version, name).is_none() {
+                super::function_family::load_into(vm, lib)?;
+            }
+            let f = vm
+                .library_function(&lib.name, lib.version, name)
+                .ok_or_else(|| "ERR Function not found".to_string())?;
+            Ok((f, name.clone()))
+        }
+    }
+}
