@@ -32,5 +32,6 @@ pub use connection::{Connection, PeerInfo, Step};
 pub use durability::ShardStart;
 pub use mailbox::{mailbox, Mailbox, MailboxSender};
 pub use messages::ShardMsg;
+pub use scripting::restore_functions;
 pub use snapshots::{save_schedule, SaveState, Saves};
 pub use worker::Worker;

@@ -103,6 +103,7 @@ impl Worker {
             files.iter().enumerate().collect()
         };
         for (index, path) in mine {
+            // The function libraries saved with the keys are the live ones: nothing to load.
             read_rdb_file(
                 path,
                 id.map(|id| (id, index)),
@@ -125,7 +126,8 @@ impl Worker {
                     loaded.set(db, &key, value, at);
                     Ok(())
                 },
-            )?;
+            )
+            .map(drop)?;
         }
         Ok((loaded, expired))
     }

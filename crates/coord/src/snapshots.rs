@@ -168,8 +168,25 @@ impl Worker {
         let path = target.temp(number);
         let ctime = i64::try_from(damselfly_storage::now_ms() / 1000).unwrap_or(0);
         let used = shard.used_memory() as u64;
-        let sink = RdbFileSink::create(&path, target.id(), number, sizes, &opts, ctime, used)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        // Shard 0 saves the function libraries. Every change to them runs on its thread
+        // (`Worker::change_functions`), so this cut sees them as its journal does.
+        let libraries = if self.id == 0 {
+            self.cluster.functions.list()
+        } else {
+            Vec::new()
+        };
+        let codes: Vec<&[u8]> = libraries.iter().map(|l| l.code.as_slice()).collect();
+        let sink = RdbFileSink::create(
+            &path,
+            target.id(),
+            number,
+            sizes,
+            &codes,
+            &opts,
+            ctime,
+            used,
+        )
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         shard.start_snapshot(Box::new(sink));
         let dirty = shard.dirty;
         drop(shard);

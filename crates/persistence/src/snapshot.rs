@@ -226,13 +226,16 @@ pub struct RdbFileSink {
 
 impl RdbFileSink {
     /// Creates `path` (truncating it) and writes the stream's header: Redis's AUX fields,
-    /// then the snapshot id and the shard. `sizes` are each database's (keys, keys with a
-    /// deadline) at the snapshot's start.
+    /// the snapshot id and the shard, then the function libraries' codes (`functions`: shard
+    /// 0 saves them, as a FUNCTION2 record each, where Redis writes them). `sizes` are each
+    /// database's (keys, keys with a deadline) at the snapshot's start.
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
         path: &Path,
         id: u64,
         shard: u32,
         sizes: Vec<(u64, u64)>,
+        functions: &[&[u8]],
         opts: &WriteOptions,
         ctime: i64,
         used_mem: u64,
@@ -241,6 +244,9 @@ impl RdbFileSink {
         let mut writer = RdbWriter::new(file, opts, ctime, used_mem, false)?;
         writer.write_aux(SNAPSHOT_ID_AUX, id.to_string().as_bytes())?;
         writer.write_aux(SHARD_AUX, shard.to_string().as_bytes())?;
+        for code in functions {
+            writer.write_function(code)?;
+        }
         Ok(RdbFileSink {
             writer: Some(writer),
             error: None,
@@ -309,14 +315,14 @@ pub struct LoadOptions {
 /// `each` as (database, key, value, deadline in Unix ms or 0). `expect`: the snapshot id and
 /// shard number the file must say it holds (None for a Redis file); a file of another
 /// snapshot is refused before any of its keys is handed over. A key in a database past
-/// `databases` is an error naming the setting to change. Function libraries are skipped
-/// with a warning (Damselfly has no functions yet).
+/// `databases` is an error naming the setting to change. Returns the function libraries'
+/// codes the file holds (FUNCTION2 records), in file order.
 pub fn read_rdb_file(
     path: &Path,
     expect: Option<(u64, usize)>,
     opts: &LoadOptions,
     mut each: impl FnMut(usize, Vec<u8>, Value, u64) -> Result<(), String>,
-) -> Result<(), String> {
+) -> Result<Vec<Vec<u8>>, String> {
     let name = path.display();
     let file = File::open(path).map_err(|e| format!("cannot open {name}: {e}"))?;
     let mut reader = RdbReader::new(io::BufReader::with_capacity(1 << 20, file), opts.limits)
@@ -330,7 +336,7 @@ pub fn read_rdb_file(
         )),
         _ => None,
     };
-    let mut functions = 0u64;
+    let mut functions = Vec::new();
     while let Some(event) = reader
         .next()
         .map_err(|e| format!("cannot load {name}: {e}"))?
@@ -342,7 +348,7 @@ pub fn read_rdb_file(
             Event::Aux { key, value } if key == SHARD_AUX => {
                 shard_seen = String::from_utf8_lossy(&value).parse::<usize>().ok();
             }
-            Event::Function { .. } => functions += 1,
+            Event::Function { code } => functions.push(code),
             Event::Entry(e) => {
                 // The AUX fields come first: a file of another snapshot stops here.
                 if let Some(why) = wrong_file(id_seen, shard_seen) {
@@ -369,13 +375,6 @@ pub fn read_rdb_file(
     if let Some(why) = wrong_file(id_seen, shard_seen) {
         return Err(why);
     }
-    if functions > 0 {
-        tracing::warn!(
-            file = %name,
-            libraries = functions,
-            "function libraries in the file were skipped: Damselfly has no functions"
-        );
-    }
     if reader.empty_keys_skipped() > 0 {
         tracing::warn!(
             file = %name,
@@ -383,7 +382,7 @@ pub fn read_rdb_file(
             "empty keys skipped"
         );
     }
-    Ok(())
+    Ok(functions)
 }
 
 #[cfg(test)]
@@ -421,6 +420,7 @@ mod tests {
                 9,
                 1,
                 vec![(2, 1), (1, 0)],
+                &[b"#!lua name=lib\nredis.register_function('f', function() return 1 end)"],
                 &WriteOptions::default(),
                 0,
                 0,
@@ -437,9 +437,11 @@ mod tests {
         sink.save(0, &e("c", 3, 5000));
         sink.finish().unwrap();
         let mut r = RdbReader::new(File::open(&path).unwrap(), EncodingLimits::default()).unwrap();
-        let (mut got, mut id, mut selects) = (Vec::new(), None, 0);
+        let (mut got, mut id, mut selects, mut functions) = (Vec::new(), None, 0, Vec::new());
         while let Some(ev) = r.next().unwrap() {
             match ev {
+                // Redis's order: functions before the first database.
+                Event::Function { code } if selects == 0 => functions.push(code),
                 Event::Entry(en) => got.push((en.db, en.key, en.expire_ms)),
                 Event::Aux { key, value } if key == SNAPSHOT_ID_AUX => id = Some(value),
                 Event::SelectDb(_) => selects += 1,
@@ -448,6 +450,10 @@ mod tests {
         }
         assert_eq!(id.as_deref(), Some(&b"9"[..]));
         assert_eq!(selects, 3);
+        assert_eq!(
+            functions,
+            [b"#!lua name=lib\nredis.register_function('f', function() return 1 end)".to_vec()]
+        );
         assert_eq!(
             got,
             [

@@ -118,6 +118,7 @@ fn check_snapshot(file: &str) -> Result<(), String> {
         .map_err(|e| format!("{file}: {e}"))?;
     let mut keys: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
     let mut aux = Vec::new();
+    let mut functions = 0u64;
     loop {
         match reader.next() {
             Ok(Some(Event::Entry(e))) => {
@@ -130,6 +131,7 @@ fn check_snapshot(file: &str) -> Result<(), String> {
                 String::from_utf8_lossy(&key),
                 String::from_utf8_lossy(&value)
             )),
+            Ok(Some(Event::Function { .. })) => functions += 1,
             Ok(Some(_)) => {}
             Ok(None) => break,
             Err(e) => {
@@ -143,6 +145,9 @@ fn check_snapshot(file: &str) -> Result<(), String> {
         reader.version(),
         aux.join(" ")
     );
+    if functions > 0 {
+        println!("function libraries: {functions}");
+    }
     for (db, (n, expires)) in &keys {
         println!("db{db}: keys={n} expires={expires}");
     }

@@ -44,7 +44,7 @@ pub fn run(args: &[String]) -> Option<ExitCode> {
     })
 }
 
-/// Copies every key of every shard file into `out` (written to a temporary file, synced and
+/// Copies every key (and function library) of every shard file into `out` (written to a temporary file, synced and
 /// renamed). Returns the number of keys.
 fn export(dir: &Path, out: &Path) -> Result<u64, String> {
     let manifest = SnapshotManifest::read(dir)?.ok_or_else(|| {
@@ -77,15 +77,21 @@ fn export(dir: &Path, out: &Path) -> Result<u64, String> {
         let mut reader = RdbReader::new(BufReader::new(f), EncodingLimits::default())
             .map_err(|e| format!("{name}: {e}"))?;
         while let Some(event) = reader.next().map_err(|e| format!("{name}: {e}"))? {
-            if let Event::Entry(e) = event {
-                if current_db != Some(e.db) {
-                    writer.switch_db(e.db).map_err(fail)?;
-                    current_db = Some(e.db);
+            match event {
+                // Only the first shard's file holds libraries, before its keys: they land
+                // before every database, where Redis expects them.
+                Event::Function { code } => writer.write_function(&code).map_err(fail)?,
+                Event::Entry(e) => {
+                    if current_db != Some(e.db) {
+                        writer.switch_db(e.db).map_err(fail)?;
+                        current_db = Some(e.db);
+                    }
+                    writer
+                        .write_entry(&e.key, &e.value, e.expire_ms)
+                        .map_err(fail)?;
+                    keys += 1;
                 }
-                writer
-                    .write_entry(&e.key, &e.value, e.expire_ms)
-                    .map_err(fail)?;
-                keys += 1;
+                _ => {}
             }
         }
     }

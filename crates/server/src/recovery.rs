@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use damselfly_commands::config::Config;
 use damselfly_commands::table::{lookup, Handler, COMMANDS};
 use damselfly_commands::{server_family, Args, ExecCtx};
-use damselfly_coord::{Cluster, JournalFiles, ShardMsg, ShardStart};
+use damselfly_coord::{restore_functions, Cluster, JournalFiles, ShardMsg, ShardStart};
 use damselfly_persistence::appender::{new_segment, Appender, FsyncPolicy};
 use damselfly_persistence::dump;
 use damselfly_persistence::journal::{encode_command, Entry, Record, SegmentHeader, SegmentReader};
@@ -31,6 +31,8 @@ use crate::loading::Progress;
 /// What start-up recovered, before the shard threads run.
 pub struct Recovered {
     shards: Vec<Shard>,
+    /// The function libraries' codes.
+    functions: Vec<Vec<u8>>,
     journal: Option<JournalPlan>,
     /// Keys kept and keys dropped as expired, when a snapshot or dump.rdb was loaded.
     snapshot_load: Option<(u64, u64)>,
@@ -60,12 +62,19 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     } = opts;
     let empty = |n: usize| -> Vec<Shard> { (0..n).map(|_| new_shard(databases, limits)).collect() };
     if config.get("appendonly") != "yes" {
-        let loaded = load_snapshot(config, threads, &opts)?;
-        let snapshot_load = loaded.as_ref().map(|l| l.1);
-        return Ok(Recovered {
-            shards: loaded.map_or_else(|| empty(threads), |l| l.0),
-            journal: None,
-            snapshot_load,
+        return Ok(match load_snapshot(config, threads, &opts)? {
+            Some(loaded) => Recovered {
+                shards: loaded.shards,
+                functions: loaded.functions,
+                journal: None,
+                snapshot_load: Some(loaded.counts),
+            },
+            None => Recovered {
+                shards: empty(threads),
+                functions: Vec::new(),
+                journal: None,
+                snapshot_load: None,
+            },
         });
     }
     let dir = Path::new(&config.get("dir")).join(config.get("appenddirname"));
@@ -77,12 +86,12 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
         load_truncated: config.get("aof-load-truncated") == "yes",
         force: config.get("force-recovery") == "yes",
     };
-    let loaded = match old {
+    let (loaded, mut functions) = match old {
         Some(m) => {
             let delay = Duration::from_micros(config.get_u64("key-load-delay"));
             load_generation(&dir, m, &opts, policy, delay, progress)?
         }
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let keys_loaded: usize = loaded.iter().map(key_count).sum();
     let mut snapshot_load = None;
@@ -90,9 +99,10 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
         // No journal yet: start from the snapshot, if there is one; the new generation's
         // base segments then hold its keys.
         match load_snapshot(config, threads, &opts)? {
-            Some((shards, counts)) => {
-                snapshot_load = Some(counts);
-                shards
+            Some(snapshot) => {
+                snapshot_load = Some(snapshot.counts);
+                functions = snapshot.functions;
+                snapshot.shards
             }
             None => empty(threads),
         }
@@ -111,7 +121,7 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
         old.map_or(1, |m| m.generation.max(m.journal_generation) + 1),
         u32::try_from(threads).map_err(|_| "too many threads".to_string())?,
     );
-    let next_lsn = write_bases(&dir, manifest, &mut shards)?;
+    let next_lsn = write_bases(&dir, manifest, &mut shards, &functions)?;
     manifest
         .write(&dir)
         .map_err(|e| format!("cannot write the manifest in {}: {e}", dir.display()))?;
@@ -130,6 +140,7 @@ pub fn recover(config: &Config, threads: usize, progress: &Progress) -> Result<R
     let fsync = FsyncPolicy::parse(&config.get("appendfsync")).unwrap_or(FsyncPolicy::EverySec);
     Ok(Recovered {
         shards,
+        functions,
         journal: Some(JournalPlan {
             dir,
             manifest,
@@ -144,6 +155,7 @@ impl Recovered {
     /// Opens each shard's journal (its writer tells the shard's mailbox when records became
     /// durable) and hands the shards to the threads that will run them.
     pub fn start(self, cluster: &Arc<Cluster>) -> Result<(), String> {
+        restore_functions(cluster, self.functions)?;
         let mut starts = Vec::with_capacity(self.shards.len());
         for (i, mut shard) in self.shards.into_iter().enumerate() {
             // Loading is not a change: `rdb_changes_since_last_save` starts at 0, as Redis's.
@@ -208,7 +220,7 @@ fn key_count(s: &Shard) -> usize {
 }
 
 /// Reads and replays every shard's journal of generation `m`, each shard on its own thread;
-/// one data set per shard of the run that wrote them.
+/// one data set per shard of the run that wrote them, and the function libraries.
 fn load_generation(
     dir: &Path,
     m: Manifest,
@@ -216,7 +228,7 @@ fn load_generation(
     policy: ReadPolicy,
     delay: Duration,
     progress: &Progress,
-) -> Result<Vec<Shard>, String> {
+) -> Result<(Vec<Shard>, Vec<Vec<u8>>), String> {
     let files: Vec<Vec<SegmentBytes>> = (0..m.shards)
         .map(|s| read_segments(&m, dir, s))
         .collect::<Result<_, _>>()?;
@@ -242,7 +254,7 @@ fn load_generation(
     progress
         .total_records
         .store(total as u64, Ordering::Relaxed);
-    on_threads(records.iter().collect(), |id, recs| {
+    let replayed = on_threads(records.iter().collect(), |id, recs| {
         // A rewritten generation starts from its RDB base, written at the cut.
         let start = match m.base {
             Base::Rdb => load_rdb_file(
@@ -250,10 +262,24 @@ fn load_generation(
                 Some((m.generation, id)),
                 opts,
             )?,
-            Base::Segments => new_shard(opts.databases, opts.limits),
+            Base::Segments => (new_shard(opts.databases, opts.limits), Vec::new()),
         };
         replay(recs, start, (id, old_shards), delay, progress)
-    })
+    })?;
+    Ok(split_functions(replayed))
+}
+
+/// The shards, and the function libraries (only the first shard holds any).
+fn split_functions(loaded: Vec<(Shard, Vec<Vec<u8>>)>) -> (Vec<Shard>, Vec<Vec<u8>>) {
+    let mut functions = Vec::new();
+    let shards = loaded
+        .into_iter()
+        .map(|(shard, libs)| {
+            functions.extend(libs);
+            shard
+        })
+        .collect();
+    (shards, functions)
 }
 
 /// Runs `f` on each item on its own thread (one per shard or file), collecting the results
@@ -309,16 +335,17 @@ fn read_segments(m: &Manifest, dir: &Path, shard: u32) -> Result<Vec<SegmentByte
         .collect()
 }
 
-/// Applies one shard's records to a fresh shard, as shard `id` of `shards` (so DEBUG
-/// POPULATE creates the keys it created then). The clock reads 0: nothing expires while
-/// replaying, deadlines are absolute in the records, and expired keys go afterwards.
+/// Applies one shard's records to a fresh shard (with the function libraries of its base),
+/// as shard `id` of `shards` (so DEBUG POPULATE creates the keys it created then). The
+/// clock reads 0: nothing expires while replaying, deadlines are absolute in the records,
+/// and expired keys go afterwards. A FUNCTION record holds every library at that point.
 fn replay(
     records: &[Record<'_>],
-    mut shard: Shard,
+    (mut shard, mut functions): (Shard, Vec<Vec<u8>>),
     (id, shards): (usize, usize),
     delay: Duration,
     progress: &Progress,
-) -> Result<Shard, String> {
+) -> Result<(Shard, Vec<Vec<u8>>), String> {
     let databases = shard.dbs.len();
     let mut buf = Vec::new();
     let mut spans = Vec::new();
@@ -334,6 +361,14 @@ fn replay(
         };
         if !delay.is_zero() {
             std::thread::sleep(delay);
+        }
+        if let [name, _, payload, ..] = words[..] {
+            if name.eq_ignore_ascii_case(b"function") {
+                functions = dump::decode_functions(payload).map_err(|e| {
+                    format!("the journal of shard {id} holds damaged function libraries: {e}")
+                })?;
+                continue;
+            }
         }
         let db = usize::try_from(r.db).unwrap_or(usize::MAX);
         if db >= databases {
@@ -380,7 +415,7 @@ fn replay(
             "journal records that failed when replayed"
         );
     }
-    Ok(shard)
+    Ok((shard, functions))
 }
 
 /// Runs one journaled command; false when no shard handler takes it.
@@ -450,15 +485,28 @@ fn route(
 }
 
 /// Writes each shard's base segment (sequence 0 of the new generation): a RESTORE with an
-/// absolute deadline for every key, synced. Returns each shard's next LSN.
-fn write_bases(dir: &Path, m: Manifest, shards: &mut [Shard]) -> Result<Vec<u64>, String> {
+/// absolute deadline for every key, and in the first shard's the function libraries,
+/// synced. Returns each shard's next LSN.
+fn write_bases(
+    dir: &Path,
+    m: Manifest,
+    shards: &mut [Shard],
+    functions: &[Vec<u8>],
+) -> Result<Vec<u64>, String> {
     // `&mut`: a shard is Send, not Sync.
     on_threads(shards.iter_mut().collect(), |i, shard| {
-        write_base(dir, m, i, shard)
+        let functions = if i == 0 { functions } else { &[] };
+        write_base(dir, m, i, shard, functions)
     })
 }
 
-fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u64, String> {
+fn write_base(
+    dir: &Path,
+    m: Manifest,
+    index: usize,
+    shard: &Shard,
+    functions: &[Vec<u8>],
+) -> Result<u64, String> {
     use std::io::Write;
     let id = u32::try_from(index).unwrap_or(u32::MAX);
     let path = m.segment_path(dir, id, 0);
@@ -472,6 +520,13 @@ fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u6
     let mut file = new_segment(&path, header).map_err(fail)?;
     let mut lsn = 1;
     let mut buf = Vec::new();
+    if !functions.is_empty() {
+        let codes: Vec<&[u8]> = functions.iter().map(Vec::as_slice).collect();
+        let payload = dump::encode_functions(&codes, &Default::default());
+        let args: [&[u8]; 4] = [b"FUNCTION", b"RESTORE", &payload, b"FLUSH"];
+        encode_command(&mut buf, lsn, 0, (0, 0), &args);
+        lsn += 1;
+    }
     for (db, d) in shard.dbs.iter().enumerate() {
         let db = u32::try_from(db).unwrap_or(u32::MAX);
         for e in d.table.iter() {
@@ -501,8 +556,7 @@ fn write_base(dir: &Path, m: Manifest, index: usize, shard: &Shard) -> Result<u6
 /// Loads the current snapshot (docs/persistence.md, "Snapshots") into `threads` shards: the
 /// files the snapshot manifest in `dir` names, each read on its own thread, every key routed
 /// to the shard that owns it now, keys whose deadline passed dropped. Without a manifest,
-/// `dir/dbfilename` (a Redis `dump.rdb`) is loaded the same way. Ok(None): neither exists;
-/// else the shards with the keys kept and the keys dropped as expired.
+/// `dir/dbfilename` (a Redis `dump.rdb`) is loaded the same way. Ok(None): neither exists.
 fn load_snapshot(
     config: &Config,
     threads: usize,
@@ -520,9 +574,9 @@ fn load_snapshot(
             (vec![dump], None)
         }
     };
-    let loaded = on_threads(files.iter().collect(), |i, path| {
+    let (loaded, functions) = split_functions(on_threads(files.iter().collect(), |i, path| {
         load_rdb_file(path, id.map(|id| (id, i)), opts)
-    })?;
+    })?);
     let keys: usize = loaded.iter().map(key_count).sum();
     let shards = route(
         loaded,
@@ -539,12 +593,21 @@ fn load_snapshot(
         seconds = started.elapsed().as_secs_f64(),
         "DB loaded from disk"
     );
-    Ok(Some((shards, (kept as u64, (keys - kept) as u64))))
+    Ok(Some(LoadedSnapshot {
+        shards,
+        functions,
+        counts: (kept as u64, (keys - kept) as u64),
+    }))
 }
 
-/// A snapshot (or dump.rdb) loaded into the shards, with the keys kept and the keys dropped
-/// because their deadline had passed.
-type LoadedSnapshot = (Vec<Shard>, (u64, u64));
+/// A snapshot (or dump.rdb) loaded into the shards.
+struct LoadedSnapshot {
+    shards: Vec<Shard>,
+    /// The function libraries' codes.
+    functions: Vec<Vec<u8>>,
+    /// The keys kept and the keys dropped because their deadline had passed.
+    counts: (u64, u64),
+}
 
 /// How start-up reads RDB files, from the configuration.
 fn load_options(config: &Config) -> LoadOptions {
@@ -555,15 +618,16 @@ fn load_options(config: &Config) -> LoadOptions {
     }
 }
 
-/// Reads one RDB file into one shard (as the shard of the run that wrote it). `snapshot`:
-/// the snapshot id and shard number the file must say it holds (None for a Redis file).
+/// Reads one RDB file into one shard (as the shard of the run that wrote it), with the
+/// function libraries it holds. `snapshot`: the snapshot id and shard number the file must
+/// say it holds (None for a Redis file).
 fn load_rdb_file(
     path: &Path,
     snapshot: Option<(u64, usize)>,
     opts: &LoadOptions,
-) -> Result<Shard, String> {
+) -> Result<(Shard, Vec<Vec<u8>>), String> {
     let mut shard = new_shard(opts.databases, opts.limits);
-    read_rdb_file(path, snapshot, opts, |db, key, value, at| {
+    let functions = read_rdb_file(path, snapshot, opts, |db, key, value, at| {
         if shard.dbs[db].table.get(&key).is_some() {
             return Err(format!(
                 "{} holds key {:?} of database {db} twice",
@@ -574,5 +638,5 @@ fn load_rdb_file(
         shard.set(db, &key, value, at);
         Ok(())
     })?;
-    Ok(shard)
+    Ok((shard, functions))
 }

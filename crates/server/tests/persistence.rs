@@ -955,9 +955,58 @@ fn bgrewriteaof_under_transfers_keeps_the_total(b: Backend) {
     assert_eq!(total, 1000 * ACCOUNTS as i64);
 }
 
+/// Function libraries come back after kill -9 under any thread count: from the journal,
+/// then from a rewrite's base plus the segments after its cut; a FLUSH is kept too.
+fn functions_survive_kills_and_rewrites(b: Backend) {
+    use common::{LIBRARY_A1, LIBRARY_A2, LIBRARY_B, LIBRARY_C};
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 2, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_A1]), b"$4\r\nliba\r\n");
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_B]), b"$4\r\nlibb\r\n");
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_C]), b"$4\r\nlibc\r\n");
+    assert_eq!(c.cmd(&["FUNCTION", "DELETE", "libc"]), b"+OK\r\n");
+    assert_eq!(
+        c.cmd(&["FUNCTION", "LOAD", "REPLACE", LIBRARY_A2]),
+        b"$4\r\nliba\r\n"
+    );
+    let listed = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
+    kill(s);
+    let s = start(b, 3, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd(&["FUNCTION", "LIST", "WITHCODE"])),
+        String::from_utf8_lossy(&listed)
+    );
+    assert_eq!(c.cmd(&["FCALL", "fa", "0"]), b"$2\r\na2\r\n");
+    assert_eq!(c.cmd(&["FCALL_RO", "fb", "0"]), b"$1\r\nb\r\n");
+    assert_eq!(
+        c.cmd(&["BGREWRITEAOF"]),
+        b"+Background append only file rewriting started\r\n"
+    );
+    wait_rewrites(&mut c, 1);
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_C]), b"$4\r\nlibc\r\n");
+    let listed = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
+    kill(s);
+    let s = start(b, 1, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd(&["FUNCTION", "LIST", "WITHCODE"])),
+        String::from_utf8_lossy(&listed)
+    );
+    assert_eq!(c.cmd(&["FCALL", "fc", "0"]), b"$1\r\nc\r\n");
+    assert_eq!(c.cmd(&["FUNCTION", "FLUSH"]), b"+OK\r\n");
+    kill(s);
+    let s = start(b, 2, data.path(), "always", &["--save", ""]);
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["FUNCTION", "LIST"]), b"*0\r\n");
+    kill(s);
+}
+
 backend_tests!(
     bgrewriteaof_compacts_the_journal,
-    bgrewriteaof_under_transfers_keeps_the_total
+    bgrewriteaof_under_transfers_keeps_the_total,
+    functions_survive_kills_and_rewrites
 );
 
 /// The journal rewrites itself once it grows past auto-aof-rewrite-min-size and by

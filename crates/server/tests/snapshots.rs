@@ -144,6 +144,52 @@ fn redis_dump_loads_with_the_same_digest(b: Backend) {
     }
 }
 
+/// Function libraries are saved with the snapshot (redis-check-rdb accepts the file that
+/// holds them) and come back under another thread count; a Redis dump.rdb's libraries load
+/// as Redis lists them.
+fn functions_are_saved_and_loaded(b: Backend) {
+    use common::{LIBRARY_A1, LIBRARY_B};
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 2, data.path());
+    let mut c = s.raw();
+    c.cmd(&["FUNCTION", "LOAD", LIBRARY_A1]);
+    c.cmd(&["FUNCTION", "LOAD", LIBRARY_B]);
+    c.cmd(&["SET", "k", "v"]);
+    let listed = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
+    assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
+    drop(s);
+    for f in shard_files(data.path()) {
+        common::assert_redis_check_rdb_accepts(&f);
+    }
+    let s = start(b, 3, data.path());
+    let mut c = s.raw();
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd(&["FUNCTION", "LIST", "WITHCODE"])),
+        String::from_utf8_lossy(&listed)
+    );
+    assert_eq!(c.cmd(&["FCALL", "fa", "0"]), b"$2\r\na1\r\n");
+    drop(s);
+
+    let redis = Server::redis();
+    let mut r = redis.raw();
+    r.cmd(&["FUNCTION", "LOAD", LIBRARY_B]);
+    r.cmd(&["SET", "k", "v"]);
+    assert_eq!(r.cmd(&["SAVE"]), b"+OK\r\n");
+    let data = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        redis.dir.path().join("dump.rdb"),
+        data.path().join("dump.rdb"),
+    )
+    .expect("copy dump.rdb");
+    let s = start(b, 2, data.path());
+    let mut c = s.raw();
+    assert_eq!(
+        String::from_utf8_lossy(&c.cmd(&["FUNCTION", "LIST", "WITHCODE"])),
+        String::from_utf8_lossy(&r.cmd(&["FUNCTION", "LIST", "WITHCODE"]))
+    );
+    assert_eq!(c.cmd(&["FCALL_RO", "fb", "0"]), b"$1\r\nb\r\n");
+}
+
 /// Files of another snapshot (a run with more threads, a save a crash interrupted) lying in
 /// the directory are not loaded, and the next save deletes them.
 fn stale_snapshot_files_are_not_loaded(b: Backend) {
@@ -300,19 +346,23 @@ backend_tests!(
     bgsave_under_transfers_is_a_point_in_time,
     restart_with_other_thread_counts_keeps_the_digest,
     redis_dump_loads_with_the_same_digest,
+    functions_are_saved_and_loaded,
     stale_snapshot_files_are_not_loaded,
     replies_match_redis,
 );
 
 /// `damselfly export-rdb` writes the snapshot of 3 shards as one dump.rdb: redis-server 7.0
-/// starts from it with the same DEBUG DIGEST, and redis-check-rdb accepts it.
+/// starts from it with the same DEBUG DIGEST and function libraries, and redis-check-rdb
+/// accepts it.
 #[test]
 fn export_rdb_gives_redis_the_same_dataset() {
     let data = tempfile::tempdir().expect("tempdir");
     let s = start(Backend::Epoll, 3, data.path());
     let mut c = s.raw();
     fill_every_type(&mut c);
+    c.cmd(&["FUNCTION", "LOAD", common::LIBRARY_B]);
     let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    let functions = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
     assert_eq!(c.cmd(&["SAVE"]), b"+OK\r\n");
     drop(s);
     let redis_dir = tempfile::tempdir().expect("tempdir");
@@ -356,11 +406,16 @@ fn export_rdb_gives_redis_the_same_dataset() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let theirs = r.cmd(&["DEBUG", "DIGEST"]);
+    let their_functions = r.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
     let _ = redis.kill();
     let _ = redis.wait();
     assert_eq!(
         String::from_utf8_lossy(&theirs),
         String::from_utf8_lossy(&digest)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&their_functions),
+        String::from_utf8_lossy(&functions)
     );
 }
 

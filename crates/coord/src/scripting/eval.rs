@@ -111,7 +111,7 @@ impl Connection {
         self.invoke(&vm, f, &call, args).await;
     }
 
-    /// SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP.
+    /// SCRIPT LOAD | EXISTS | FLUSH | KILL | DEBUG | HELP.
     pub(crate) async fn script(&mut self, args: &Args<'_>) {
         let sub = args.get(1).to_ascii_lowercase();
         let cluster = self.worker.cluster.clone();
@@ -119,6 +119,7 @@ impl Connection {
         let arity_ok = match sub.as_slice() {
             b"load" => args.len() == 3,
             b"exists" => args.len() >= 3,
+            b"debug" => args.len() == 3,
             b"kill" | b"help" => args.len() == 2,
             _ => true,
         };
@@ -159,6 +160,14 @@ impl Connection {
                 self.out.ok();
             }
             b"kill" => self.kill_busy(RunKind::Eval),
+            // The Lua debugger is not built: NO (the default) is accepted, a session refused.
+            b"debug" => match args.get(2).to_ascii_lowercase().as_slice() {
+                b"no" => self.out.ok(),
+                b"yes" | b"sync" => self.reply_error(
+                    "ERR SCRIPT DEBUG is not supported: Damselfly has no Lua debugger",
+                ),
+                _ => self.reply_error("ERR Use SCRIPT DEBUG YES/SYNC/NO"),
+            },
             b"help" => {
                 self.out.array(SCRIPT_HELP.len());
                 for line in SCRIPT_HELP {

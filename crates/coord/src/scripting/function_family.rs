@@ -1,14 +1,22 @@
 //! FCALL, FCALL_RO and FUNCTION: Redis 7.0's function libraries. The process-wide registry
 //! lives in damselfly-scripting; a thread's VM loads a library's code again the first time
 //! one of its clients calls into a library version it has not run.
+//!
+//! Every change to the registry (LOAD, DELETE, FLUSH, RESTORE) is applied on shard 0's
+//! thread, which journals the resulting set of libraries and saves them in its snapshot
+//! file: one thread orders the changes, the journal and the snapshots' cuts
+//! (docs/scripting.md, "Functions").
 
+use std::any::Any;
 use std::sync::Arc;
 
 use damselfly_commands::Args;
 use damselfly_persistence::dump;
 use damselfly_persistence::rdb::WriteOptions;
 use damselfly_protocol::number::parse_i64;
-use damselfly_scripting::functions::{FunctionInfo, Library, NewLibrary, RestorePolicy};
+use damselfly_scripting::functions::{
+    FunctionInfo, FunctionRegistry, Library, NewLibrary, RestorePolicy,
+};
 use damselfly_scripting::shebang::parse_library;
 use damselfly_scripting::vm::Registered;
 use damselfly_scripting::watchdog::RunKind;
@@ -17,7 +25,13 @@ use damselfly_storage::glob::glob_match;
 
 use super::here::Target;
 use super::Call;
+use crate::cluster::Cluster;
 use crate::connection::Connection;
+use crate::messages::{Payload, ShardMsg};
+use crate::worker::Worker;
+
+/// The shard whose thread changes the function registry, journals it and snapshots it.
+const FUNCTIONS_SHARD: usize = 0;
 
 const FUNCTION_HELP: &[&str] = &[
     "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -141,18 +155,22 @@ impl Connection {
         match sub.as_slice() {
             b"load" => self.function_load(args).await,
             b"delete" => {
-                if self.worker.cluster.functions.delete(args.get(2)) {
-                    self.out.ok();
-                } else {
-                    self.reply_error("ERR Library not found");
+                let name = args.get(2).to_vec();
+                let deleted = self
+                    .change_functions(move |registry| match registry.delete(&name) {
+                        true => Ok(()),
+                        false => Err("ERR Library not found".to_string()),
+                    })
+                    .await;
+                match deleted {
+                    Ok(()) => self.out.ok(),
+                    Err(e) => self.reply_error(&e),
                 }
             }
             b"list" => self.function_list(args),
             b"dump" => {
-                let libs = self.worker.cluster.functions.list();
-                let codes: Vec<&[u8]> = libs.iter().map(|l| l.code.as_slice()).collect();
-                let opts = WriteOptions::for_limits(&self.worker.shard.borrow().limits);
-                let payload = dump::encode_functions(&codes, &opts);
+                let payload =
+                    functions_payload(&self.worker.cluster, &self.worker.shard.borrow().limits);
                 self.out.bulk(&payload);
             }
             b"restore" => self.function_restore(args).await,
@@ -168,8 +186,16 @@ impl Connection {
                 if !mode_ok {
                     return self.reply_error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
                 }
-                self.worker.cluster.functions.flush();
-                self.out.ok();
+                let flushed = self
+                    .change_functions(|registry| {
+                        registry.flush();
+                        Ok(())
+                    })
+                    .await;
+                match flushed {
+                    Ok(()) => self.out.ok(),
+                    Err(e) => self.reply_error(&e),
+                }
             }
             b"stats" => self.function_stats(),
             b"kill" => self.kill_busy(RunKind::Function),
@@ -213,7 +239,10 @@ impl Connection {
             Ok(r) => r,
             Err(e) => return self.reply_error(&e),
         };
-        match worker.cluster.functions.load(new, replace) {
+        match self
+            .change_functions(move |registry| registry.load(new, replace))
+            .await
+        {
             Ok(lib) => {
                 // Its callbacks are kept here; other threads load the code when called.
                 if vm
@@ -328,9 +357,36 @@ impl Connection {
             }
         }
         drop(vm);
-        match worker.cluster.functions.restore(libs, policy) {
+        match self
+            .change_functions(move |registry| registry.restore(libs, policy))
+            .await
+        {
             Ok(()) => self.out.ok(),
             Err(e) => self.reply_error(&e),
+        }
+    }
+
+    /// Applies `change` to the registry on shard 0's thread (see the module's doc); its
+    /// result, or Redis's error reply.
+    async fn change_functions<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&FunctionRegistry) -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        let f =
+            Box::new(move |w: &Worker| Box::new(w.change_functions(change)) as Box<dyn Any + Send>);
+        let answer = self
+            .worker
+            .ask(FUNCTIONS_SHARD, |origin, slot| ShardMsg::Run {
+                f,
+                origin,
+                slot,
+            })
+            .await;
+        match answer {
+            Some(Payload::Hop { value, .. }) => value
+                .downcast::<Result<T, String>>()
+                .map_or_else(|_| Err("ERR shard unavailable".to_string()), |r| *r),
+            _ => Err("ERR shard unavailable".to_string()),
         }
     }
 
@@ -408,4 +464,44 @@ pub(super) fn load_into(vm: &mut ScriptVm, lib: &Library) -> Result<(), String> 
     let registered = vm.load_library(&lib.code[lib.code_start..])?;
     vm.install_library(&lib.name, lib.version, &registered)
         .map_err(|e| format!("ERR {e}"))
+}
+
+impl Worker {
+    /// Shard 0's side of a registry change: applies it and, when it succeeded, journals the
+    /// whole resulting set of libraries (as FUNCTION RESTORE ... FLUSH, so replaying the
+    /// last such record rebuilds the registry whatever came before it).
+    fn change_functions<T>(
+        &self,
+        change: impl FnOnce(&FunctionRegistry) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let out = change(&self.cluster.functions)?;
+        if self.journaling() {
+            let payload = functions_payload(&self.cluster, &self.shard.borrow().limits);
+            self.journal_words(0, &[b"FUNCTION", b"RESTORE", &payload, b"FLUSH"]);
+        }
+        Ok(out)
+    }
+}
+
+/// Every library's code as a FUNCTION DUMP payload.
+fn functions_payload(cluster: &Cluster, limits: &damselfly_storage::EncodingLimits) -> Vec<u8> {
+    let libs = cluster.functions.list();
+    let codes: Vec<&[u8]> = libs.iter().map(|l| l.code.as_slice()).collect();
+    dump::encode_functions(&codes, &WriteOptions::for_limits(limits))
+}
+
+/// Puts the libraries recovered at start-up (`codes`, from a snapshot, a Redis dump.rdb or
+/// the journal) in the registry, checking each as FUNCTION LOAD does.
+pub fn restore_functions(cluster: &Cluster, codes: Vec<Vec<u8>>) -> Result<(), String> {
+    if codes.is_empty() {
+        return Ok(());
+    }
+    let vm = ScriptVm::new(cluster.scripts.generation()).map_err(|e| e.to_string())?;
+    let mut libs = Vec::with_capacity(codes.len());
+    for code in codes {
+        let (lib, _) = compile_library(&vm, &code)
+            .map_err(|e| format!("cannot load a saved function library: {e}"))?;
+        libs.push(lib);
+    }
+    cluster.functions.restore(libs, RestorePolicy::Flush)
 }

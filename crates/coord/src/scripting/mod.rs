@@ -15,6 +15,8 @@ mod eval;
 mod function_family;
 mod here;
 
+pub use function_family::restore_functions;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -738,3 +738,14 @@ pub fn cmds(lines: &[&[&str]]) -> Vec<Vec<String>> {
         .map(|l| l.iter().map(|s| s.to_string()).collect())
         .collect()
 }
+
+/// Function libraries for persistence tests: `fa` returns its library's version, `fb` is
+/// flagged no-writes.
+pub const LIBRARY_A1: &str =
+    "#!lua name=liba\nredis.register_function('fa', function(keys, args) return 'a1' end)";
+pub const LIBRARY_A2: &str =
+    "#!lua name=liba\nredis.register_function('fa', function(keys, args) return 'a2' end)";
+pub const LIBRARY_B: &str = "#!lua name=libb\nredis.register_function{function_name='fb', \
+     callback=function() return 'b' end, flags={'no-writes'}, description='reads'}";
+pub const LIBRARY_C: &str =
+    "#!lua name=libc\nredis.register_function('fc', function() return 'c' end)";
