@@ -39,18 +39,18 @@ pub struct Reach {
 }
 
 impl Reach {
-    /// Its first run, and every run once one reached a shard none of its declared keys is
-    /// on, lock every shard.
+    /// Its first run, and every run once one needed more than its declared keys, lock
+    /// every shard whole.
     pub fn needs_every_shard(&self) -> bool {
         !self.ran.load(Ordering::Relaxed) || self.roams.load(Ordering::Relaxed)
     }
 
-    /// True once a run reached a shard none of its declared keys is on.
+    /// True once a run needed more than its declared keys.
     pub fn roams(&self) -> bool {
         self.roams.load(Ordering::Relaxed)
     }
 
-    /// Records a finished run, and whether it reached beyond its declared keys' shards.
+    /// Records a finished run, and whether it needed more than its declared keys.
     pub fn record(&self, roamed: bool) {
         if roamed {
             self.roams.store(true, Ordering::Relaxed);

@@ -25,7 +25,10 @@ fn run_program(port: u16) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (out.status.success() && text.trim_end().ends_with("ok"), text)
+    (
+        out.status.success() && text.trim_end().ends_with("ok"),
+        text,
+    )
 }
 
 fn redis_py_scripts(b: Backend) {

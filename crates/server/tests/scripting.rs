@@ -488,6 +488,23 @@ fn undeclared_keys_rule(b: Backend) {
         b"+OK\r\n"
     );
     assert_eq!(restarts(&mut c), 3);
+    // Once a script has run within its declared keys, its runs lock only those keys; a call
+    // on any other key, even on a shard where it holds keys, takes the run back and runs it
+    // again with every shard locked: the INCRs happen once.
+    let both = "local n = redis.call('incr', KEYS[1]) redis.call('incr', KEYS[2]) \
+                if ARGV[1] then redis.call('set', ARGV[1], n) end return n";
+    assert_eq!(c.cmd(&["EVAL", both, "2", "{a}", &other]), b":5\r\n");
+    assert_eq!(c.cmd(&["EVAL", both, "2", "{a}", &other]), b":6\r\n");
+    assert_eq!(restarts(&mut c), 3);
+    assert_eq!(
+        c.cmd(&["EVAL", both, "2", "{a}", &other, "{a}:3"]),
+        b":7\r\n"
+    );
+    assert_eq!(restarts(&mut c), 4);
+    assert_eq!(
+        c.cmd(&["MGET", "{a}", &other, "{a}:3"]),
+        b"*3\r\n$1\r\n7\r\n$1\r\n7\r\n$1\r\n7\r\n"
+    );
     // Under `script-shard-locking all` every run locks every shard.
     assert_eq!(
         c.cmd(&["CONFIG", "SET", "script-shard-locking", "all"]),
@@ -496,7 +513,7 @@ fn undeclared_keys_rule(b: Backend) {
     let fresh = "redis.call('set', KEYS[1], 5) return redis.call('set', ARGV[1], 5)";
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", "{a}:2"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", &other]), b"+OK\r\n");
-    assert_eq!(restarts(&mut c), 3);
+    assert_eq!(restarts(&mut c), 4);
 
     // `strict`: a script may name only the keys it declared, whatever shard they are on.
     assert_eq!(

@@ -53,16 +53,18 @@ struct Call<'a> {
     reach: &'a Reach,
 }
 
-/// The shards a run locks and what it did so far.
+/// What a run locks and what it did so far.
 struct RunScope {
-    locked: Vec<usize>,
-    /// The shards of its declared keys.
-    declared: Vec<usize>,
+    /// Shards it holds whole (every database).
+    whole: Vec<usize>,
+    /// Its declared keys (shard, database, key), each held on its own when its shard is not
+    /// held whole.
+    declared: Vec<(usize, usize, Vec<u8>)>,
     read_only: bool,
     /// A write command succeeded: a restart takes the run's writes back first, and SCRIPT
     /// KILL can no longer stop it.
     wrote: bool,
-    /// A command reached a shard none of its declared keys is on.
+    /// A command needed more than its declared keys.
     roamed: bool,
     watch: Arc<RunWatch>,
     /// Under `script-shard-locking strict`: the declared keys, the only ones calls may name.
@@ -71,7 +73,56 @@ struct RunScope {
 
 impl RunScope {
     fn lock_every_shard(&mut self, shards: usize) {
-        self.locked = (0..shards).collect();
+        self.whole = (0..shards).collect();
+    }
+
+    /// The locks to take: whole shards, and the declared keys on the other shards.
+    fn plan(&self) -> Vec<(usize, Vec<Lock>)> {
+        let mode = Mode::for_write(!self.read_only);
+        let mut plan: Vec<(usize, Vec<Lock>)> = self
+            .whole
+            .iter()
+            .map(|&s| (s, vec![Lock::AllDbs { mode }]))
+            .collect();
+        for (shard, db, key) in &self.declared {
+            if self.whole.contains(shard) {
+                continue;
+            }
+            let lock = Lock::Key {
+                db: *db,
+                key: key.as_slice().into(),
+                mode,
+            };
+            crate::connection::add_to_plan(&mut plan, *shard, lock);
+        }
+        plan
+    }
+
+    /// Every shard it holds something on.
+    fn shards(&self) -> Vec<usize> {
+        let mut shards = self.whole.clone();
+        shards.extend(self.declared.iter().map(|d| d.0));
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+
+    fn is_declared(&self, shard: usize, lock: &Lock) -> bool {
+        matches!(lock, Lock::Key { db, key, .. }
+            if self.declared.iter().any(|(s, d, k)| (*s, *d) == (shard, *db) && **k == **key))
+    }
+
+    /// Whether a call's locks are all held by the run.
+    fn covers(&self, plan: &Plan) -> bool {
+        plan.iter().all(|(shard, locks)| {
+            self.whole.contains(shard) || locks.iter().all(|l| self.is_declared(*shard, l))
+        })
+    }
+
+    /// Whether a call stays within the declared keys (what the next runs may lock alone).
+    fn within_declared(&self, plan: &Plan) -> bool {
+        plan.iter()
+            .all(|(shard, locks)| locks.iter().all(|l| self.is_declared(*shard, l)))
     }
 }
 
@@ -193,9 +244,9 @@ impl Connection {
         }
     }
 
-    /// Which shards a run locks: every shard for a script that declares no keys, for its
-    /// first run, once it has been seen to reach other shards, inside EXEC, and under
-    /// `script-shard-locking all`; otherwise the shards of its declared keys.
+    /// What a run locks: every shard whole for a script that declares no keys, for its
+    /// first run, once it has been seen to need more than its declared keys, inside EXEC,
+    /// and under `script-shard-locking all`; otherwise only its declared keys.
     fn run_scope(
         &self,
         keys: &[&[u8]],
@@ -204,21 +255,23 @@ impl Connection {
         watch: Arc<RunWatch>,
     ) -> RunScope {
         let n = self.worker.num_shards();
-        let mut declared: Vec<usize> = keys.iter().map(|k| shard_for_key(k, n)).collect();
-        declared.sort_unstable();
-        declared.dedup();
+        let db = self.info.db.get();
+        let declared: Vec<(usize, usize, Vec<u8>)> = keys
+            .iter()
+            .map(|k| (shard_for_key(k, n), db, k.to_vec()))
+            .collect();
         let locking = self.worker.cluster.config.get("script-shard-locking");
         let every_shard = declared.is_empty()
             || reach.needs_every_shard()
             || self.tx.is_some()
             || locking == "all";
-        let locked = if every_shard {
+        let whole = if every_shard {
             (0..n).collect()
         } else {
-            declared.clone()
+            Vec::new()
         };
         RunScope {
-            locked,
+            whole,
             declared,
             read_only,
             wrote: false,
@@ -236,16 +289,10 @@ impl Connection {
         call: &Call<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
-        let mode = Mode::for_write(!scope.read_only);
-        let plan = scope
-            .locked
-            .iter()
-            .map(|&s| (s, vec![Lock::AllDbs { mode }]))
-            .collect();
-        let Some(own_tx) = self.enter_tx(plan).await else {
+        let Some(own_tx) = self.enter_tx(scope.plan()).await else {
             return Outcome::Failed(Failure::plain("ERR shard unavailable"));
         };
-        let partial = scope.locked.len() < self.worker.num_shards();
+        let partial = scope.whole.len() < self.worker.num_shards();
         if partial && !scope.read_only {
             if let Some(tx) = self.tx.as_mut() {
                 tx.keep_undo();
@@ -256,7 +303,7 @@ impl Connection {
         self.info.db.set(db);
         if matches!(outcome, Outcome::Restart) && scope.wrote {
             if let Some(tx) = self.tx.as_mut() {
-                tx.roll_back(&scope.locked).await;
+                tx.roll_back(&scope.shards()).await;
             }
         }
         self.leave_tx(own_tx).await;
@@ -324,12 +371,9 @@ impl Connection {
             Ok(c) => c,
             Err(refusal) => return CallResult::Refused(refusal),
         };
-        if plan
-            .iter()
-            .any(|(shard, _)| !scope.declared.contains(shard))
-        {
+        if !scope.within_declared(&plan) {
             scope.roamed = true;
-            if plan.iter().any(|(shard, _)| !scope.locked.contains(shard)) {
+            if !scope.covers(&plan) {
                 return CallResult::Elsewhere;
             }
         }
