@@ -1,11 +1,12 @@
 //! Scripting (docs/scripting.md): EVAL and SCRIPT (`eval`), FCALL and FUNCTION
 //! (`function_family`), and the driver they share between a run (the Lua side lives in
-//! damselfly-scripting) and the shards. A run is one transaction that locks whole shards:
-//! every shard, or only those owning its declared keys once the script has been seen to
-//! stay on them. Each `redis.call` is checked as Redis checks it, then routed like a
-//! client's command inside that transaction, and its reply handed back to Lua. A call that
-//! reaches a shard the run did not lock restarts the run with every shard locked, after
-//! taking back what it wrote (docs/scripting.md, "Keys a script does not declare").
+//! damselfly-scripting) and the shards. A run whose declared keys share a shard runs there
+//! in one go (`here`); otherwise a run is one transaction that holds every shard whole, or
+//! only its declared keys once the script has been seen to stay within them. Each
+//! `redis.call` is checked as Redis checks it, then routed like a client's command inside
+//! that transaction, and its reply handed back to Lua. A call needing what the run does not
+//! hold restarts the run with every shard locked, after taking back what it wrote
+//! (docs/scripting.md, "Atomicity").
 //!
 //! A run past `busy-reply-threshold` goes on the process's busy board (its watchdog lives
 //! in damselfly-scripting): other clients then get `-BUSY` until it ends, and SCRIPT KILL,
