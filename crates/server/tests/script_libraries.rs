@@ -1,6 +1,6 @@
-//! Scripts as applications use them, through a real client library: redis-py's Lock, Script
-//! objects (EVALSHA with the NOSCRIPT fallback, in pipelines), a rate limiter, a reliable
-//! queue and Functions (tests/clients/redis_py_scripts.py). The program first runs against
+//! Scripts as applications use them, through real client libraries: redis-py's Lock, Script
+//! objects (EVALSHA with the NOSCRIPT fallback, in pipelines), the `limits` rate limiter's
+//! scripts, a reliable queue and Functions (tests/clients/redis_py_scripts.py). The program first runs against
 //! redis-server, so its expectations are Redis's, then against Damselfly.
 
 mod common;
@@ -10,7 +10,8 @@ use std::process::Command;
 
 use common::{Backend, Server};
 
-/// Debian's python3-redis installs into the system interpreter (.ci/run installs it).
+/// Debian's python3-redis and python3-limits install into the system interpreter (.ci/run
+/// installs them).
 const PYTHON: &str = "/usr/bin/python3";
 
 fn run_program(port: u16) -> (bool, String) {
@@ -19,7 +20,7 @@ fn run_program(port: u16) -> (bool, String) {
         .arg(program)
         .arg(port.to_string())
         .output()
-        .expect("python3 with python3-redis (apt-get install python3-redis)");
+        .expect("python3 (apt-get install python3-redis python3-limits)");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -1,7 +1,9 @@
 """Scripts as real applications run them, through redis-py (Debian's python3-redis):
 its distributed Lock (Lua release/extend/reacquire scripts), Script objects (EVALSHA with the
-NOSCRIPT fallback, inside pipelines too), a sliding-window rate limiter and a reliable queue
-written the way libraries write them, and Functions. Run against redis-server and against
+NOSCRIPT fallback, inside pipelines too), the `limits` rate-limiting library (python3-limits:
+its moving-window and fixed-window Lua scripts, and a reset script that runs KEYS), a
+sliding-window rate limiter and a reliable queue written the way libraries write them, and
+Functions. Run against redis-server and against
 Damselfly by crates/server/tests/script_libraries.rs; exits non-zero on the first difference
 from what the library expects.
 
@@ -12,9 +14,11 @@ import sys
 import threading
 
 import redis
+from limits import parse, storage, strategies
 from redis.exceptions import LockNotOwnedError, NoScriptError, ResponseError
 
-r = redis.Redis(port=int(sys.argv[1]))
+PORT = int(sys.argv[1])
+r = redis.Redis(port=PORT)
 r.flushall()
 r.script_flush()
 r.function_flush()
@@ -61,7 +65,7 @@ r.set("counter", 0)
 
 
 def worker():
-    client = redis.Redis(port=int(sys.argv[1]))
+    client = redis.Redis(port=PORT)
     for _ in range(40):
         with client.lock("lock:counter", timeout=10, blocking_timeout=30, sleep=0.001):
             value = int(client.get("counter"))
@@ -93,6 +97,22 @@ try:
     check(False, "an unknown sha raises")
 except NoScriptError:
     pass
+
+# --- The limits library: its Lua scripts through its published API. ---
+store = storage.RedisStorage("redis://127.0.0.1:%d" % PORT)
+moving = strategies.MovingWindowRateLimiter(store)
+fixed = strategies.FixedWindowRateLimiter(store)
+five = parse("5/minute")
+hits = [moving.hit(five, "api", "alice") for _ in range(7)]
+check(hits == [True] * 5 + [False] * 2, "moving window: %r" % hits)
+check(moving.test(five, "api", "bob"), "another user is not limited")
+check(moving.get_window_stats(five, "api", "alice")[1] == 0, "nothing left in the window")
+check(moving.hit(parse("10/minute"), "api", "alice", cost=3), "a hit costing 3")
+hits = [fixed.hit(five, "fixed", "alice") for _ in range(6)]
+check(hits == [True] * 5 + [False], "fixed window: %r" % hits)
+check(fixed.get_window_stats(five, "fixed", "alice")[1] == 0, "fixed window stats")
+check(store.reset() >= 3, "reset deletes the limiter's keys (a script running KEYS)")
+check(moving.hit(five, "api", "alice"), "a hit after reset")
 
 # --- A sliding-window rate limiter (sorted set of timestamps), as rate-limit libraries
 # write it: at most 5 calls per window. ---
