@@ -4,7 +4,8 @@
 #   benches/scripting.sh [-n REQUESTS] [-s SECONDS] [-r ROUNDS] [-T THREADS]
 #
 # One-key scripts with redis-benchmark (50 clients, 100,000 random keys, -P 1 and -P 16):
-# EVALSHA of a SET script and of a GET script, and FCALL of the same SET as a function. Then a
+# EVALSHA of a SET script and of a GET script, and FCALL of the same SET as a function, with
+# a plain SET as the baseline of the request path. Then a
 # two-key script (SET one key, GET the other) with `damselfly-bench load`, its keys on two
 # different shards of a THREADS-thread Damselfly (--spread-shards) or on one (--same-shard),
 # declared in KEYS, and the same script when it names the second key only in ARGV (its runs
@@ -57,6 +58,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 RB="-c 50 -r 100000 -n $REQUESTS"
 # name | kind (rb: redis-benchmark arguments, load: damselfly-bench load arguments)
 SCENARIOS=(
+  "SET without a script (baseline), -P 1|rb|$RB -P 1 set key:__rand_int__ v"
   "EVALSHA one-key SET, -P 1|rb|$RB -P 1 evalsha $SET_SHA 1 key:__rand_int__ v"
   "EVALSHA one-key SET, -P 16|rb|$RB -P 16 evalsha $SET_SHA 1 key:__rand_int__ v"
   "EVALSHA one-key GET, -P 1|rb|$RB -P 1 evalsha $GET_SHA 1 key:__rand_int__"

@@ -3,7 +3,7 @@
 //! same table, so they validate the same way. Values read on hot paths are mirrored into atomics.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 use damselfly_storage::EncodingLimits;
@@ -330,6 +330,10 @@ pub struct Config {
     /// journal to be on disk.
     pub journal_always: AtomicBool,
     pub active_expire: AtomicBool,
+    /// `busy-reply-threshold` in milliseconds (read by every script run).
+    pub busy_reply_ms: AtomicU64,
+    /// `script-shard-locking`, as a [`ScriptLocking`] (read by every script run).
+    script_locking: AtomicU8,
     /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
     pub generation: AtomicU64,
 }
@@ -351,6 +355,8 @@ impl Default for Config {
             has_password: AtomicBool::new(false),
             journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
+            busy_reply_ms: AtomicU64::new(0),
+            script_locking: AtomicU8::new(0),
             generation: AtomicU64::new(0),
         };
         c.refresh_atomics();
@@ -470,7 +476,34 @@ impl Config {
         );
         self.has_password
             .store(!self.get("requirepass").is_empty(), r);
+        self.busy_reply_ms
+            .store(self.get_u64("busy-reply-threshold"), r);
+        let locking = match self.get("script-shard-locking").as_str() {
+            "all" => ScriptLocking::All,
+            "strict" => ScriptLocking::Strict,
+            _ => ScriptLocking::Declared,
+        };
+        self.script_locking.store(locking as u8, r);
     }
+
+    pub fn script_locking(&self) -> ScriptLocking {
+        match self.script_locking.load(Ordering::Relaxed) {
+            1 => ScriptLocking::All,
+            2 => ScriptLocking::Strict,
+            _ => ScriptLocking::Declared,
+        }
+    }
+}
+
+/// `script-shard-locking`: what a script run locks (docs/scripting.md, "Atomicity").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptLocking {
+    /// Its declared keys, or every shard once it was seen to need more.
+    Declared = 0,
+    /// Every shard, always.
+    All = 1,
+    /// Its declared keys; calls on other keys are refused.
+    Strict = 2,
 }
 
 #[cfg(test)]

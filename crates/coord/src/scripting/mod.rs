@@ -21,6 +21,7 @@ pub use function_family::restore_functions;
 use std::sync::Arc;
 use std::time::Duration;
 
+use damselfly_commands::config::ScriptLocking;
 use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::Span;
@@ -150,8 +151,8 @@ impl Connection {
     /// the general way (it needed another shard, and nothing it did remains).
     async fn run_on_its_shard(&mut self, call: &Call<'_>, target: Target, args: &Args<'_>) -> bool {
         let n = self.worker.num_shards();
-        let locking = self.worker.cluster.config.get("script-shard-locking");
-        if self.tx.is_some() || locking == "all" || call.reach.roams() {
+        let locking = self.worker.cluster.config.script_locking();
+        if self.tx.is_some() || locking == ScriptLocking::All || call.reach.roams() {
             return false;
         }
         let mut shard = self.worker.id;
@@ -169,7 +170,7 @@ impl Connection {
             db: self.info.db.get(),
             resp3: self.info.resp.get() == 3,
             read_only: call.read_only,
-            strict_keys: (locking == "strict")
+            strict_keys: (locking == ScriptLocking::Strict)
                 .then(|| call.keys.iter().map(|k| k.to_vec()).collect()),
             watch: self.run_watch(call, args),
             generation: self.worker.cluster.scripts.generation(),
@@ -209,9 +210,8 @@ impl Connection {
             .worker
             .cluster
             .config
-            .get("busy-reply-threshold")
-            .parse()
-            .unwrap_or(5000);
+            .busy_reply_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
         RunWatch::new(
             call.kind,
             call.id.to_string(),
@@ -261,11 +261,11 @@ impl Connection {
             .iter()
             .map(|k| (shard_for_key(k, n), db, k.to_vec()))
             .collect();
-        let locking = self.worker.cluster.config.get("script-shard-locking");
+        let locking = self.worker.cluster.config.script_locking();
         let every_shard = declared.is_empty()
             || reach.needs_every_shard()
             || self.tx.is_some()
-            || locking == "all";
+            || locking == ScriptLocking::All;
         let whole = if every_shard {
             (0..n).collect()
         } else {
@@ -278,7 +278,8 @@ impl Connection {
             wrote: false,
             roamed: false,
             watch,
-            strict_keys: (locking == "strict").then(|| keys.iter().map(|k| k.to_vec()).collect()),
+            strict_keys: (locking == ScriptLocking::Strict)
+                .then(|| keys.iter().map(|k| k.to_vec()).collect()),
         }
     }
 
