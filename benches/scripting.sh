@@ -29,13 +29,9 @@ while getopts "n:s:r:T:" opt; do
   esac
 done
 
-cargo build --release -q -p damselfly -p damselfly-bench
-BIN=target/release/damselfly
-LOAD=target/release/damselfly-bench
 # shellcheck source=benches/servers.sh
 source benches/servers.sh
-start redis redis-server --save '' --appendonly no || exit 1
-start damselfly "$BIN" --threads "$THREADS" --loglevel warning --save "" --dir "$WORK" || exit 1
+start_redis_and_damselfly "$THREADS"
 
 SET_LUA="return redis.call('set', KEYS[1], ARGV[1])"
 GET_LUA="return redis.call('get', KEYS[1])"

@@ -1,6 +1,8 @@
 # Sourced by the benchmark scripts: a work directory, a free TCP port, and start NAME CMD...
 # which runs a server on a free port and its own unix socket, waits for PING and records
-# PORT[NAME], SOCK[NAME] and PID[NAME]. Everything started is killed when the script exits.
+# PORT[NAME], SOCK[NAME] and PID[NAME]; start_redis_and_damselfly THREADS builds the release
+# binaries and starts both servers as `redis` and `damselfly` (BIN and LOAD name the server
+# and the load tool). Everything started is killed when the script exits.
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -16,4 +18,12 @@ start() { # name command...
   PID[$name]=$!; PIDS+=("$!")
   for _ in $(seq 100); do redis-cli -p "${PORT[$name]}" ping >/dev/null 2>&1 && return; sleep 0.1; done
   echo "$name did not start: $(tail -1 "$WORK/$name.log")" >&2; return 1
+}
+
+start_redis_and_damselfly() { # threads
+  cargo build --release -q -p damselfly -p damselfly-bench
+  BIN=target/release/damselfly
+  LOAD=target/release/damselfly-bench
+  start redis redis-server --save '' --appendonly no || exit 1
+  start damselfly "$BIN" --threads "$1" --loglevel warning --save "" --dir "$WORK" || exit 1
 }

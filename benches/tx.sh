@@ -27,13 +27,9 @@ while getopts "s:r:c:T:" opt; do
   esac
 done
 
-cargo build --release -q -p damselfly -p damselfly-bench
-BIN=target/release/damselfly
-LOAD=target/release/damselfly-bench
 # shellcheck source=benches/servers.sh
 source benches/servers.sh
-start redis redis-server --save '' --appendonly no || exit 1
-start damselfly "$BIN" --threads "$THREADS" --loglevel warning --save "" --dir "$WORK" || exit 1
+start_redis_and_damselfly "$THREADS"
 
 SPREAD="--spread-shards $THREADS"
 SAME="--same-shard $THREADS"

@@ -28,20 +28,12 @@ impl VmSlot {
             let _ = rx.await;
         }
         self.lent.set(true);
-        let kept = self
-            .vm
-            .borrow_mut()
-            .take()
-            .filter(|v| v.generation == generation);
-        let vm = match kept {
-            Some(vm) => vm,
-            None => match ScriptVm::new(generation) {
-                Ok(vm) => vm,
-                Err(e) => {
-                    self.give_back(None);
-                    return Err(crate::vm::lua_text(e));
-                }
-            },
+        let vm = match self.current_vm(generation) {
+            Ok(vm) => vm,
+            Err(e) => {
+                self.give_back(None);
+                return Err(crate::vm::lua_text(e));
+            }
         };
         Ok(VmLease {
             slot: self,
@@ -56,15 +48,7 @@ impl VmSlot {
         if self.lent.get() {
             return None;
         }
-        let kept = self
-            .vm
-            .borrow_mut()
-            .take()
-            .filter(|v| v.generation == generation);
-        let vm = match kept {
-            Some(vm) => vm,
-            None => ScriptVm::new(generation).ok()?,
-        };
+        let vm = self.current_vm(generation).ok()?;
         self.lent.set(true);
         Some(VmLease {
             slot: self,
@@ -75,6 +59,19 @@ impl VmSlot {
     /// Bytes the idle VM's Lua state uses (0 while lent or not yet built).
     pub fn used_memory(&self) -> usize {
         self.vm.borrow().as_ref().map_or(0, ScriptVm::used_memory)
+    }
+
+    /// The kept VM if it belongs to script cache generation `generation`, else a new one.
+    fn current_vm(&self, generation: u64) -> mlua::Result<ScriptVm> {
+        let kept = self
+            .vm
+            .borrow_mut()
+            .take()
+            .filter(|v| v.generation == generation);
+        match kept {
+            Some(vm) => Ok(vm),
+            None => ScriptVm::new(generation),
+        }
     }
 
     fn give_back(&self, vm: Option<ScriptVm>) {

@@ -960,7 +960,20 @@ fn bgrewriteaof_under_transfers_keeps_the_total(b: Backend) {
 fn functions_survive_kills_and_rewrites(b: Backend) {
     use common::{LIBRARY_A1, LIBRARY_A2, LIBRARY_B, LIBRARY_C};
     let data = tempfile::tempdir().expect("tempdir");
-    let s = start(b, 2, data.path(), "always", &["--save", ""]);
+    let start = |threads| start(b, threads, data.path(), "always", &["--save", ""]);
+    // kill -9 and a start with `threads` threads: the libraries are as they were.
+    let restart = |s: Server, threads: usize| {
+        let listed = s.raw().cmd(&["FUNCTION", "LIST", "WITHCODE"]);
+        kill(s);
+        let s = start(threads);
+        assert_eq!(
+            String::from_utf8_lossy(&s.raw().cmd(&["FUNCTION", "LIST", "WITHCODE"])),
+            String::from_utf8_lossy(&listed),
+            "{threads} threads"
+        );
+        s
+    };
+    let s = start(2);
     let mut c = s.raw();
     assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_A1]), b"$4\r\nliba\r\n");
     assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_B]), b"$4\r\nlibb\r\n");
@@ -970,14 +983,8 @@ fn functions_survive_kills_and_rewrites(b: Backend) {
         c.cmd(&["FUNCTION", "LOAD", "REPLACE", LIBRARY_A2]),
         b"$4\r\nliba\r\n"
     );
-    let listed = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
-    kill(s);
-    let s = start(b, 3, data.path(), "always", &["--save", ""]);
+    let s = restart(s, 3);
     let mut c = s.raw();
-    assert_eq!(
-        String::from_utf8_lossy(&c.cmd(&["FUNCTION", "LIST", "WITHCODE"])),
-        String::from_utf8_lossy(&listed)
-    );
     assert_eq!(c.cmd(&["FCALL", "fa", "0"]), b"$2\r\na2\r\n");
     assert_eq!(c.cmd(&["FCALL_RO", "fb", "0"]), b"$1\r\nb\r\n");
     assert_eq!(
@@ -986,20 +993,12 @@ fn functions_survive_kills_and_rewrites(b: Backend) {
     );
     wait_rewrites(&mut c, 1);
     assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIBRARY_C]), b"$4\r\nlibc\r\n");
-    let listed = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]);
-    kill(s);
-    let s = start(b, 1, data.path(), "always", &["--save", ""]);
+    let s = restart(s, 1);
     let mut c = s.raw();
-    assert_eq!(
-        String::from_utf8_lossy(&c.cmd(&["FUNCTION", "LIST", "WITHCODE"])),
-        String::from_utf8_lossy(&listed)
-    );
     assert_eq!(c.cmd(&["FCALL", "fc", "0"]), b"$1\r\nc\r\n");
     assert_eq!(c.cmd(&["FUNCTION", "FLUSH"]), b"+OK\r\n");
-    kill(s);
-    let s = start(b, 2, data.path(), "always", &["--save", ""]);
-    let mut c = s.raw();
-    assert_eq!(c.cmd(&["FUNCTION", "LIST"]), b"*0\r\n");
+    let s = restart(s, 2);
+    assert_eq!(s.raw().cmd(&["FUNCTION", "LIST"]), b"*0\r\n");
     kill(s);
 }
 
