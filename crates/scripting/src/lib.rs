@@ -9,7 +9,8 @@
 //! - `shebang`: `#!lua flags=...` and `#!lua name=...` first lines.
 //! - `convert`: RESP replies to Lua values and back.
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
-//! - `random`, `bit`: Redis's `math.random` generator and the `bit` library.
+//! - `random`, `bit`, `cjson`: Redis's `math.random` generator and the `bit` and `cjson`
+//!   libraries.
 //! - `watchdog`: the instruction hook behind BUSY, SCRIPT/FUNCTION KILL and the load time
 //!   limit.
 //! - `functions`: the process-wide registry of function libraries (FUNCTION LOAD).
@@ -20,6 +21,7 @@
 
 pub mod bit;
 pub mod cache;
+pub mod cjson;
 pub mod convert;
 pub mod functions;
 pub mod random;

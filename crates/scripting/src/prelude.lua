@@ -300,6 +300,52 @@ for name, f in pairs(prims.bit) do
   end
 end
 G.bit = protect(bit)
+-- The cjson functions (cjson.rs) take their argument count and a table of the arguments
+-- (where numbers keep every bit on their way to Rust) and answer true and their results,
+-- or false and an error: a message, raised at the calling line as lua-cjson's errors are,
+-- or an argument error's text and number, worded as luaL_argerror words it for the name
+-- the caller used. A run being stopped fails with the watchdog's error as it is.
+local unpack = unpack
+local function pack(...)
+  return { n = select("#", ...), ... }
+end
+local function cjson_raise(message, narg)
+  if narg then
+    -- Level 2 is the library function, as its caller named it.
+    local info = getinfo(2, "n") or {}
+    local name = info.name or "?"
+    if info.namewhat == "method" then
+      narg = narg - 1
+      if narg == 0 then
+        error("calling '" .. name .. "' on bad self (" .. message .. ")", 3)
+      end
+    end
+    message = "bad argument #" .. narg .. " to '" .. name .. "' (" .. message .. ")"
+  end
+  error(message, 3)
+end
+-- A library table from the Rust one; cjson.new() makes another with its own settings.
+local function cjson_library(raw)
+  local lib = {}
+  for name, v in pairs(raw) do
+    if type(v) == "function" then
+      lib[name] = function(...)
+        local r = pack(v(select("#", ...), { ... }))
+        if not r[1] then
+          if stopping() then error(r[2], 0) end
+          cjson_raise(r[2], r[3])
+        end
+        return unpack(r, 2, r.n)
+      end
+    else
+      lib[name] = v
+    end
+  end
+  local new = lib.new
+  lib.new = function(...) return cjson_library(new(...)) end
+  return lib
+end
+G.cjson = protect(cjson_library(prims.cjson))
 G.redis = protect(redis)
 G.string = protect(string)
 G.table = protect(table)

@@ -111,6 +111,7 @@ impl ScriptVm {
             })?,
         )?;
         prims.set("bit", crate::bit::library(&lua)?)?;
+        prims.set("cjson", crate::cjson::library(&lua)?)?;
         prims.set("version", REDIS_VERSION)?;
         prims.set("version_num", REDIS_VERSION_NUM)?;
         prims.set(
