@@ -34,8 +34,10 @@ end
 -- Script protocol for this run (redis.setresp), reset by every run.
 local resp = 2
 
+-- The arguments travel in a table: read back from it, a number stays exact, where mlua
+-- reads a yielded number within 2^-52 of zero (and -0) as the integer 0.
 local function command(raise, ...)
-  local ok, reply = co_yield(CALL, "call", raise, resp, ...)
+  local ok, reply = co_yield(CALL, "call", raise, resp, select("#", ...), { ... })
   if not ok and raise then
     error(reply)
   end
@@ -123,7 +125,7 @@ redis.replicate_commands = function() return true end
 redis.breakpoint = function() return false end
 redis.debug = function() end
 redis.acl_check_cmd = function(...)
-  local ok, reply = co_yield(CALL, "acl", true, resp, ...)
+  local ok, reply = co_yield(CALL, "acl", true, resp, select("#", ...), { ... })
   if not ok then
     error(reply)
   end

@@ -363,7 +363,7 @@ impl Run {
                 line,
             };
         }
-        // A yield: CALL, kind, raise, resp, args...
+        // A yield: CALL, kind, raise, resp, the argument count, the arguments in a table.
         let _tag = it.next();
         let kind = it.next();
         let raise = matches!(it.next(), Some(Value::Boolean(true)));
@@ -371,9 +371,17 @@ impl Run {
             it.next(),
             Some(Value::Integer(3)) | Some(Value::Number(3.0))
         );
-        let mut args = Vec::new();
-        for v in it {
-            match arg_bytes(&v) {
+        let count = match it.next() {
+            Some(Value::Integer(n)) => usize::try_from(n).unwrap_or(0),
+            _ => 0,
+        };
+        let table = match it.next() {
+            Some(Value::Table(t)) => Some(t),
+            _ => None,
+        };
+        let mut args = Vec::with_capacity(count);
+        for i in 1..=count {
+            match table.as_ref().and_then(|t| arg_bytes(t, i)) {
                 Some(a) => args.push(a),
                 None => {
                     return Step::BadRequest {
@@ -402,13 +410,16 @@ impl Run {
     }
 }
 
-/// A command argument from Lua: strings as they are, numbers as `%.17g`.
-fn arg_bytes(v: &Value) -> Option<Vec<u8>> {
+/// Command argument `i` of `args`: strings as they are, numbers as `%.17g` (read as `f64`
+/// from the table, which keeps -0 and numbers near zero that a `Value` reads as 0).
+fn arg_bytes(args: &Table, i: usize) -> Option<Vec<u8>> {
     let mut out = Vec::new();
-    match v {
+    match args.raw_get::<Value>(i).ok()? {
         Value::String(s) => out.extend_from_slice(&s.as_bytes()),
-        Value::Integer(i) => damselfly_protocol::number::format_f64_17g(*i as f64, &mut out),
-        Value::Number(n) => damselfly_protocol::number::format_f64_17g(*n, &mut out),
+        Value::Integer(_) | Value::Number(_) => {
+            let n = args.raw_get::<f64>(i).ok()?;
+            damselfly_protocol::number::format_f64_17g(n, &mut out);
+        }
         _ => return None,
     }
     Some(out)

@@ -154,6 +154,12 @@ fn eval_as_redis(b: Backend) {
         &["EVAL", "local value = 9007199254740991 redis.call(\"set\",\"foo\",value) return redis.call(\"get\",\"foo\")", "1", "foo"],
         &["EVAL", "redis.call(\"set\",\"key\",\"12039611435714932082\") return redis.call(\"get\",\"key\")", "1", "key"],
         &["EVAL", "redis.call(\"set\",\"n\",0.1) return redis.call(\"get\",\"n\")", "0"],
+        // Numbers as command arguments are `%.17g`, -0 and numbers near zero included.
+        &["EVAL", "redis.call('set', 'n', -0) return redis.call('get', 'n')", "0"],
+        &["EVAL", "redis.call('set', 'n', 1e-20) return redis.call('get', 'n')", "0"],
+        &["EVAL", "redis.call('set', 'n', -1e-300) return redis.call('get', 'n')", "0"],
+        &["EVAL", "redis.call('del', 'l') redis.call('rpush', 'l', 1/3, 1e300, 2^53 + 1, -2.5) return redis.call('lrange', 'l', 0, -1)", "0"],
+        &["EVAL", "return redis.pcall('echo', 1, nil, 2)", "0"],
         &["EVAL", "redis.call('set','n',1e20) return redis.call('get','n')", "0"],
         &["EVAL", "redis.call('set','n',-0.5) return redis.call('get','n')", "0"],
         // pcall, error, sha1hex, error_reply, status_reply, log, set_repl.
