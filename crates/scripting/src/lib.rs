@@ -10,7 +10,7 @@
 //! - `convert`: RESP replies to Lua values and back.
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
 //! - `random`, `bit`: Redis's `math.random` generator and the `bit` library.
-//! - `capi`: what the Rust halves of Redis's C libraries share with Lua's C API.
+//! - `cmsgpack`: Redis's `cmsgpack` library, on `capi`, what it shares with Lua's C API.
 //! - `watchdog`: the instruction hook behind BUSY, SCRIPT/FUNCTION KILL and the load time
 //!   limit.
 //! - `functions`: the process-wide registry of function libraries (FUNCTION LOAD).
@@ -22,6 +22,7 @@
 pub mod bit;
 pub mod cache;
 pub mod capi;
+pub mod cmsgpack;
 pub mod convert;
 pub mod functions;
 pub mod random;

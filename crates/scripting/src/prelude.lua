@@ -300,6 +300,51 @@ for name, f in pairs(prims.bit) do
   end
 end
 G.bit = protect(bit)
+
+-- The Rust halves of the C libraries (capi.rs): a function gets its arguments as a table and
+-- their count, and returns (true, results, n) or (false, kind, message, argument).
+local unpack = unpack
+local function spread(t, n)
+  -- A C function may use 8000 stack slots, so returns up to 7999 values; unpack(t, 1, n)
+  -- takes 3 slots for itself, unpack(t) one (Rust made #t n when t[n] is not nil).
+  if n > 7997 and t[n] ~= nil then return unpack(t) end
+  return unpack(t, 1, n)
+end
+-- (ok, results, n) or (ok, kind, message, argument).
+local function c_result(ok, a, b, c)
+  if ok then return spread(a, b) end
+  if a == "core" then error(b, 0) end
+  -- Raised as luaL_error and luaL_argerror raise: at the caller's line (level 3, past this
+  -- function and the library function), and an argument error names the library function
+  -- as its caller did (level 2 of getinfo), '?' when that is unknown.
+  if a == "arg" then
+    local ar = getinfo(2, "n")
+    local name = ar.name or "?"
+    if ar.namewhat == "method" then
+      c = c - 1
+      if c == 0 then
+        error("calling '" .. name .. "' on bad self (" .. b .. ")", 3)
+      end
+    end
+    b = "bad argument #" .. c .. " to '" .. name .. "' (" .. b .. ")"
+  end
+  error(b, 3)
+end
+local function c_library(raw)
+  local lib = {}
+  for name, v in pairs(raw) do
+    if type(v) == "function" then
+      -- select keeps this frame under c_result (a tail call to it would drop the frame).
+      lib[name] = function(...)
+        return select(1, c_result(v({ ... }, select("#", ...))))
+      end
+    else
+      lib[name] = v
+    end
+  end
+  return lib
+end
+G.cmsgpack = protect(c_library(prims.cmsgpack))
 G.redis = protect(redis)
 G.string = protect(string)
 G.table = protect(table)
