@@ -10,7 +10,8 @@
 //! - `convert`: RESP replies to Lua values and back.
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
 //! - `random`, `bit`: Redis's `math.random` generator and the `bit` library.
-//! - `cmsgpack`: Redis's `cmsgpack` library, on `capi`, what it shares with Lua's C API.
+//! - `cmsgpack`, `struct_lib`: Redis's `cmsgpack` and `struct` libraries, on `capi`, what
+//!   they share with Lua's C API.
 //! - `watchdog`: the instruction hook behind BUSY, SCRIPT/FUNCTION KILL and the load time
 //!   limit.
 //! - `functions`: the process-wide registry of function libraries (FUNCTION LOAD).
@@ -28,6 +29,7 @@ pub mod functions;
 pub mod random;
 pub mod shebang;
 pub mod slot;
+pub mod struct_lib;
 pub mod tailcall;
 pub mod vm;
 pub mod watchdog;

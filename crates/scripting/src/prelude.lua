@@ -345,6 +345,7 @@ local function c_library(raw)
   return lib
 end
 G.cmsgpack = protect(c_library(prims.cmsgpack))
+G.struct = protect(c_library(prims.struct))
 G.redis = protect(redis)
 G.string = protect(string)
 G.table = protect(table)

@@ -112,6 +112,7 @@ impl ScriptVm {
         )?;
         prims.set("bit", crate::bit::library(&lua)?)?;
         prims.set("cmsgpack", crate::cmsgpack::library(&lua)?)?;
+        prims.set("struct", crate::struct_lib::library(&lua)?)?;
         prims.set("version", REDIS_VERSION)?;
         prims.set("version_num", REDIS_VERSION_NUM)?;
         prims.set(
