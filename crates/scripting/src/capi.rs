@@ -105,13 +105,18 @@ impl Results {
     }
 
     /// The results as the wrapper takes them. Past what `unpack(t, 1, n)` can return, they
-    /// move to a table whose array part is exactly n long, so `#t` is n when t[n] is not nil.
+    /// move to a table whose array part ends at the last one that is not nil, so that `#t`
+    /// counts them all but trailing nils, which `unpack(t)` then leaves out.
     fn into_lua(self, lua: &Lua) -> mlua::Result<(Table, usize)> {
         if self.len <= UNPACK_WITH_BOUNDS {
             return Ok((self.table, self.len));
         }
-        let sized = lua.create_table_with_capacity(self.len, 0)?;
-        for i in 1..=self.len {
+        let mut last = self.len;
+        while last > 0 && self.table.raw_get::<Value>(last)?.is_nil() {
+            last -= 1;
+        }
+        let sized = lua.create_table_with_capacity(last, 0)?;
+        for i in 1..=last {
             sized.raw_set(i, exact_get(&self.table, i)?)?;
         }
         Ok((sized, self.len))

@@ -306,8 +306,8 @@ G.bit = protect(bit)
 local unpack = unpack
 local function spread(t, n)
   -- A C function may use 8000 stack slots, so returns up to 7999 values; unpack(t, 1, n)
-  -- takes 3 slots for itself, unpack(t) one (Rust made #t n when t[n] is not nil).
-  if n > 7997 and t[n] ~= nil then return unpack(t) end
+  -- takes 3 slots for itself, unpack(t) one (Rust made #t n, less any trailing nils).
+  if n > 7997 then return unpack(t) end
   return unpack(t, 1, n)
 end
 -- (ok, results, n) or (ok, kind, message, argument).
