@@ -530,6 +530,10 @@ mod tests {
             "while true do pcall(function() while true do end end) end",
             "while true do xpcall(function() while true do end end, function(e) return e end) end",
             "while true do coroutine.resume(coroutine.create(function() while true do end end)) end",
+            // Nearly every instruction runs in cmsgpack.pack's walk of the table (Lua code
+            // called from Rust), where the stop is passed on as the hook raised it.
+            "local t = {string.byte(string.rep('a', 7000), 1, 7000)} \
+             while true do pcall(function() while true do cmsgpack.pack(t) end end) end",
         ] {
             let vm = ScriptVm::new(0).unwrap();
             let f = vm.load("user_script", code.as_bytes()).unwrap();
