@@ -3,8 +3,8 @@
 //! built for x86-64: `pack(fmt, ...)`, `unpack(fmt, data [, pos])` and `size(fmt)`, byte for
 //! byte and error for error.
 //!
-//! Format options: `>` big endian, `<` little endian (the default, native), `!n` alignment
-//! (default 8), `x` a zero byte, `b/B` `h/H` `l/L` `T` signed/unsigned char, short, long and
+//! Format options: `>` big endian, `<` little endian (the default, native), `!n` aligns
+//! options to n bytes at most (`!` alone: 8; none: no padding), `x` a zero byte, `b/B` `h/H` `l/L` `T` signed/unsigned char, short, long and
 //! size_t, `in/In` an integer of n bytes (default 4, at most 32), `f` `d` float and double,
 //! `s` a zero-terminated string, `cn` n chars (`c0`: the whole string when packing, the length
 //! read just before when unpacking), and spaces. A format ends at its first zero byte, as a C
