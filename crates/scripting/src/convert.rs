@@ -262,37 +262,58 @@ fn write_table(out: &mut ReplyBuf, t: &Table, script_resp3: bool, depth: usize) 
             return;
         }
     }
-    if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
-        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
-        out.map(pairs.len());
-        for (k, v) in &pairs {
-            write_value(out, k, script_resp3, depth + 1);
-            write_value(out, v, script_resp3, depth + 1);
+    let mark = (out.buf.len(), out.error_offsets.len());
+    let walked = if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
+        out.map(pair_count(&m));
+        m.for_each::<Value, Value>(|k, v| {
+            write_value(out, &k, script_resp3, depth + 1);
+            write_value(out, &v, script_resp3, depth + 1);
+            Ok(())
+        })
+    } else if let Ok(Value::Table(members)) = t.raw_get::<Value>("set") {
+        out.set(pair_count(&members));
+        members.for_each::<Value, Value>(|m, _| {
+            write_value(out, &m, script_resp3, depth + 1);
+            Ok(())
+        })
+    } else {
+        return write_array(out, t, script_resp3, depth);
+    };
+    if let Err(e) = walked {
+        // Whatever was written of it goes: the reply is the error alone.
+        out.buf.truncate(mark.0);
+        out.error_offsets.truncate(mark.1);
+        out.error(&format!("ERR {}", crate::vm::lua_text(e)));
+    }
+}
+
+/// A table as an array, up to its first nil.
+fn write_array(out: &mut ReplyBuf, t: &Table, script_resp3: bool, depth: usize) {
+    // Items are read one at a time, twice (count, then write), never held together: mlua keeps each live value in a slot of a stack that Lua 5.1 caps
+    // at 8000.
+    let item = |i: usize| match t.raw_get::<Value>(i) {
+        Ok(Value::Nil) | Err(_) => None,
+        Ok(v) => Some(v),
+    };
+    let len = (1..).take_while(|&i| item(i).is_some()).count();
+    out.array(len);
+    for i in 1..=len {
+        if let Some(v) = item(i) {
+            write_value(out, &v, script_resp3, depth + 1);
         }
-        return;
     }
-    if let Ok(Value::Table(s)) = t.raw_get::<Value>("set") {
-        let members: Vec<Value> = s
-            .pairs::<Value, Value>()
-            .filter_map(|p| p.ok().map(|p| p.0))
-            .collect();
-        out.set(members.len());
-        for m in &members {
-            write_value(out, m, script_resp3, depth + 1);
-        }
-        return;
-    }
-    let mut items = Vec::new();
-    for i in 1.. {
-        match t.raw_get::<Value>(i) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => items.push(v),
-        }
-    }
-    out.array(items.len());
-    for v in &items {
-        write_value(out, v, script_resp3, depth + 1);
-    }
+}
+
+/// The number of entries of a map or set table. `for_each` walks with the key Lua gave
+/// (mlua's `pairs` walks with the key read back as a `Value`, and a number near zero read
+/// back as 0 is not a key of the table).
+fn pair_count(t: &Table) -> usize {
+    let mut n = 0;
+    let _ = t.for_each::<Value, Value>(|_, _| {
+        n += 1;
+        Ok(())
+    });
+    n
 }
 
 #[cfg(test)]

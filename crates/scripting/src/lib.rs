@@ -11,6 +11,8 @@
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
 //! - `random`, `bit`, `cjson`: Redis's `math.random` generator and the `bit` and `cjson`
 //!   libraries.
+//! - `cmsgpack`, `struct_lib`: Redis's `cmsgpack` and `struct` libraries, on `capi`, what
+//!   they share with Lua's C API.
 //! - `watchdog`: the instruction hook behind BUSY, SCRIPT/FUNCTION KILL and the load time
 //!   limit.
 //! - `functions`: the process-wide registry of function libraries (FUNCTION LOAD).
@@ -21,12 +23,15 @@
 
 pub mod bit;
 pub mod cache;
+pub mod capi;
 pub mod cjson;
+pub mod cmsgpack;
 pub mod convert;
 pub mod functions;
 pub mod random;
 pub mod shebang;
 pub mod slot;
+pub mod struct_lib;
 pub mod tailcall;
 pub mod vm;
 pub mod watchdog;

@@ -302,29 +302,58 @@ for name, f in pairs(prims.bit) do
   end
 end
 G.bit = protect(bit)
--- The cjson functions (cjson.rs) take their argument count and a table of the arguments
--- (where numbers keep every bit on their way to Rust) and answer true and their results,
--- or false and an error: a message, raised at the calling line as lua-cjson's errors are,
--- or an argument error's text and number, worded as luaL_argerror words it for the name
--- the caller used. A run being stopped fails with the watchdog's error as it is.
+-- The Rust halves of the C libraries (capi.rs): a function gets its arguments as a table and
+-- their count, and returns (true, results, n) or (false, kind, message, argument).
 local unpack = unpack
-local function pack(...)
-  return { n = select("#", ...), ... }
+local function spread(t, n)
+  -- A C function may use 8000 stack slots, so returns up to 7999 values; unpack(t, 1, n)
+  -- takes 3 slots for itself, unpack(t) one (Rust made #t n, less any trailing nils).
+  if n > 7997 then return unpack(t) end
+  return unpack(t, 1, n)
 end
-local function cjson_raise(message, narg)
-  if narg then
-    -- Level 2 is the library function, as its caller named it.
-    local info = getinfo(2, "n") or {}
-    local name = info.name or "?"
-    if info.namewhat == "method" then
-      narg = narg - 1
-      if narg == 0 then
-        error("calling '" .. name .. "' on bad self (" .. message .. ")", 3)
+-- (ok, results, n) or (ok, kind, message, argument). Called by a library function, not
+-- tail-called, so that the levels below are right.
+local function c_result(ok, a, b, c)
+  if ok then return spread(a, b) end
+  if a == "core" then error(b, 0) end
+  -- Raised as luaL_error and luaL_argerror raise: at the caller's line (level 3, past this
+  -- function and the library function), and an argument error names the library function
+  -- as its caller did (level 2 of getinfo), '?' when that is unknown.
+  if a == "arg" then
+    local ar = getinfo(2, "n") or {}
+    local name = ar.name or "?"
+    if ar.namewhat == "method" then
+      c = c - 1
+      if c == 0 then
+        error("calling '" .. name .. "' on bad self (" .. b .. ")", 3)
       end
     end
-    message = "bad argument #" .. narg .. " to '" .. name .. "' (" .. message .. ")"
+    b = "bad argument #" .. c .. " to '" .. name .. "' (" .. b .. ")"
   end
-  error(message, 3)
+  error(b, 3)
+end
+local function c_library(raw)
+  local lib = {}
+  for name, v in pairs(raw) do
+    if type(v) == "function" then
+      -- select keeps this frame under c_result (a tail call to it would drop the frame).
+      lib[name] = function(...)
+        return select(1, c_result(v({ ... }, select("#", ...))))
+      end
+    else
+      lib[name] = v
+    end
+  end
+  return lib
+end
+G.cmsgpack = protect(c_library(prims.cmsgpack))
+G.struct = protect(c_library(prims.struct))
+
+-- The cjson functions (cjson.rs) take their argument count and a table of the arguments
+-- and answer true and their results, or false and a message (with the argument's number
+-- for an argument error); a run being stopped fails with the watchdog's error as it is.
+local function pack(...)
+  return { n = select("#", ...), ... }
 end
 -- A library table from the Rust one; cjson.new() makes another with its own settings.
 local function cjson_library(raw)
@@ -334,8 +363,8 @@ local function cjson_library(raw)
       lib[name] = function(...)
         local r = pack(v(select("#", ...), { ... }))
         if not r[1] then
-          if stopping() then error(r[2], 0) end
-          cjson_raise(r[2], r[3])
+          local kind = (stopping() and "core") or (r[3] and "arg") or "error"
+          c_result(false, kind, r[2], r[3])
         end
         return unpack(r, 2, r.n)
       end
