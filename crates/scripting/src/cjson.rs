@@ -2092,8 +2092,12 @@ mod tests {
                   return cjson.encode(cjson.decode(args[1])) end)",
             )
             .expect("the library loads");
+        let callback = vm
+            .lua()
+            .registry_value::<mlua::Function>(&registered[0].callback)
+            .expect("the callback");
         let mut run = vm
-            .start(&registered[0].callback, &[], &[b"[1,{\"a\":null}]"], false)
+            .start(&callback, &[], &[b"[1,{\"a\":null}]"], false)
             .expect("a run starts");
         match run.resume(vm.lua(), None) {
             Step::Done(Value::String(s), _) => assert_eq!(s.to_string_lossy(), "[1,{\"a\":null}]"),

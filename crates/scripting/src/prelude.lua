@@ -450,6 +450,8 @@ end
 
 -- The registrations of the library loading now; nil when none is.
 local registered
+-- Their names, to refuse a second function of one name in O(1).
+local registered_names
 
 local FLAGS = { ["no-writes"] = true, ["allow-oom"] = true, ["allow-stale"] = true,
   ["no-cluster"] = true, ["allow-cross-slot-keys"] = true }
@@ -518,9 +520,8 @@ local function register_function(...)
     -- Redis's text names libraries here too.
     fail("Library names can only contain letters, numbers, or underscores(_) and must be at least one character long")
   end
-  for _, r in ipairs(registered) do
-    if r.name == name then fail("Function already exists in the library") end
-  end
+  if registered_names[name] then fail("Function already exists in the library") end
+  registered_names[name] = true
   registered[#registered + 1] = { name = name, callback = callback, flags = flags or {},
     description = description }
 end
@@ -550,10 +551,10 @@ readonly[fenv] = true
 
 -- Runs a library's compiled code: (true, registrations) or (false, error text).
 local function load_library(f)
-  registered = {}
+  registered, registered_names = {}, {}
   local ok, e = pcall(f)
   local r = registered
-  registered = nil
+  registered, registered_names = nil, nil
   if ok then return true, r end
   if type(e) == "table" and type(rawget(e, "err")) == "string" then
     return false, rawget(e, "err")

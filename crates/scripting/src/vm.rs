@@ -50,12 +50,14 @@ pub enum Step {
     },
 }
 
-/// A function a library registered while it loaded.
+/// A function a library registered while it loaded. The callback is kept in the Lua
+/// registry: a `Function` holds a slot of mlua's reference stack, which Lua 5.1 caps at
+/// 8000, and a library may register more functions than that.
 pub struct Registered {
     pub name: String,
     pub description: Option<Vec<u8>>,
     pub flags: ScriptFlags,
-    pub callback: Function,
+    pub callback: RegistryKey,
 }
 
 pub struct ScriptVm {
@@ -191,29 +193,23 @@ impl ScriptVm {
                     .map_err(lua_text)?
                     .map(|d| d.as_bytes().to_vec()),
                 flags,
-                callback: entry.get("callback").map_err(lua_text)?,
+                callback: self
+                    .lua
+                    .create_registry_value(entry.get::<Function>("callback").map_err(lua_text)?)
+                    .map_err(lua_text)?,
             });
         }
         Ok(out)
     }
 
     /// Keeps the callbacks of library `name` at registry `version` (replacing older ones).
-    pub fn install_library(
-        &mut self,
-        name: &str,
-        version: u64,
-        functions: &[Registered],
-    ) -> mlua::Result<()> {
-        let mut callbacks = HashMap::with_capacity(functions.len());
-        for f in functions {
-            callbacks.insert(
-                f.name.clone(),
-                self.lua.create_registry_value(f.callback.clone())?,
-            );
-        }
+    pub fn install_library(&mut self, name: &str, version: u64, functions: Vec<Registered>) {
+        let callbacks = functions
+            .into_iter()
+            .map(|f| (f.name, f.callback))
+            .collect();
         self.libraries
             .insert(name.to_string(), (version, callbacks));
-        Ok(())
     }
 
     /// Function `function` of library `name`, if this VM loaded that library's `version`.

@@ -109,6 +109,10 @@ fn functions_as_redis(b: Backend) {
         &["FCALL", "boom", "0", "keys"],
         &["FCALL", "boom", "0", "error"],
         &["FCALL_RO", "boom", "0", "write"],
+        // A library may register more functions than mlua keeps references for.
+        &["FUNCTION", "LOAD", "#!lua name=many\nfor i = 1, 9000 do redis.register_function('f' .. i, function() return i end) end"],
+        &["FCALL", "f8999", "0"],
+        &["FUNCTION", "DELETE", "many"],
         &["FUNCTION", "LIST", "LIBRARYNAME", "setter"],
         &["FUNCTION", "LIST", "LIBRARYNAME", "read*", "WITHCODE"],
         &["FUNCTION", "LIST", "WITHCODE", "LIBRARYNAME", "shapes"],

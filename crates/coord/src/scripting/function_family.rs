@@ -245,12 +245,7 @@ impl Connection {
         {
             Ok(lib) => {
                 // Its callbacks are kept here; other threads load the code when called.
-                if vm
-                    .install_library(&lib.name, lib.version, &registered)
-                    .is_err()
-                {
-                    tracing::warn!("cannot keep library {} in this thread's VM", lib.name);
-                }
+                vm.install_library(&lib.name, lib.version, registered);
                 self.out.bulk(lib.name.as_bytes());
             }
             Err(e) => self.reply_error(&e),
@@ -462,8 +457,8 @@ fn compile_library(vm: &ScriptVm, code: &[u8]) -> Result<(NewLibrary, Vec<Regist
 /// Runs `lib`'s code in this thread's VM and keeps its callbacks.
 pub(super) fn load_into(vm: &mut ScriptVm, lib: &Library) -> Result<(), String> {
     let registered = vm.load_library(&lib.code[lib.code_start..])?;
-    vm.install_library(&lib.name, lib.version, &registered)
-        .map_err(|e| format!("ERR {e}"))
+    vm.install_library(&lib.name, lib.version, registered);
+    Ok(())
 }
 
 impl Worker {
