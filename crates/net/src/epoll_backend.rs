@@ -50,6 +50,7 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
         handles.push(
             std::thread::Builder::new()
                 .name(format!("damselfly-{index}"))
+                .stack_size(crate::THREAD_STACK)
                 .spawn(move || thread_main(index, shared, mailbox, tcp, unix))?,
         );
     }

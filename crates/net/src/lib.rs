@@ -39,6 +39,12 @@ impl Backend {
 
 /// How often each thread runs active expiry and idle-client checks (Redis's default hz 10).
 pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+/// Stack of each shard thread: 8 MiB, the main thread's default on Linux and so what Redis
+/// runs its commands and scripts on. Converting a script's deeply nested reply recurses once
+/// per level, and Rust's default 2 MiB for spawned threads is too little for the 1000 levels
+/// scripts may return (unoptimized builds use several kilobytes per level).
+pub(crate) const THREAD_STACK: usize = 8 << 20;
 /// How long shutdown waits for connections to finish their in-flight commands.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 

@@ -72,10 +72,19 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
             .map(|l| l.try_clone())
             .collect::<io::Result<Vec<_>>>()?;
         let unix_path = unix_path.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Unbound)
-            .name(&format!("damselfly-{index}"))
-            .spawn(move || thread_main(index, shared, mailbox, adopt, tcp, unix_path))
-            .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
+        // Our own thread, for its stack size (glommio's spawn takes none), running an
+        // executor made on it.
+        let name = format!("damselfly-{index}");
+        let handle = std::thread::Builder::new()
+            .name(name.clone())
+            .stack_size(crate::THREAD_STACK)
+            .spawn(move || -> io::Result<()> {
+                let executor = LocalExecutorBuilder::new(Placement::Unbound)
+                    .name(&name)
+                    .make()
+                    .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
+                executor.run(thread_main(index, shared, mailbox, adopt, tcp, unix_path))
+            })?;
         handles.push(handle);
     }
     let mut result = Ok(());
@@ -83,7 +92,7 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
         match h.join() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => result = Err(e),
-            Err(e) => result = Err(io::Error::other(format!("executor failed: {e}"))),
+            Err(_) => result = Err(io::Error::other("an executor thread panicked")),
         }
     }
     if let Some(a) = acceptor {

@@ -154,7 +154,9 @@ fn eval_as_redis(b: Backend) {
         &["EVAL", "local value = 9007199254740991 redis.call(\"set\",\"foo\",value) return redis.call(\"get\",\"foo\")", "1", "foo"],
         &["EVAL", "redis.call(\"set\",\"key\",\"12039611435714932082\") return redis.call(\"get\",\"key\")", "1", "key"],
         &["EVAL", "redis.call(\"set\",\"n\",0.1) return redis.call(\"get\",\"n\")", "0"],
-        // Large replies and maps with number keys near zero convert as in Redis.
+        // Large and deep replies, and maps with number keys near zero, convert as in Redis.
+        &["EVAL", "local t = {} local c = t for i = 1, 999 do local n = {} c[1] = n c = n end return t", "0"],
+        &["EVAL", "redis.setresp(3) local t = {} local c = t for i = 1, 400 do local n = {} c.map = {k = n} c = n end return t", "0"],
         &["EVAL", "local t = {} for i = 1, 20000 do t[i] = tostring(i) end return t", "0"],
         &["EVAL", "redis.setresp(3) return {map = {[1e-300] = 1, [2] = 2, x = 'y'}}", "0"],
         &["EVAL", "redis.setresp(3) local m = {} for i = 1, 9000 do m['k' .. i] = i end return {map = m}", "0"],
