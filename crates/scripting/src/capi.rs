@@ -14,6 +14,21 @@
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
+/// Lua's name of a value's type (`lua_typename`; mlua's own says "integer" for numbers it
+/// reads as integers).
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Nil => "nil",
+        Value::Boolean(_) => "boolean",
+        Value::Integer(_) | Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Table(_) => "table",
+        Value::Function(_) => "function",
+        Value::Thread(_) => "thread",
+        _ => "userdata",
+    }
+}
+
 /// LUAI_MAXCSTACK: the stack slots a C function may use; `lua_checkstack` refuses more.
 pub const MAX_C_STACK: usize = 8000;
 
@@ -172,16 +187,7 @@ impl Args<'_> {
         if i > self.len {
             return Ok("no value");
         }
-        Ok(match self.get(i)? {
-            Value::Nil => "nil",
-            Value::Boolean(_) => "boolean",
-            Value::Integer(_) | Value::Number(_) => "number",
-            Value::String(_) => "string",
-            Value::Table(_) => "table",
-            Value::Function(_) => "function",
-            Value::Thread(_) => "thread",
-            _ => "userdata",
-        })
+        Ok(type_name(&self.get(i)?))
     }
 
     /// `luaL_typerror`.
