@@ -88,27 +88,8 @@ impl Connection {
             read_only,
             reach: &script.reach,
         };
-        if self
-            .run_on_its_shard(&call, Target::Eval(script.clone()), args)
-            .await
-        {
-            return;
-        }
-        let mut vm = match worker.scripting.lend(cache.generation()).await {
-            Ok(vm) => vm,
-            Err(e) => return self.reply_error(&format!("ERR {e}")),
-        };
-        let f = match vm.compiled(&script.sha) {
-            Some(f) => f,
-            None => match vm.compile(&script.sha, "user_script", script.code()) {
-                Ok(f) => f,
-                Err(e) => {
-                    return self
-                        .reply_error(&format!("ERR Error compiling script (new function): {e}"))
-                }
-            },
-        };
-        self.invoke(&vm, f, &call, args).await;
+        self.run_call(&call, Target::Eval(script.clone()), args)
+            .await;
     }
 
     /// SCRIPT LOAD | EXISTS | FLUSH | KILL | DEBUG | HELP.

@@ -109,31 +109,8 @@ impl Connection {
             read_only: read_only_cmd || info.flags.no_writes,
             reach: &info.reach,
         };
-        if self
-            .run_on_its_shard(&call, Target::Function(lib.clone(), index), args)
-            .await
-        {
-            return;
-        }
-        let mut vm = match worker
-            .scripting
-            .lend(worker.cluster.scripts.generation())
-            .await
-        {
-            Ok(vm) => vm,
-            Err(e) => return self.reply_error(&format!("ERR {e}")),
-        };
-        let f = match vm.library_function(&lib.name, lib.version, &info.name) {
-            Some(f) => f,
-            None => match load_into(&mut vm, &lib) {
-                Ok(()) => match vm.library_function(&lib.name, lib.version, &info.name) {
-                    Some(f) => f,
-                    None => return self.reply_error("ERR Function not found"),
-                },
-                Err(e) => return self.reply_error(&e),
-            },
-        };
-        self.invoke(&vm, f, &call, args).await;
+        self.run_call(&call, Target::Function(lib.clone(), index), args)
+            .await;
     }
 
     /// FUNCTION LOAD | DELETE | LIST | DUMP | RESTORE | FLUSH | STATS | KILL | HELP.

@@ -21,6 +21,7 @@ use super::{call_answer, call_words, check_call, next_call, Failure, Next, Outco
 use crate::worker::Worker;
 
 /// What a run executes: an EVAL script or a library's function.
+#[derive(Clone)]
 pub(super) enum Target {
     Eval(Arc<Script>),
     Function(Arc<Library>, usize),
@@ -137,7 +138,10 @@ impl Worker {
 
 /// The function to run and the id its errors name, compiling or loading it into this
 /// thread's VM when it has not run here before.
-fn resolve(vm: &mut ScriptVm, target: &Target) -> Result<(mlua::Function, String), String> {
+pub(super) fn resolve(
+    vm: &mut ScriptVm,
+    target: &Target,
+) -> Result<(mlua::Function, String), String> {
     match target {
         Target::Eval(script) => {
             let f = match vm.compiled(&script.sha) {

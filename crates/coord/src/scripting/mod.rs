@@ -149,7 +149,12 @@ impl Connection {
     /// Runs `call` in one go on the thread of the shard its keys are on, when it has not been
     /// seen to reach other shards (`here`). True when it replied; false when it must run
     /// the general way (it needed another shard, and nothing it did remains).
-    async fn run_on_its_shard(&mut self, call: &Call<'_>, target: Target, args: &Args<'_>) -> bool {
+    async fn run_on_its_shard(
+        &mut self,
+        call: &Call<'_>,
+        target: &Target,
+        args: &Args<'_>,
+    ) -> bool {
         let n = self.worker.num_shards();
         let locking = self.worker.cluster.config.script_locking();
         if self.tx.is_some() || locking == ScriptLocking::All || call.reach.roams() {
@@ -164,7 +169,7 @@ impl Connection {
             shard = s;
         }
         let job = HereJob {
-            target,
+            target: target.clone(),
             keys: call.keys.iter().map(|k| k.to_vec()).collect(),
             argv: call.argv.iter().map(|a| a.to_vec()).collect(),
             db: self.info.db.get(),
@@ -219,6 +224,27 @@ impl Connection {
             Duration::from_millis(busy_after),
             self.worker.cluster.busy.clone(),
         )
+    }
+
+    /// Runs `call` of `target`: in one go on its keys' shard when it can, else with this
+    /// thread's VM as a transaction over the shards it may touch.
+    async fn run_call(&mut self, call: &Call<'_>, target: Target, args: &Args<'_>) {
+        if self.run_on_its_shard(call, &target, args).await {
+            return;
+        }
+        let worker = self.worker.clone();
+        let mut vm = match worker
+            .scripting
+            .lend(worker.cluster.scripts.generation())
+            .await
+        {
+            Ok(vm) => vm,
+            Err(e) => return self.reply_error(&format!("ERR {e}")),
+        };
+        match here::resolve(&mut vm, &target) {
+            Ok((f, _)) => self.invoke(&vm, f, call, args).await,
+            Err(e) => self.reply_error(&e),
+        }
     }
 
     /// Runs `f` for `call` as one transaction over the shards it may touch (restarting it
