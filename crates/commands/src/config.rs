@@ -264,6 +264,18 @@ fn alias_of(name: &str) -> Option<&'static str> {
     })
 }
 
+/// One class's `<hard> <soft> <seconds>` in a `client-output-buffer-limit` value such as
+/// `normal 0 0 0 pubsub 32mb 8mb 60` (`slave` and `replica` name the same class).
+pub fn output_limit_class(value: &str, class: &str) -> Option<[u64; 3]> {
+    let words: Vec<&str> = value.split_whitespace().collect();
+    words.chunks(4).rev().find_map(|c| match c {
+        [name, hard, soft, secs] if name.eq_ignore_ascii_case(class) => {
+            Some([parse_memory(hard)?, parse_memory(soft)?, secs.parse().ok()?])
+        }
+        _ => None,
+    })
+}
+
 /// Parses a Redis memory value: plain bytes or with k/kb/m/mb/g/gb (k = 1000, kb = 1024).
 pub fn parse_memory(s: &str) -> Option<u64> {
     let lower = s.to_ascii_lowercase();
@@ -323,6 +335,9 @@ pub struct Config {
     pub proto_max_bulk_len: AtomicU64,
     pub query_buffer_limit: AtomicU64,
     pub output_buffer_limit: AtomicU64,
+    /// The `pubsub` class of `client-output-buffer-limit`: hard bytes, soft bytes, soft
+    /// seconds (0 = no limit).
+    pub pubsub_output_limit: [AtomicU64; 3],
     pub maxclients: AtomicU64,
     pub timeout_secs: AtomicU64,
     pub has_password: AtomicBool,
@@ -350,6 +365,7 @@ impl Default for Config {
             proto_max_bulk_len: AtomicU64::new(0),
             query_buffer_limit: AtomicU64::new(0),
             output_buffer_limit: AtomicU64::new(0),
+            pubsub_output_limit: Default::default(),
             maxclients: AtomicU64::new(0),
             timeout_secs: AtomicU64::new(0),
             has_password: AtomicBool::new(false),
@@ -468,6 +484,13 @@ impl Config {
             .store(self.get_u64("client-query-buffer-limit"), r);
         self.output_buffer_limit
             .store(self.get_u64("damselfly-output-buffer-limit"), r);
+        // A value naming other classes only leaves this one as it was, as in Redis.
+        if let Some(limits) = output_limit_class(&self.get("client-output-buffer-limit"), "pubsub")
+        {
+            for (to, v) in self.pubsub_output_limit.iter().zip(limits) {
+                to.store(v, r);
+            }
+        }
         self.maxclients.store(self.get_u64("maxclients"), r);
         self.timeout_secs.store(self.get_u64("timeout"), r);
         self.journal_always.store(
@@ -517,6 +540,27 @@ mod tests {
         assert_eq!(parse_memory("100k"), Some(100_000));
         assert_eq!(parse_memory("12"), Some(12));
         assert_eq!(parse_memory("x"), None);
+    }
+
+    #[test]
+    fn output_limit_classes() {
+        let c = Config::default();
+        let limits = |c: &Config| {
+            c.pubsub_output_limit
+                .each_ref()
+                .map(|a| a.load(Ordering::Relaxed))
+        };
+        assert_eq!(limits(&c), [32 << 20, 8 << 20, 60]);
+        c.set_runtime(&[(
+            "client-output-buffer-limit".into(),
+            "pubsub 1mb 100kb 5".into(),
+        )])
+        .unwrap();
+        assert_eq!(limits(&c), [1 << 20, 100 << 10, 5]);
+        c.set_runtime(&[("client-output-buffer-limit".into(), "normal 0 0 0".into())])
+            .unwrap();
+        assert_eq!(limits(&c), [1 << 20, 100 << 10, 5]);
+        assert_eq!(output_limit_class("pubsub x 1 1", "pubsub"), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::{
     server_family as server, set_family as sets, sort_family as sort, string_family as strings,
     zset_family as zsets,
 };
+use damselfly_pubsub::Kind;
 
 /// A handler that runs on the shard owning the command's keys.
 pub type ShardFn = fn(&mut ExecCtx, &Args);
@@ -43,6 +44,15 @@ pub enum CoordCmd {
     Script,
     Fcall,
     Function,
+    /// SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE.
+    Subscribe(Kind),
+    /// UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE.
+    Unsubscribe(Kind),
+    /// PUBLISH, or SPUBLISH when `sharded`.
+    Publish {
+        sharded: bool,
+    },
+    Pubsub,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +114,7 @@ pub mod flags {
     pub const SKIP_SLOWLOG: u32 = 1 << 12;
     pub const BLOCKING: u32 = 1 << 13;
     pub const MAY_REPLICATE: u32 = 1 << 14;
+    pub const PUBSUB: u32 = 1 << 15;
 
     /// Flag names as COMMAND INFO prints them, in Redis's order.
     pub const NAMES: &[(u32, &str)] = &[
@@ -111,6 +122,7 @@ pub mod flags {
         (READONLY, "readonly"),
         (DENYOOM, "denyoom"),
         (ADMIN, "admin"),
+        (PUBSUB, "pubsub"),
         (NOSCRIPT, "noscript"),
         (BLOCKING, "blocking"),
         (LOADING, "loading"),
@@ -359,6 +371,15 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Invokes a function.", Coordinator, C(CoordCmd::Fcall)),
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Invokes a read-only function.", Coordinator, C(CoordCmd::Fcall)),
     cmd!("function", -2, NOSCRIPT, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "A container for function commands.", Coordinator, C(CoordCmd::Function)),
+    cmd!("subscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Listens for messages published to channels.", Coordinator, C(CoordCmd::Subscribe(Kind::Channel))),
+    cmd!("psubscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Listens for messages published to channels that match one or more patterns.", Coordinator, C(CoordCmd::Subscribe(Kind::Pattern))),
+    cmd!("ssubscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, "@pubsub @slow", "pubsub", "7.0.0", "Listens for messages published to shard channels.", Coordinator, C(CoordCmd::Subscribe(Kind::ShardChannel))),
+    cmd!("unsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Stops listening to messages posted to channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::Channel))),
+    cmd!("punsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Stops listening to messages published to channels that match one or more patterns.", Coordinator, C(CoordCmd::Unsubscribe(Kind::Pattern))),
+    cmd!("sunsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, "@pubsub @slow", "pubsub", "7.0.0", "Stops listening to messages posted to shard channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::ShardChannel))),
+    cmd!("publish", 3, PUBSUB | LOADING | STALE | FAST, NO_KEYS, "@pubsub @fast", "pubsub", "2.0.0", "Posts a message to a channel.", Coordinator, C(CoordCmd::Publish { sharded: false })),
+    cmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST, ONE_KEY, "@pubsub @fast", "pubsub", "7.0.0", "Post a message to a shard channel", Coordinator, C(CoordCmd::Publish { sharded: true })),
+    cmd!("pubsub", -2, 0, NO_KEYS, "@slow", "pubsub", "2.8.0", "A container for Pub/Sub commands.", Coordinator, C(CoordCmd::Pubsub)),
     cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
     cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),

@@ -31,6 +31,9 @@ pub struct ClientInfo {
     pub multi: Cell<i64>,
     /// The waiter of a blocking command in progress (CLIENT UNBLOCK, CLIENT LIST flag `b`).
     pub(crate) blocked: RefCell<Option<Arc<Waiter>>>,
+    /// Channels, patterns and shard channels subscribed to (CLIENT LIST `sub=`, `psub=`,
+    /// `ssub=`, flag `P`).
+    pub subscriptions: Cell<[usize; 3]>,
 }
 
 impl ClientInfo {
@@ -54,6 +57,7 @@ impl ClientInfo {
             killed: Cell::new(false),
             multi: Cell::new(-1),
             blocked: RefCell::new(None),
+            subscriptions: Cell::new([0; 3]),
         }
     }
 
@@ -61,8 +65,9 @@ impl ClientInfo {
     pub fn describe(&self, now: Instant) -> String {
         let age = now.duration_since(self.created).as_secs();
         let idle = now.duration_since(self.last_active.get()).as_secs();
+        let subs = self.subscriptions.get();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -70,14 +75,11 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.name.borrow()),
             age,
             idle,
-            if self.multi.get() >= 0 {
-                "x"
-            } else if self.blocked.borrow().is_some() {
-                "b"
-            } else {
-                "N"
-            },
+            self.flags(),
             self.db.get(),
+            subs[0],
+            subs[1],
+            subs[2],
             self.multi.get(),
             self.query_buf.get(),
             self.last_command_name(),
@@ -85,6 +87,24 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.lib_name.borrow()),
             String::from_utf8_lossy(&self.lib_ver.borrow()),
         )
+    }
+
+    /// CLIENT LIST's flags, in Redis's order.
+    fn flags(&self) -> String {
+        let mut flags = String::new();
+        if self.subscriptions.get().iter().any(|&n| n > 0) {
+            flags.push('P');
+        }
+        if self.multi.get() >= 0 {
+            flags.push('x');
+        }
+        if self.blocked.borrow().is_some() {
+            flags.push('b');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        flags
     }
 
     /// The last command as Redis names it in CLIENT LIST: `get`, or `client|list`.

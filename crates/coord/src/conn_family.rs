@@ -22,10 +22,19 @@ const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or spec
 
 impl Connection {
     pub(crate) fn ping(&mut self, args: &Args) {
-        match args.len() {
-            1 => self.out.simple("PONG"),
-            2 => self.out.bulk(args.get(1)),
-            _ => self.reply_error(&errors::wrong_arity("ping")),
+        if args.len() > 2 {
+            return self.reply_error(&errors::wrong_arity("ping"));
+        }
+        if self.subscribed() && !self.out.resp3 {
+            // RESP2 Pub/Sub mode: PING answers in the shape of a message.
+            self.out.array(2);
+            self.out.bulk(b"pong");
+            self.out
+                .bulk(if args.len() == 2 { args.get(1) } else { b"" });
+        } else if args.len() == 2 {
+            self.out.bulk(args.get(1));
+        } else {
+            self.out.simple("PONG");
         }
     }
 
@@ -128,8 +137,7 @@ impl Connection {
         if let Some(n) = name {
             *self.info.name.borrow_mut() = n.to_vec();
         }
-        self.info.resp.set(version as u8);
-        self.out.resp3 = version == 3;
+        self.set_protocol(version as u8);
         let out = &mut self.out;
         out.map(7);
         out.bulk(b"server");
@@ -162,10 +170,19 @@ impl Connection {
         }
     }
 
-    pub(crate) fn reset_cmd(&mut self) {
+    pub(crate) async fn reset_cmd(&mut self) {
         self.reset();
-        self.out.resp3 = false;
+        self.leave_all().await;
         self.out.simple("RESET");
+    }
+
+    /// The client speaks RESP `version` from now on: replies and pushed messages.
+    pub(crate) fn set_protocol(&mut self, version: u8) {
+        self.info.resp.set(version);
+        self.out.resp3 = version == 3;
+        if let Some(inbox) = &self.pubsub.inbox {
+            inbox.set_resp3(version == 3);
+        }
     }
 
     pub(crate) async fn client(&mut self, args: &Args<'_>) {

@@ -23,6 +23,7 @@ use futures_channel::oneshot;
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
 use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
+use crate::pubsub_family::ConnPubSub;
 use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
 use crate::worker::Worker;
 
@@ -105,6 +106,8 @@ pub struct Connection {
     /// A round passed its output budget (`out.limit`): the client is over its output buffer
     /// limit.
     over_output_limit: bool,
+    /// Subscriptions and the messages waiting for this client.
+    pub(crate) pubsub: ConnPubSub,
 }
 
 /// A MULTI block being queued.
@@ -154,6 +157,7 @@ impl Connection {
             watching: Vec::new(),
             blocked: None,
             over_output_limit: false,
+            pubsub: ConnPubSub::default(),
         }
     }
 
@@ -263,6 +267,33 @@ impl Connection {
     /// does not read cannot make the server hold far more than the limit.
     pub fn set_output_budget(&mut self, bytes: u64) {
         self.out.limit = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+
+    /// The most unsent output this client may have: the server's limit, or the pubsub
+    /// class's hard limit while it is subscribed, if lower.
+    pub fn output_limit(&self) -> u64 {
+        let config = &self.worker.cluster.config;
+        let limit = config.output_buffer_limit.load(Ordering::Relaxed);
+        match config.pubsub_output_limit[0].load(Ordering::Relaxed) {
+            hard if hard > 0 && self.subscribed() => hard.min(limit),
+            _ => limit,
+        }
+    }
+
+    /// False when the client must be closed with `unsent` bytes waiting: past its hard limit,
+    /// past its soft limit for too long (pubsub class), or a round passed its budget. Logs
+    /// it as Redis does.
+    pub fn output_within_limits(&mut self, unsent: u64) -> bool {
+        let over = self.over_output_limit
+            || unsent > self.output_limit()
+            || self.over_soft_limit_too_long(unsent);
+        if over {
+            tracing::warn!(
+                "Client {} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                self.info.describe(Instant::now())
+            );
+        }
+        !over
     }
 
     /// True once a round passed the output budget: the client is over its output buffer
@@ -451,19 +482,7 @@ impl Connection {
             return;
         }
         if let Some(refusal) = self.save_error_refusal(idx) {
-            self.worker.stats.borrow_mut().record_rejected(idx);
-            if matches!(spec.handler, Handler::Coord(CoordCmd::Exec)) {
-                // Redis's execCommandAbort: the transaction is discarded.
-                self.multi = None;
-                self.info.multi.set(-1);
-                self.unwatch_all();
-                self.refuse(&format!(
-                    "EXECABORT Transaction discarded because of: {refusal}"
-                ));
-            } else {
-                self.refuse_command(refusal);
-            }
-            return;
+            return self.refuse_before_run(idx, refusal);
         }
         self.info.last_cmd.set(spec.name);
         {
@@ -472,12 +491,29 @@ impl Connection {
             let container = matches!(
                 spec.handler,
                 Handler::Coord(
-                    CoordCmd::Client | CoordCmd::Config | CoordCmd::Command | CoordCmd::Debug
+                    CoordCmd::Client
+                        | CoordCmd::Config
+                        | CoordCmd::Command
+                        | CoordCmd::Debug
+                        | CoordCmd::Pubsub
                 )
             );
             if container && args.len() > 1 {
                 sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
             }
+        }
+        let pubsub_context = matches!(
+            spec.handler,
+            Handler::Coord(
+                CoordCmd::Subscribe(_)
+                    | CoordCmd::Unsubscribe(_)
+                    | CoordCmd::Ping
+                    | CoordCmd::Quit
+                    | CoordCmd::Reset
+            )
+        );
+        if let Some(refusal) = self.pubsub_refusal(pubsub_context) {
+            return self.refuse_before_run(idx, &refusal);
         }
         if let Some(multi) = &mut self.multi {
             let runs_now = matches!(
@@ -506,6 +542,24 @@ impl Connection {
             return self.run_blocking(idx, args).await;
         }
         self.route(idx, args).await;
+    }
+
+    /// Refuses a command that passed lookup and arity; a refused EXEC discards its
+    /// transaction, as Redis's execCommandAbort does.
+    fn refuse_before_run(&mut self, idx: usize, refusal: &str) {
+        self.worker.stats.borrow_mut().record_rejected(idx);
+        if matches!(COMMANDS[idx].handler, Handler::Coord(CoordCmd::Exec)) {
+            self.multi = None;
+            self.info.multi.set(-1);
+            self.unwatch_all();
+            // Redis's plain rejections carry no code there: `because of: Can't execute...`.
+            let reason = refusal.strip_prefix("ERR ").unwrap_or(refusal);
+            self.refuse(&format!(
+                "EXECABORT Transaction discarded because of: {reason}"
+            ));
+        } else {
+            self.refuse_command(refusal);
+        }
     }
 
     /// Redis's MISCONF while the last save failed, save points are set and
@@ -813,7 +867,7 @@ impl Connection {
         self.info.multi.set(-1);
         self.unwatch_all();
         self.info.db.set(0);
-        self.info.resp.set(2);
+        self.set_protocol(2);
         self.info.name.borrow_mut().clear();
         self.authenticated = !self
             .worker
@@ -836,6 +890,7 @@ pub(crate) fn add_to_plan(plan: &mut Vec<(usize, Vec<Lock>)>, shard: usize, lock
 impl Drop for Connection {
     fn drop(&mut self) {
         self.abandon_block();
+        self.drop_subscriptions();
         self.unwatch_all();
         self.worker.clients.borrow_mut().remove(self.info.id);
         self.worker.cluster.release_client();

@@ -236,4 +236,12 @@ pub enum ShardMsg {
         done: oneshot::Sender<()>,
     },
     ResetStats(oneshot::Sender<()>),
+    /// Subscriptions made or left on another thread: apply them to this thread's replica,
+    /// then answer `done`.
+    Subscriptions {
+        changes: std::sync::Arc<[damselfly_pubsub::Change]>,
+        done: Option<oneshot::Sender<()>>,
+    },
+    /// A message published on another thread, for this thread's subscribers.
+    Publish(std::sync::Arc<damselfly_pubsub::Message>),
 }

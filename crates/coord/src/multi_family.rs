@@ -180,6 +180,9 @@ impl Connection {
             return;
         }
         self.out.array(batch.cmds.len());
+        // Messages published to this client inside EXEC follow its reply (Redis 7.2's order;
+        // 7.0 wrote them inside the reply's array).
+        self.pushes_after_reply(true);
         for i in 0..batch.cmds.len() {
             // Boxed: EXEC is itself routed, so this recursion needs an indirection.
             let args = args_of(i);
@@ -190,6 +193,7 @@ impl Connection {
                 break;
             }
         }
+        self.pushes_after_reply(false);
         self.flush(own).await;
         self.leave_tx(own).await;
     }

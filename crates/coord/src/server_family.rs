@@ -178,7 +178,11 @@ impl Connection {
             CoordCmd::Hello => self.hello(args),
             CoordCmd::Auth => self.auth(args),
             CoordCmd::Select => self.select(args),
-            CoordCmd::Reset => self.reset_cmd(),
+            CoordCmd::Reset => self.reset_cmd().await,
+            CoordCmd::Subscribe(kind) => self.subscribe(kind, args).await,
+            CoordCmd::Unsubscribe(kind) => self.unsubscribe(kind, args).await,
+            CoordCmd::Publish { sharded } => self.publish(sharded, args).await,
+            CoordCmd::Pubsub => self.pubsub_cmd(args),
             CoordCmd::Client => self.client(args).await,
             CoordCmd::Command => self.command(args),
             CoordCmd::Info => self.info_cmd(args).await,
@@ -752,6 +756,8 @@ impl Connection {
             .sum::<u64>()
             .max(used);
         let ops: u64 = reports.iter().map(|r| r.ops_per_sec).sum();
+        // Every thread's replica names every subscription.
+        let (channels, patterns, shard_channels) = self.worker.pubsub_counts();
         let rss = rss_bytes();
         let info = cluster.server_info();
         let uptime = cluster.started.elapsed().as_secs();
@@ -807,12 +813,15 @@ impl Connection {
         section("Memory", &s, &mut out);
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:0\r\npubsub_patterns:0\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,
             stats.net_output_bytes,
             stats.rejected_connections,
+            channels,
+            patterns,
+            shard_channels,
             stats.total_error_replies,
             stats.multi_shard_txs,
             stats.tx_retries,

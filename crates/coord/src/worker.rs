@@ -21,6 +21,7 @@ use crate::cluster::Cluster;
 use crate::crash;
 use crate::durability::{JournalCell, TxTag};
 use crate::messages::{BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport};
+use crate::pubsub_family::ThreadPubSub;
 use crate::reply_slots::{ReplySlots, ReplyWait};
 use crate::tx::{plan, Lock, TxId, TxQueue};
 
@@ -93,6 +94,8 @@ pub struct Worker {
         RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
     /// This thread's Lua VM, lent to one script run at a time.
     pub(crate) scripting: damselfly_scripting::VmSlot,
+    /// This thread's replica of every subscription and its own subscribers.
+    pub(crate) pubsub: RefCell<ThreadPubSub>,
     /// DEBUG PANIC TICK armed it: the next tick panics (debug builds, to test the policy).
     #[cfg(debug_assertions)]
     pub(crate) panic_on_tick: Cell<bool>,
@@ -107,6 +110,7 @@ impl Worker {
             Some(start) => (start.shard, start.journal),
             None => (Shard::new(cluster.databases), None),
         };
+        let threads = cluster.mailboxes.len();
         let worker = Rc::new(Worker {
             id,
             cluster,
@@ -129,6 +133,7 @@ impl Worker {
             undo_owner: Cell::new(None),
             snapshot_done: RefCell::new(None),
             scripting: Default::default(),
+            pubsub: RefCell::new(ThreadPubSub::new(threads)),
             #[cfg(debug_assertions)]
             panic_on_tick: Cell::new(false),
         });
@@ -424,6 +429,13 @@ impl Worker {
                 self.populate(db, count, &prefix, size);
                 let _ = done.send(());
             }
+            ShardMsg::Subscriptions { changes, done } => {
+                self.apply_subscriptions(&changes);
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+            }
+            ShardMsg::Publish(msg) => self.deliver(&msg),
             ShardMsg::ResetStats(done) => {
                 self.stats.borrow_mut().reset();
                 // The rate's samples count commands since the last reset too.

@@ -146,21 +146,16 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
     let mut sent = 0;
     let mut rounds = 0u32;
     loop {
-        let limit = cluster.config.output_buffer_limit.load(Ordering::Relaxed);
+        let limit = conn.output_limit();
         conn.set_output_budget(limit.saturating_sub((pending.len() - sent) as u64));
         let step = conn.step().await;
         conn.poke_mailbox();
         conn.take_output(&mut pending);
+        conn.take_pushes(&mut pending);
         if pending.len() > sent {
             conn.until_durable().await;
         }
-        let unsent = (pending.len() - sent) as u64;
-        if unsent > limit || conn.over_output_limit() {
-            tracing::warn!(
-                client = conn.id(),
-                bytes = unsent,
-                "closing client over the output buffer limit"
-            );
+        if !conn.output_within_limits((pending.len() - sent) as u64) {
             return;
         }
         match step {
@@ -192,21 +187,30 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
             let _ = write_all(&mut wr, &pending[sent..]).await;
             return;
         }
+        // Messages pushed to the client (Pub/Sub) wake the loop too; the next turn takes them.
+        let inbox = conn.push_inbox();
+        let pushed = poll_fn(|cx| inbox.as_ref().map_or(Poll::Pending, |i| i.poll_ready(cx)));
         if sent == pending.len() {
             pending.clear();
             sent = 0;
-            match rd.read(conn.read_space()).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) if !conn.advance(n) => return,
-                Ok(_) => {}
+            match race(rd.read(conn.read_space()), pushed).await {
+                Either::Left(Ok(0) | Err(_)) => return,
+                Either::Left(Ok(n)) if !conn.advance(n) => return,
+                Either::Left(Ok(_)) | Either::Right(()) => {}
             }
         } else {
-            match race(wr.write(&pending[sent..]), rd.read(conn.read_space())).await {
-                Either::Left(Ok(n)) if n > 0 => sent += n,
-                Either::Left(_) => return,
-                Either::Right(Ok(0) | Err(_)) => return,
-                Either::Right(Ok(n)) if !conn.advance(n) => return,
-                Either::Right(Ok(_)) => {}
+            match race3(
+                wr.write(&pending[sent..]),
+                rd.read(conn.read_space()),
+                pushed,
+            )
+            .await
+            {
+                Either3::First(Ok(n)) if n > 0 => sent += n,
+                Either3::First(_) => return,
+                Either3::Second(Ok(0) | Err(_)) => return,
+                Either3::Second(Ok(n)) if !conn.advance(n) => return,
+                Either3::Second(Ok(_)) | Either3::Third(()) => {}
             }
             if sent == pending.len() {
                 pending.clear();

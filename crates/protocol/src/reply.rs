@@ -113,6 +113,12 @@ impl ReplyBuf {
         self.header(b'*', n as i64);
     }
 
+    /// An out-of-band push of `n` items (`>n` in RESP3; in RESP2, where Pub/Sub messages
+    /// are plain arrays, `*n`).
+    pub fn push(&mut self, n: usize) {
+        self.header(if self.resp3 { b'>' } else { b'*' }, n as i64);
+    }
+
     /// A map of `n` pairs: `%n` in RESP3, a flat array of 2n in RESP2.
     pub fn map(&mut self, n: usize) {
         if self.resp3 {

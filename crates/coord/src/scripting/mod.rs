@@ -254,8 +254,10 @@ impl Connection {
         let _watching = watchdog::watch(watch.clone());
         let mut scope = self.run_scope(call.keys, call.reach, call.read_only, watch);
         loop {
+            self.hold_publishing();
             let outcome = self.run_script(vm, &f, call, &mut scope).await;
             call.reach.record(scope.roamed);
+            self.release_publishing(!matches!(outcome, Outcome::Restart));
             match outcome {
                 Outcome::Restart => {
                     scope.lock_every_shard(self.worker.num_shards());

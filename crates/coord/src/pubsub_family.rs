@@ -1,0 +1,426 @@
+//! Pub/Sub (docs/pubsub.md): SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and their opposites, PUBLISH,
+//! SPUBLISH and PUBSUB; the worker's part of the fan-out; a connection's Pub/Sub state.
+//!
+//! Each thread holds a replica of every subscription ([`Directory`]) and its own subscribed
+//! clients ([`Subscribers`]). A subscription change is applied on the subscriber's thread,
+//! then sent to every other thread; SUBSCRIBE and UNSUBSCRIBE reply once every thread has
+//! applied it, so a PUBLISH issued after the reply, from any thread, counts and reaches the
+//! client. PUBLISH reads its own thread's replica for the count and the threads to send to,
+//! delivers on its thread directly and sends the message to the others' mailboxes: one
+//! sending thread's messages arrive in the order sent, so one publisher's messages reach a
+//! subscriber in publish order.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use damselfly_commands::errors;
+use damselfly_commands::Args;
+use damselfly_pubsub::{Change, ClientSubscriptions, Directory, Inbox, Kind, Message, Subscribers};
+use futures_channel::oneshot;
+
+use crate::connection::Connection;
+use crate::messages::ShardMsg;
+use crate::worker::Worker;
+
+/// A thread's Pub/Sub state, kept by its worker.
+pub(crate) struct ThreadPubSub {
+    pub directory: Directory,
+    pub subscribers: Subscribers,
+    /// Scratch for the threads a message goes to.
+    targets: Vec<bool>,
+}
+
+impl ThreadPubSub {
+    pub fn new(threads: usize) -> ThreadPubSub {
+        ThreadPubSub {
+            directory: Directory::new(threads),
+            subscribers: Subscribers::default(),
+            targets: vec![false; threads],
+        }
+    }
+}
+
+/// A connection's Pub/Sub state.
+#[derive(Default)]
+pub(crate) struct ConnPubSub {
+    pub subs: ClientSubscriptions,
+    /// Made at the first subscription; messages wait here until the I/O loop writes them.
+    pub inbox: Option<Rc<Inbox>>,
+    /// During a script run, what it publishes waits here until the run is final: a run that
+    /// is taken back and run again must not publish twice.
+    pub held: Option<Vec<Message>>,
+    /// While EXEC runs, messages to this client go out after EXEC's reply.
+    pub after_reply: bool,
+    /// Since when the output has been over the soft limit of the pubsub class.
+    pub over_soft_since: Option<Instant>,
+}
+
+impl Worker {
+    /// Publishes a message from this thread: delivered here directly, sent to every other
+    /// thread with a recipient. Returns how many clients receive it.
+    pub fn publish(&self, msg: Message) -> u64 {
+        let mut ps = self.pubsub.borrow_mut();
+        let ps = &mut *ps;
+        ps.targets.fill(false);
+        let count = ps
+            .directory
+            .recipients(msg.sharded, &msg.channel, &mut ps.targets);
+        if count == 0 {
+            return 0;
+        }
+        let remote = ps
+            .targets
+            .iter()
+            .enumerate()
+            .any(|(t, &on)| on && t != self.id);
+        if ps.targets.get(self.id).copied().unwrap_or(false) {
+            ps.subscribers.deliver(&msg);
+        }
+        if remote {
+            let shared = Arc::new(msg);
+            for (t, _) in ps
+                .targets
+                .iter()
+                .enumerate()
+                .filter(|&(t, &on)| on && t != self.id)
+            {
+                self.cluster.mailboxes[t].send(ShardMsg::Publish(shared.clone()));
+            }
+        }
+        count
+    }
+
+    /// How many clients would receive a message on `channel` now.
+    fn recipients(&self, sharded: bool, channel: &[u8]) -> u64 {
+        let mut ps = self.pubsub.borrow_mut();
+        let ps = &mut *ps;
+        ps.directory.recipients(sharded, channel, &mut ps.targets)
+    }
+
+    /// Applies subscription changes made on another thread (or this one).
+    pub(crate) fn apply_subscriptions(&self, changes: &[Change]) {
+        let mut ps = self.pubsub.borrow_mut();
+        for c in changes {
+            ps.directory.apply(c);
+        }
+    }
+
+    /// Delivers a message another thread published to this thread's subscribers.
+    pub(crate) fn deliver(&self, msg: &Message) {
+        self.pubsub.borrow().subscribers.deliver(msg);
+    }
+
+    /// (channels, patterns, shard channels) with a subscriber, for INFO.
+    pub(crate) fn pubsub_counts(&self) -> (usize, usize, usize) {
+        let ps = self.pubsub.borrow();
+        let d = &ps.directory;
+        (d.channel_count(false), d.patterns(), d.channel_count(true))
+    }
+}
+
+const PUBSUB_HELP: &[&str] = &[
+    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CHANNELS [<pattern>]",
+    "    Return the currently active channels matching a <pattern> (default: '*').",
+    "NUMPAT",
+    "    Return number of subscriptions to patterns.",
+    "NUMSUB [<channel> ...]",
+    "    Return the number of subscribers for the specified channels, excluding",
+    "    pattern subscriptions(default: no channels).",
+    "SHARDCHANNELS [<pattern>]",
+    "    Return the currently active shard level channels matching a <pattern> (default: '*').",
+    "SHARDNUMSUB [<shardchannel> ...]",
+    "    Return the number of subscribers for the specified shard level channel(s)",
+    "HELP",
+    "    Prints this help.",
+];
+
+impl Connection {
+    /// This client's inbox, made at its first subscription.
+    fn inbox(&mut self) -> Rc<Inbox> {
+        let resp3 = self.info.resp.get() == 3;
+        let id = self.info.id;
+        self.pubsub
+            .inbox
+            .get_or_insert_with(|| Inbox::new(id, resp3))
+            .clone()
+    }
+
+    /// The inbox the I/O loop waits on beside the socket, once the client has one.
+    pub fn push_inbox(&self) -> Option<Rc<Inbox>> {
+        self.pubsub.inbox.clone()
+    }
+
+    /// Moves pushed messages waiting for this client to the end of `into`.
+    pub fn take_pushes(&mut self, into: &mut Vec<u8>) {
+        if let Some(inbox) = &self.pubsub.inbox {
+            self.worker.stats.borrow_mut().net_output_bytes += inbox.len() as u64;
+            inbox.take(into);
+        }
+    }
+
+    /// In Pub/Sub mode (subscribed to anything): the pubsub output-limit class applies.
+    pub fn subscribed(&self) -> bool {
+        self.pubsub.subs.any()
+    }
+
+    /// A subscribed client over the pubsub class's soft limit for longer than its seconds.
+    pub(crate) fn over_soft_limit_too_long(&mut self, unsent: u64) -> bool {
+        let limits = &self.worker.cluster.config.pubsub_output_limit;
+        let soft = limits[1].load(Ordering::Relaxed);
+        if !self.subscribed() || soft == 0 || unsent <= soft {
+            self.pubsub.over_soft_since = None;
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.pubsub.over_soft_since.get_or_insert(now);
+        now.duration_since(since) > Duration::from_secs(limits[2].load(Ordering::Relaxed))
+    }
+
+    /// Pushes already waiting for this client go into the output now, so a message it
+    /// published to itself precedes the PUBLISH reply, as in Redis.
+    fn pushes_now(&mut self) {
+        if !self.pubsub.after_reply {
+            if let Some(inbox) = &self.pubsub.inbox {
+                inbox.take(&mut self.out.buf);
+            }
+        }
+    }
+
+    pub(crate) async fn subscribe(&mut self, kind: Kind, args: &Args<'_>) {
+        let inbox = self.inbox();
+        let mut changes = Vec::new();
+        for name in args.iter().skip(1) {
+            if self.pubsub.subs.insert(kind, name) {
+                self.worker
+                    .pubsub
+                    .borrow_mut()
+                    .subscribers
+                    .add(kind, name, &inbox);
+                changes.push(self.change(kind, name, true));
+            }
+            self.subscription_reply(kind.subscribe_word(), Some(name), kind);
+        }
+        self.share_changes(changes, true).await;
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, kind: Kind, args: &Args<'_>) {
+        let names: Vec<Box<[u8]>> = if args.len() > 1 {
+            args.iter().skip(1).map(Box::from).collect()
+        } else {
+            self.pubsub.subs.names(kind)
+        };
+        if names.is_empty() {
+            self.subscription_reply(kind.unsubscribe_word(), None, kind);
+            return;
+        }
+        let mut changes = Vec::new();
+        for name in &names {
+            if let Some(c) = self.leave(kind, name) {
+                changes.push(c);
+            }
+            self.subscription_reply(kind.unsubscribe_word(), Some(name), kind);
+        }
+        self.share_changes(changes, true).await;
+    }
+
+    /// Leaves every subscription without replies (RESET), once every thread has applied it.
+    pub(crate) async fn leave_all(&mut self) {
+        let changes = self.leave_everything();
+        self.share_changes(changes, true).await;
+    }
+
+    fn leave_everything(&mut self) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for kind in [Kind::Channel, Kind::Pattern, Kind::ShardChannel] {
+            for name in self.pubsub.subs.names(kind) {
+                changes.extend(self.leave(kind, &name));
+            }
+        }
+        changes
+    }
+
+    /// A disconnecting client's subscriptions go, without waiting for other threads.
+    pub(crate) fn drop_subscriptions(&mut self) {
+        let changes = self.leave_everything();
+        if !changes.is_empty() {
+            self.send_changes(changes, false);
+        }
+    }
+
+    fn leave(&mut self, kind: Kind, name: &[u8]) -> Option<Change> {
+        if !self.pubsub.subs.remove(kind, name) {
+            return None;
+        }
+        self.worker
+            .pubsub
+            .borrow_mut()
+            .subscribers
+            .remove(kind, name, self.info.id);
+        Some(self.change(kind, name, false))
+    }
+
+    fn change(&self, kind: Kind, name: &[u8], added: bool) -> Change {
+        Change {
+            kind,
+            name: name.into(),
+            thread: self.worker.id,
+            added,
+        }
+    }
+
+    /// CLIENT LIST's sub, psub and ssub.
+    fn note_counts(&self) {
+        let subs = &self.pubsub.subs;
+        self.info.subscriptions.set([
+            subs.len(Kind::Channel),
+            subs.len(Kind::Pattern),
+            subs.len(Kind::ShardChannel),
+        ]);
+    }
+
+    /// `[subscribe, channel, count]` as a push (an array in RESP2).
+    fn subscription_reply(&mut self, word: &str, name: Option<&[u8]>, kind: Kind) {
+        self.out.push(3);
+        self.out.bulk(word.as_bytes());
+        match name {
+            Some(n) => self.out.bulk(n),
+            None => self.out.null(),
+        }
+        self.out.int(self.pubsub.subs.count_for(kind) as i64);
+    }
+
+    /// Applies changes here, sends them to every other thread and, with `wait`, returns once
+    /// all have applied them.
+    async fn share_changes(&mut self, changes: Vec<Change>, wait: bool) {
+        if changes.is_empty() {
+            return;
+        }
+        for ack in self.send_changes(changes, wait) {
+            let _ = ack.await;
+        }
+    }
+
+    /// Applies changes here and sends them to every other thread; with `acked`, returns a
+    /// receiver per thread that resolves once it has applied them.
+    fn send_changes(&self, changes: Vec<Change>, acked: bool) -> Vec<oneshot::Receiver<()>> {
+        self.note_counts();
+        self.worker.apply_subscriptions(&changes);
+        let changes: Arc<[Change]> = changes.into();
+        let mut acks = Vec::new();
+        for (t, mb) in self.worker.cluster.mailboxes.iter().enumerate() {
+            if t == self.worker.id {
+                continue;
+            }
+            let (done, ack) = match acked {
+                true => {
+                    let (done, ack) = oneshot::channel();
+                    (Some(done), Some(ack))
+                }
+                false => (None, None),
+            };
+            let changes = changes.clone();
+            if mb.send(ShardMsg::Subscriptions { changes, done }) {
+                acks.extend(ack);
+            }
+        }
+        acks
+    }
+
+    pub(crate) async fn publish(&mut self, sharded: bool, args: &Args<'_>) {
+        // Earlier commands of this client take effect first: a subscriber reacting to the
+        // message sees them.
+        self.flush_remote().await;
+        let msg = Message {
+            sharded,
+            channel: args.get(1).into(),
+            payload: args.get(2).into(),
+        };
+        let count = match &mut self.pubsub.held {
+            Some(held) => {
+                let count = self.worker.recipients(sharded, &msg.channel);
+                held.push(msg);
+                count
+            }
+            None => self.worker.publish(msg),
+        };
+        self.pushes_now();
+        self.out.int(count as i64);
+    }
+
+    /// A script run starts: what it publishes is held until it is final.
+    pub(crate) fn hold_publishing(&mut self) {
+        self.pubsub.held = Some(Vec::new());
+    }
+
+    /// The run is final: publishes what it held (`keep`), or forgets it (the run is taken
+    /// back to be run again).
+    pub(crate) fn release_publishing(&mut self, keep: bool) {
+        if let Some(held) = self.pubsub.held.take() {
+            if keep {
+                for msg in held {
+                    self.worker.publish(msg);
+                }
+                self.pushes_now();
+            }
+        }
+    }
+
+    /// EXEC starts (`true`) or ends: messages to this client wait until its reply is out.
+    pub(crate) fn pushes_after_reply(&mut self, defer: bool) {
+        self.pubsub.after_reply = defer;
+    }
+
+    /// Redis's refusal of a command in RESP2 Pub/Sub mode, or None.
+    pub(crate) fn pubsub_refusal(&self, allowed: bool) -> Option<String> {
+        (!allowed && self.subscribed() && self.info.resp.get() == 2).then(|| {
+            format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                self.info.last_command_name()
+            )
+        })
+    }
+
+    pub(crate) fn pubsub_cmd(&mut self, args: &Args<'_>) {
+        let sub = args.get(1).to_ascii_lowercase();
+        let n = args.len();
+        let worker = self.worker.clone();
+        let ps = worker.pubsub.borrow();
+        let out = &mut self.out;
+        match sub.as_slice() {
+            b"help" if n == 2 => {
+                out.array(PUBSUB_HELP.len());
+                for line in PUBSUB_HELP {
+                    out.simple(line);
+                }
+            }
+            b"channels" | b"shardchannels" if n <= 3 => {
+                let sharded = sub.starts_with(b"shard");
+                let pattern = (n == 3).then(|| args.get(2));
+                let names = ps.directory.channels(sharded, pattern);
+                out.array(names.len());
+                for name in names {
+                    out.bulk(name);
+                }
+            }
+            b"numsub" | b"shardnumsub" => {
+                let sharded = sub.starts_with(b"shard");
+                out.array(2 * (n - 2));
+                for channel in args.iter().skip(2) {
+                    out.bulk(channel);
+                    out.int(ps.directory.subscribers(sharded, channel) as i64);
+                }
+            }
+            b"numpat" if n == 2 => out.int(ps.directory.patterns() as i64),
+            b"numpat" => out.error(&errors::wrong_arity("pubsub|numpat")),
+            b"help" => out.error(&errors::wrong_arity("pubsub|help")),
+            b"channels" | b"shardchannels" => out.error(&format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
+                String::from_utf8_lossy(args.get(1))
+            )),
+            _ => out.error(&errors::unknown_subcommand("pubsub", args.get(1))),
+        }
+    }
+}

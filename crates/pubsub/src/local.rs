@@ -1,0 +1,261 @@
+//! One thread's subscribed clients and how a message reaches them: each client has an
+//! [`Inbox`] its connection drains into the socket, and each connection keeps the set of
+//! names it subscribes to ([`ClientSubscriptions`]).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use damselfly_protocol::ReplyBuf;
+use damselfly_storage::glob::glob_match;
+
+use crate::{Kind, Map, Message, Named};
+
+/// Messages pushed to one client, encoded in its protocol, until its connection writes them.
+pub struct Inbox {
+    pub id: u64,
+    out: RefCell<ReplyBuf>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl Inbox {
+    pub fn new(id: u64, resp3: bool) -> Rc<Inbox> {
+        Rc::new(Inbox {
+            id,
+            out: RefCell::new(ReplyBuf::new(resp3)),
+            waker: Cell::new(None),
+        })
+    }
+
+    /// The client switched protocol (HELLO): later messages use the new one.
+    pub fn set_resp3(&self, resp3: bool) {
+        self.out.borrow_mut().resp3 = resp3;
+    }
+
+    /// Appends a push of bulk strings and wakes the connection.
+    pub fn push(&self, words: &[&[u8]]) {
+        {
+            let mut out = self.out.borrow_mut();
+            out.push(words.len());
+            for w in words {
+                out.bulk(w);
+            }
+        }
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Ready once something waits to be written.
+    pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.out.borrow().is_empty() {
+            self.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    /// Moves what waits to the end of `into`.
+    pub fn take(&self, into: &mut Vec<u8>) {
+        let mut out = self.out.borrow_mut();
+        into.extend_from_slice(&out.buf);
+        out.buf.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.out.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.out.borrow().is_empty()
+    }
+}
+
+/// This thread's subscribed clients, by what they subscribe to.
+#[derive(Default)]
+pub struct Subscribers {
+    channels: Map<Vec<Rc<Inbox>>>,
+    shard_channels: Map<Vec<Rc<Inbox>>>,
+    patterns: Named<Vec<Rc<Inbox>>>,
+}
+
+impl Subscribers {
+    pub fn add(&mut self, kind: Kind, name: &[u8], inbox: &Rc<Inbox>) {
+        let list = match kind {
+            Kind::Channel => self.channels.entry(name.into()).or_default(),
+            Kind::ShardChannel => self.shard_channels.entry(name.into()).or_default(),
+            Kind::Pattern => self.patterns.get_or_insert_with(name, Vec::new),
+        };
+        list.push(inbox.clone());
+    }
+
+    /// Takes client `id` off `name`'s list (a scan, as Redis's list of subscribers).
+    pub fn remove(&mut self, kind: Kind, name: &[u8], id: u64) {
+        let emptied = |list: &mut Vec<Rc<Inbox>>| {
+            list.retain(|i| i.id != id);
+            list.is_empty()
+        };
+        match kind {
+            Kind::Channel | Kind::ShardChannel => {
+                let map = if kind == Kind::Channel {
+                    &mut self.channels
+                } else {
+                    &mut self.shard_channels
+                };
+                if map.get_mut(name).is_some_and(emptied) {
+                    map.remove(name);
+                }
+            }
+            Kind::Pattern => {
+                if self.patterns.get_mut(name).is_some_and(emptied) {
+                    self.patterns.remove(name);
+                }
+            }
+        }
+    }
+
+    /// Pushes `msg` to every client here subscribed to its channel or a matching pattern,
+    /// in Redis's order: channel subscribers, then each matching pattern's.
+    pub fn deliver(&self, msg: &Message) {
+        let (channel, payload) = (&*msg.channel, &*msg.payload);
+        if msg.sharded {
+            for inbox in self.shard_channels.get(channel).into_iter().flatten() {
+                inbox.push(&[b"smessage", channel, payload]);
+            }
+            return;
+        }
+        for inbox in self.channels.get(channel).into_iter().flatten() {
+            inbox.push(&[b"message", channel, payload]);
+        }
+        for (pattern, inboxes) in self.patterns.iter() {
+            if glob_match(pattern, channel, false) {
+                for inbox in inboxes {
+                    inbox.push(&[b"pmessage", pattern, channel, payload]);
+                }
+            }
+        }
+    }
+}
+
+/// What one client subscribes to.
+#[derive(Default)]
+pub struct ClientSubscriptions {
+    channels: Named<()>,
+    patterns: Named<()>,
+    shard_channels: Named<()>,
+}
+
+impl ClientSubscriptions {
+    fn of(&self, kind: Kind) -> &Named<()> {
+        match kind {
+            Kind::Channel => &self.channels,
+            Kind::Pattern => &self.patterns,
+            Kind::ShardChannel => &self.shard_channels,
+        }
+    }
+
+    fn of_mut(&mut self, kind: Kind) -> &mut Named<()> {
+        match kind {
+            Kind::Channel => &mut self.channels,
+            Kind::Pattern => &mut self.patterns,
+            Kind::ShardChannel => &mut self.shard_channels,
+        }
+    }
+
+    /// True when it was not subscribed yet.
+    pub fn insert(&mut self, kind: Kind, name: &[u8]) -> bool {
+        let set = self.of_mut(kind);
+        !set.contains(name) && {
+            set.get_or_insert_with(name, || ());
+            true
+        }
+    }
+
+    /// True when it was subscribed.
+    pub fn remove(&mut self, kind: Kind, name: &[u8]) -> bool {
+        self.of_mut(kind).remove(name).is_some()
+    }
+
+    /// The names of one kind, in subscription order while none was removed.
+    pub fn names(&self, kind: Kind) -> Vec<Box<[u8]>> {
+        self.of(kind).iter().map(|(k, _)| k.into()).collect()
+    }
+
+    pub fn len(&self, kind: Kind) -> usize {
+        self.of(kind).len()
+    }
+
+    /// The count SUBSCRIBE, PSUBSCRIBE and their opposites reply with (shard channels are
+    /// counted apart, as Redis does).
+    pub fn count_for(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::ShardChannel => self.shard_channels.len(),
+            Kind::Channel | Kind::Pattern => self.channels.len() + self.patterns.len(),
+        }
+    }
+
+    /// Subscribed to anything: the client is in Pub/Sub mode.
+    pub fn any(&self) -> bool {
+        self.channels.len() + self.patterns.len() + self.shard_channels.len() > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drained(inbox: &Inbox) -> Vec<u8> {
+        let mut out = Vec::new();
+        inbox.take(&mut out);
+        out
+    }
+
+    #[test]
+    fn messages_reach_channel_then_pattern_subscribers_in_their_protocols() {
+        let (a, b) = (Inbox::new(1, false), Inbox::new(2, true));
+        let mut subs = Subscribers::default();
+        subs.add(Kind::Channel, b"news", &a);
+        subs.add(Kind::Pattern, b"n*", &a);
+        subs.add(Kind::ShardChannel, b"news", &b);
+        let msg = |sharded| Message {
+            sharded,
+            channel: (*b"news").into(),
+            payload: (*b"hi").into(),
+        };
+        subs.deliver(&msg(false));
+        assert_eq!(
+            drained(&a),
+            b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n\
+              *4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
+        );
+        assert!(b.is_empty());
+        subs.deliver(&msg(true));
+        assert_eq!(
+            drained(&b),
+            b">3\r\n$8\r\nsmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
+        );
+        subs.remove(Kind::Pattern, b"n*", 1);
+        subs.remove(Kind::Channel, b"news", 1);
+        subs.deliver(&msg(false));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_client_counts_its_subscriptions_as_redis_does() {
+        let mut c = ClientSubscriptions::default();
+        assert!(c.insert(Kind::Channel, b"a"));
+        assert!(!c.insert(Kind::Channel, b"a"));
+        assert!(c.insert(Kind::Pattern, b"a"));
+        assert!(c.insert(Kind::ShardChannel, b"s"));
+        assert_eq!(c.count_for(Kind::Channel), 2);
+        assert_eq!(c.count_for(Kind::ShardChannel), 1);
+        assert!(c.remove(Kind::Channel, b"a"));
+        assert!(!c.remove(Kind::Channel, b"a"));
+        assert_eq!(c.names(Kind::Pattern), vec![Box::from(&b"a"[..])]);
+        assert!(c.any());
+        c.remove(Kind::Pattern, b"a");
+        c.remove(Kind::ShardChannel, b"s");
+        assert!(!c.any());
+    }
+}
