@@ -502,16 +502,18 @@ impl Connection {
                 sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
             }
         }
-        let pubsub_context = matches!(
-            spec.handler,
+        let pubsub_context = match spec.handler {
             Handler::Coord(
                 CoordCmd::Subscribe(_)
-                    | CoordCmd::Unsubscribe(_)
-                    | CoordCmd::Ping
-                    | CoordCmd::Quit
-                    | CoordCmd::Reset
-            )
-        );
+                | CoordCmd::Unsubscribe(_)
+                | CoordCmd::Ping
+                | CoordCmd::Quit
+                | CoordCmd::Reset,
+            ) => true,
+            // An unknown subcommand or a wrong count is refused first, as in Redis's lookup.
+            Handler::Coord(CoordCmd::Pubsub) => !crate::pubsub_family::well_formed(args),
+            _ => false,
+        };
         if let Some(refusal) = self.pubsub_refusal(pubsub_context) {
             return self.refuse_before_run(idx, &refusal);
         }

@@ -120,6 +120,17 @@ impl Worker {
     }
 }
 
+/// A PUBSUB subcommand Redis knows, with an argument count it accepts.
+pub(crate) fn well_formed(args: &Args) -> bool {
+    let n = args.len();
+    match args.get(1).to_ascii_lowercase().as_slice() {
+        b"help" | b"numpat" => n == 2,
+        b"channels" | b"shardchannels" => n <= 3,
+        b"numsub" | b"shardnumsub" => true,
+        _ => false,
+    }
+}
+
 const PUBSUB_HELP: &[&str] = &[
     "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "CHANNELS [<pattern>]",
@@ -385,42 +396,46 @@ impl Connection {
 
     pub(crate) fn pubsub_cmd(&mut self, args: &Args<'_>) {
         let sub = args.get(1).to_ascii_lowercase();
-        let n = args.len();
+        if !well_formed(args) {
+            let msg = match sub.as_slice() {
+                b"help" | b"numpat" => {
+                    errors::wrong_arity(&format!("pubsub|{}", String::from_utf8_lossy(&sub)))
+                }
+                b"channels" | b"shardchannels" => format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
+                    String::from_utf8_lossy(args.get(1))
+                ),
+                _ => errors::unknown_subcommand("pubsub", args.get(1)),
+            };
+            return self.out.error(&msg);
+        }
         let worker = self.worker.clone();
-        let ps = worker.pubsub.borrow();
+        let directory = &worker.pubsub.borrow().directory;
         let out = &mut self.out;
+        let sharded = sub.starts_with(b"shard");
         match sub.as_slice() {
-            b"help" if n == 2 => {
+            b"help" => {
                 out.array(PUBSUB_HELP.len());
                 for line in PUBSUB_HELP {
                     out.simple(line);
                 }
             }
-            b"channels" | b"shardchannels" if n <= 3 => {
-                let sharded = sub.starts_with(b"shard");
-                let pattern = (n == 3).then(|| args.get(2));
-                let names = ps.directory.channels(sharded, pattern);
+            b"channels" | b"shardchannels" => {
+                let pattern = (args.len() == 3).then(|| args.get(2));
+                let names = directory.channels(sharded, pattern);
                 out.array(names.len());
                 for name in names {
                     out.bulk(name);
                 }
             }
             b"numsub" | b"shardnumsub" => {
-                let sharded = sub.starts_with(b"shard");
-                out.array(2 * (n - 2));
+                out.array(2 * (args.len() - 2));
                 for channel in args.iter().skip(2) {
                     out.bulk(channel);
-                    out.int(ps.directory.subscribers(sharded, channel) as i64);
+                    out.int(directory.subscribers(sharded, channel) as i64);
                 }
             }
-            b"numpat" if n == 2 => out.int(ps.directory.patterns() as i64),
-            b"numpat" => out.error(&errors::wrong_arity("pubsub|numpat")),
-            b"help" => out.error(&errors::wrong_arity("pubsub|help")),
-            b"channels" | b"shardchannels" => out.error(&format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
-                String::from_utf8_lossy(args.get(1))
-            )),
-            _ => out.error(&errors::unknown_subcommand("pubsub", args.get(1))),
+            _ => out.int(directory.patterns() as i64),
         }
     }
 }
