@@ -133,7 +133,7 @@ impl Directory {
         };
         map.keys()
             .map(|k| &**k)
-            .filter(|k| pattern.map_or(true, |p| glob_match(p, k, false)))
+            .filter(|k| pattern.is_none_or(|p| glob_match(p, k, false)))
             .collect()
     }
 
