@@ -81,6 +81,8 @@ async fn wait_blocked<R: ConnRead, S: Future<Output = ()>>(
 ) -> bool {
     let cluster = conn.cluster();
     let mut buf = vec![0u8; 16 * 1024];
+    let inbox = conn.push_inbox();
+    let mut pushed_bytes = 0;
     while conn.is_blocked() {
         if conn.killed() || cluster.shutdown.is_triggered() {
             return false;
@@ -88,21 +90,37 @@ async fn wait_blocked<R: ConnRead, S: Future<Output = ()>>(
         let tick = conn.block_deadline().map_or(BLOCK_TICK, |d| {
             d.saturating_duration_since(Instant::now()).min(BLOCK_TICK)
         });
-        match race3(
-            poll_fn(|cx| conn.poll_wake(cx)),
-            rd.read(&mut buf),
-            sleep(tick),
+        // Messages pushed meanwhile (a RESP3 subscriber) wait for the reply, within the
+        // output limit.
+        let pushed = poll_fn(|cx| {
+            inbox
+                .as_ref()
+                .map_or(Poll::Pending, |i| i.poll_beyond(pushed_bytes, cx))
+        });
+        match race(
+            race3(
+                poll_fn(|cx| conn.poll_wake(cx)),
+                rd.read(&mut buf),
+                sleep(tick),
+            ),
+            pushed,
         )
         .await
         {
-            Either3::First(()) => conn.resume().await,
-            Either3::Second(Ok(0) | Err(_)) => return false,
-            Either3::Second(Ok(n)) => {
+            Either::Left(Either3::First(())) => conn.resume().await,
+            Either::Left(Either3::Second(Ok(0) | Err(_))) => return false,
+            Either::Left(Either3::Second(Ok(n))) => {
                 if !conn.feed(&buf[..n]) {
                     return false;
                 }
             }
-            Either3::Third(()) => conn.check_block_timeout(Instant::now()),
+            Either::Left(Either3::Third(())) => conn.check_block_timeout(Instant::now()),
+            Either::Right(waiting) => {
+                pushed_bytes = waiting;
+                if !conn.output_within_limits(waiting as u64) {
+                    return false;
+                }
+            }
         }
     }
     true

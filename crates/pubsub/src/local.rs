@@ -48,11 +48,17 @@ impl Inbox {
 
     /// Ready once something waits to be written.
     pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.out.borrow().is_empty() {
+        self.poll_beyond(0, cx).map(|_| ())
+    }
+
+    /// Ready with the bytes waiting once they are more than `seen`.
+    pub fn poll_beyond(&self, seen: usize, cx: &mut Context<'_>) -> Poll<usize> {
+        let waiting = self.len();
+        if waiting > seen {
+            Poll::Ready(waiting)
+        } else {
             self.waker.set(Some(cx.waker().clone()));
             Poll::Pending
-        } else {
-            Poll::Ready(())
         }
     }
 
