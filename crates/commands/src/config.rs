@@ -3,7 +3,7 @@
 //! same table, so they validate the same way. Values read on hot paths are mirrored into atomics.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 use damselfly_storage::EncodingLimits;
@@ -20,6 +20,8 @@ pub enum Kind {
     Bool,
     Enum(&'static [&'static str]),
     Str,
+    /// `notify-keyspace-events`: class letters, shown in Redis's canonical order.
+    KeyspaceEvents,
 }
 
 /// Whether a parameter's effect is built: `Applied` ones change behaviour; `Accepted` ones are
@@ -191,7 +193,7 @@ pub static PARAMS: &[Param] = &[
         A,
     ),
     p("hz", "10", Kind::Int { min: 1, max: 500 }, true, A),
-    p("notify-keyspace-events", "", Kind::Str, true, A),
+    p("notify-keyspace-events", "", Kind::KeyspaceEvents, true, Y),
     p("hash-max-listpack-entries", "128", NONNEG, true, Y),
     p("hash-max-listpack-value", "64", NONNEG, true, Y),
     p("hash-max-ziplist-entries", "128", NONNEG, true, Y),
@@ -326,6 +328,9 @@ fn validate(param: &Param, value: &str) -> Result<String, String> {
             }
         }
         Kind::Str => Ok(value.to_string()),
+        Kind::KeyspaceEvents => damselfly_storage::notify::parse_flags(value)
+            .map(damselfly_storage::notify::flags_text)
+            .ok_or_else(|| "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string()),
     }
 }
 
@@ -345,6 +350,8 @@ pub struct Config {
     /// journal to be on disk.
     pub journal_always: AtomicBool,
     pub active_expire: AtomicBool,
+    /// `notify-keyspace-events` as flags (damselfly_storage::notify::class).
+    pub notify_flags: AtomicU32,
     /// `busy-reply-threshold` in milliseconds (read by every script run).
     pub busy_reply_ms: AtomicU64,
     /// `script-shard-locking`, as a [`ScriptLocking`] (read by every script run).
@@ -372,6 +379,7 @@ impl Default for Config {
             journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
             busy_reply_ms: AtomicU64::new(0),
+            notify_flags: AtomicU32::new(0),
             script_locking: AtomicU8::new(0),
             generation: AtomicU64::new(0),
         };
@@ -501,6 +509,11 @@ impl Config {
             .store(!self.get("requirepass").is_empty(), r);
         self.busy_reply_ms
             .store(self.get_u64("busy-reply-threshold"), r);
+        let events = self.get("notify-keyspace-events");
+        self.notify_flags.store(
+            damselfly_storage::notify::parse_flags(&events).unwrap_or(0),
+            r,
+        );
         let locking = match self.get("script-shard-locking").as_str() {
             "all" => ScriptLocking::All,
             "strict" => ScriptLocking::Strict,

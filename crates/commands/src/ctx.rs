@@ -2,6 +2,7 @@
 //! command's clock reading and the reply being written.
 
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{Collection, EncodingLimits, Entry, Kind, Shard, Value};
 
 use crate::errors;
@@ -43,6 +44,12 @@ impl<'a> ExecCtx<'a> {
                 .get_or_insert_with(Vec::new)
                 .push(args.iter().map(|a| a.to_vec()).collect());
         }
+    }
+
+    /// Records the keyspace notification `event` of `class` (damselfly_storage::notify::class)
+    /// for `key`; the shard's thread publishes it after the command, if that class is on.
+    pub fn notify(&mut self, class: u32, event: &'static str, key: &[u8]) {
+        self.shard.notify.record(class, event, self.db, key);
     }
 
     /// Looks a key up for reading, counting keyspace hits and misses like Redis.
@@ -101,6 +108,10 @@ impl<'a> ExecCtx<'a> {
             Ok(Some((r, empty))) => {
                 if empty {
                     self.shard.remove(self.db, key);
+                    // Redis names the command's own event first (`lpop`, then `del`).
+                    self.shard
+                        .notify
+                        .record_after_next(class::GENERIC, "del", self.db, key);
                 }
                 Ok(r)
             }

@@ -26,7 +26,7 @@ pub fn exists(ctx: &mut ExecCtx, args: &Args) {
     let n = args
         .iter()
         .skip(1)
-        .filter(|k| ctx.shard.exists(ctx.db, k, ctx.now))
+        .filter(|k| ctx.lookup_read(k).is_some())
         .count();
     ctx.reply.int(n as i64);
 }

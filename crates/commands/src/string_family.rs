@@ -115,12 +115,12 @@ fn reply_value_or(ctx: &mut ExecCtx, key: &[u8], wrong_is_null: bool) -> bool {
             true
         }
         Some(_) => {
-            shard.stats.count_lookup(true);
+            shard.note_lookup(*db, key, true);
             reply.error(errors::WRONGTYPE);
             return false;
         }
     };
-    shard.stats.count_lookup(hit);
+    shard.note_lookup(*db, key, hit);
     true
 }
 

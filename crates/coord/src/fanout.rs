@@ -300,8 +300,16 @@ impl Connection {
                 }
             }
         }
+        // The handler's notifications are the command's (gathering in announced nothing);
+        // they name the client's database, not the scratch shard's.
+        scratch.notify.flags = self.worker.shard.borrow().notify.flags;
         let mut ctx = base.ctx(&mut scratch, &mut self.out);
         handler(&mut ctx, args);
+        let mut events = scratch.notify.take();
+        for e in &mut events {
+            e.db = db;
+        }
+        self.worker.publish_events(scratch.notify.flags, events);
         if !writes {
             return;
         }
@@ -327,6 +335,8 @@ impl Connection {
                     for (key, value) in keys {
                         w.journal_value(db, &key, value.as_ref().map(|(v, at)| (v, *at)));
                         let mut shard = w.shard.borrow_mut();
+                        // The handler announced this write already (a new key included).
+                        let flags = std::mem::take(&mut shard.notify.flags);
                         match value {
                             Some((v, expire_at)) => {
                                 shard.set(db, &key, v, expire_at);
@@ -335,6 +345,7 @@ impl Connection {
                                 shard.remove(db, &key);
                             }
                         }
+                        shard.notify.flags = flags;
                     }
                 });
                 (shard, work)

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use damselfly_commands::errors;
 use damselfly_commands::Args;
 use damselfly_pubsub::{Change, ClientSubscriptions, Directory, Inbox, Kind, Message, Subscribers};
+use damselfly_storage::notify::{class, Event};
 use futures_channel::oneshot;
 
 use crate::connection::Connection;
@@ -110,6 +111,41 @@ impl Worker {
     /// Delivers a message another thread published to this thread's subscribers.
     pub(crate) fn deliver(&self, msg: &Message) {
         self.pubsub.borrow().subscribers.deliver(msg);
+    }
+
+    /// Publishes the keyspace notifications this shard recorded, in order: to
+    /// `__keyspace@<db>__:<key>` (the event as message) and `__keyevent@<db>__:<event>` (the
+    /// key), as the configured channel kinds ask.
+    pub(crate) fn publish_notifications(&self) {
+        let (flags, events) = {
+            let mut shard = self.shard.borrow_mut();
+            (shard.notify.flags, shard.notify.take())
+        };
+        self.publish_events(flags, events);
+    }
+
+    /// Publishes keyspace notifications recorded anywhere (a scratch shard's too).
+    pub(crate) fn publish_events(&self, flags: u32, events: Vec<Event>) {
+        for e in events {
+            if flags & class::KEYSPACE != 0 {
+                let mut channel = format!("__keyspace@{}__:", e.db).into_bytes();
+                channel.extend_from_slice(&e.key);
+                self.publish(Message {
+                    sharded: false,
+                    channel: channel.into(),
+                    payload: e.event.as_bytes().into(),
+                });
+            }
+            if flags & class::KEYEVENT != 0 {
+                self.publish(Message {
+                    sharded: false,
+                    channel: format!("__keyevent@{}__:{}", e.db, e.event)
+                        .into_bytes()
+                        .into(),
+                    payload: e.key,
+                });
+            }
+        }
     }
 
     /// (channels, patterns, shard channels) with a subscriber, for INFO.

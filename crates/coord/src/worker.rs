@@ -227,7 +227,10 @@ impl Worker {
         let generation = config.generation.load(Ordering::Acquire);
         if generation != self.limits_generation.get() {
             self.limits_generation.set(generation);
-            self.shard.borrow_mut().limits = config.encoding_limits();
+            let mut shard = self.shard.borrow_mut();
+            shard.limits = config.encoding_limits();
+            shard.notify.flags = config.notify_flags.load(Ordering::Relaxed);
+            drop(shard);
             if let Some(policy) = FsyncPolicy::parse(&config.get("appendfsync")) {
                 self.set_fsync_policy(policy);
             }
@@ -296,6 +299,11 @@ impl Worker {
             let expiries = shard.stats.expired_keys - expired;
             let changed = shard.dirty - dirty > expiries;
             self.journal_effects(&mut shard, db, words, effects, changed);
+        }
+        let notified = shard.notify.pending();
+        drop(shard);
+        if notified {
+            self.publish_notifications();
         }
         r
     }
@@ -722,6 +730,7 @@ impl Worker {
             self.peak_memory
                 .set(self.peak_memory.get().max(shard.used_memory()));
         }
+        self.publish_notifications();
         let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
         self.clients.borrow().close_idle(timeout);
         // A safety net under the wake-up rule: should a signal ever be missed (an event loop

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::limits::EncodingLimits;
+use crate::notify::{class, Notifications};
 use crate::table::{Entry, Table};
 use crate::undo::{Saved, UndoLog};
 use crate::value::{Kind, Value};
@@ -124,6 +125,8 @@ pub struct Shard {
     expired_log: Option<Vec<(usize, Box<[u8]>)>>,
     /// While kept, the state before every change, so the changes can be taken back.
     undo: Option<UndoLog>,
+    /// Keyspace notifications: the configured classes and the events not yet published.
+    pub notify: Notifications,
 }
 
 /// What [`Shard::rollback`] restored, for the journal.
@@ -159,6 +162,7 @@ impl Shard {
             dirty: 0,
             expired_log: None,
             undo: None,
+            notify: Notifications::default(),
         }
     }
 
@@ -230,11 +234,13 @@ impl Shard {
     /// Starts keeping the state before every change (if not already), for [`Shard::rollback`].
     pub fn keep_undo(&mut self) {
         self.undo.get_or_insert_with(UndoLog::default);
+        self.notify.hold();
     }
 
-    /// Stops keeping it: the changes stay.
+    /// Stops keeping it: the changes stay, and their notifications may go.
     pub fn drop_undo(&mut self) {
         self.undo = None;
+        self.notify.release();
     }
 
     /// Takes back every change since [`Shard::keep_undo`], newest first, and stops keeping
@@ -270,6 +276,7 @@ impl Shard {
                 }
             }
         }
+        self.notify.discard_held();
         undone
     }
 
@@ -340,8 +347,26 @@ impl Shard {
     pub fn get_counted(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
         self.expire_if_needed(db, key, now);
         let e = self.dbs[db].table.get(key);
-        self.stats.count_lookup(e.is_some());
+        Self::count_lookup(&mut self.stats, &mut self.notify, db, key, e.is_some());
         e
+    }
+
+    /// Counts a read's keyspace hit or miss; a miss is a `keymiss` notification too.
+    pub fn note_lookup(&mut self, db: usize, key: &[u8], hit: bool) {
+        Self::count_lookup(&mut self.stats, &mut self.notify, db, key, hit);
+    }
+
+    fn count_lookup(
+        stats: &mut ShardStats,
+        notify: &mut Notifications,
+        db: usize,
+        key: &[u8],
+        hit: bool,
+    ) {
+        stats.count_lookup(hit);
+        if !hit {
+            notify.record(class::KEY_MISS, "keymiss", db, key);
+        }
     }
 
     /// True when the key exists (after lazy expiry).
@@ -448,6 +473,9 @@ impl Shard {
         self.used_memory += entry.mem_size();
         Self::touch(&mut self.watched[db], key);
         let old = self.dbs[db].table.insert(entry);
+        if old.is_none() {
+            self.notify.record(class::NEW, "new", db, key);
+        }
         let old_ttl = old.as_ref().map_or(0, |e| e.expire_at);
         if let Some(o) = &old {
             self.used_memory -= o.mem_size().min(self.used_memory);
@@ -553,6 +581,7 @@ impl Shard {
             if let Some(log) = &mut self.expired_log {
                 log.push((db, key.into()));
             }
+            self.notify.record(class::EXPIRED, "expired", db, key);
         }
     }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod diff;
+pub mod notify;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
