@@ -14,7 +14,7 @@ use tokio::task::{spawn_local, JoinHandle};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
 use crate::listeners::{describe_tcp, describe_unix};
-use crate::{Shared, TICK};
+use crate::{Adopted, AdoptedStream, Shared, TICK};
 
 struct Reader<S>(S);
 struct Writer<S>(S);
@@ -31,9 +31,13 @@ impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
     }
 }
 
-pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io::Result<()> {
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    mailboxes: Vec<Mailbox<ShardMsg>>,
+    adopted: Vec<Vec<Adopted>>,
+) -> io::Result<()> {
     let mut handles = Vec::new();
-    for (index, mailbox) in mailboxes.into_iter().enumerate() {
+    for ((index, mailbox), adopted) in mailboxes.into_iter().enumerate().zip(adopted) {
         let shared = shared.clone();
         let tcp = shared
             .listeners
@@ -51,7 +55,7 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
             std::thread::Builder::new()
                 .name(format!("damselfly-{index}"))
                 .stack_size(crate::THREAD_STACK)
-                .spawn(move || thread_main(index, shared, mailbox, tcp, unix))?,
+                .spawn(move || thread_main(index, shared, mailbox, tcp, unix, adopted))?,
         );
     }
     for h in handles {
@@ -67,6 +71,7 @@ fn thread_main(
     mailbox: Mailbox<ShardMsg>,
     tcp: Vec<std::net::TcpListener>,
     unix: Option<std::os::unix::net::UnixListener>,
+    adopted: Vec<Adopted>,
 ) -> io::Result<()> {
     shared.pin(index);
     let rt = runtime(&shared.cluster.mailboxes[index])?;
@@ -92,14 +97,23 @@ fn thread_main(
             let listener = tokio::net::TcpListener::from_std(l)?;
             acceptors.push(spawn_local(accept_tcp(worker.clone(), listener)));
         }
+        let path = unix
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+            .unwrap_or_default();
         if let Some(l) = unix {
-            let path = l
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
-                .unwrap_or_default();
             let listener = tokio::net::UnixListener::from_std(l)?;
-            acceptors.push(spawn_local(accept_unix(worker.clone(), listener, path)));
+            acceptors.push(spawn_local(accept_unix(
+                worker.clone(),
+                listener,
+                path.clone(),
+            )));
+        }
+        for a in adopted {
+            // Made non-blocking for the runtime; one that fails is dropped (its client
+            // reconnects, as after any lost connection).
+            let _ = adopt(&worker, a, &path);
         }
         shared.cluster.shutdown.wait().await;
         for a in &acceptors {
@@ -135,14 +149,7 @@ async fn tick_loop(worker: Rc<Worker>) {
 async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener) {
     loop {
         match listener.accept().await {
-            Ok((stream, peer)) => {
-                let peer = describe_tcp(Some(peer), stream.local_addr().ok());
-                if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
-                    tune_tcp(&worker, stream.as_fd());
-                    let (rd, wr) = stream.into_split();
-                    spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
-                }
-            }
+            Ok((stream, _)) => start_tcp(&worker, stream, &[]),
             Err(e) => accept_failed(e).await,
         }
     }
@@ -151,15 +158,51 @@ async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener) {
 async fn accept_unix(worker: Rc<Worker>, listener: tokio::net::UnixListener, path: String) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                if let Some(conn) = admit(&worker, stream.as_raw_fd(), describe_unix(&path)) {
-                    let (rd, wr) = stream.into_split();
-                    spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
-                }
-            }
+            Ok((stream, _)) => start_unix(&worker, stream, &path, &[]),
             Err(e) => accept_failed(e).await,
         }
     }
+}
+
+/// Admits a TCP client and serves it; `unread` is input it sent before (adopted clients).
+fn start_tcp(worker: &Rc<Worker>, stream: tokio::net::TcpStream, unread: &[u8]) {
+    let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
+    if let Some(mut conn) = admit(worker, stream.as_raw_fd(), peer) {
+        tune_tcp(worker, stream.as_fd());
+        if conn.feed(unread) {
+            let (rd, wr) = stream.into_split();
+            spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
+        }
+    }
+}
+
+fn start_unix(worker: &Rc<Worker>, stream: tokio::net::UnixStream, path: &str, unread: &[u8]) {
+    if let Some(mut conn) = admit(worker, stream.as_raw_fd(), describe_unix(path)) {
+        if conn.feed(unread) {
+            let (rd, wr) = stream.into_split();
+            spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
+        }
+    }
+}
+
+/// Serves a connection accepted while the data loaded.
+fn adopt(worker: &Rc<Worker>, a: Adopted, path: &str) -> io::Result<()> {
+    match a.stream {
+        AdoptedStream::Tcp(s) => {
+            s.set_nonblocking(true)?;
+            start_tcp(worker, tokio::net::TcpStream::from_std(s)?, &a.unread);
+        }
+        AdoptedStream::Unix(s) => {
+            s.set_nonblocking(true)?;
+            start_unix(
+                worker,
+                tokio::net::UnixStream::from_std(s)?,
+                path,
+                &a.unread,
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Out of descriptors and similar: back off instead of spinning.

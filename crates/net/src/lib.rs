@@ -78,11 +78,33 @@ impl Shared {
     }
 }
 
+/// A client connection accepted before the server ran (while the data loaded), with the
+/// bytes it sent that were not answered yet; the server serves it from then on.
+pub struct Adopted {
+    pub stream: AdoptedStream,
+    pub unread: Vec<u8>,
+}
+
+pub enum AdoptedStream {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+/// Deals adopted connections round-robin to `threads` threads.
+fn deal(adopted: Vec<Adopted>, threads: usize) -> Vec<Vec<Adopted>> {
+    let mut hands: Vec<Vec<Adopted>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, a) in adopted.into_iter().enumerate() {
+        hands[i % threads.max(1)].push(a);
+    }
+    hands
+}
+
 /// A built, not yet running server.
 pub struct Server {
     shared: Arc<Shared>,
     mailboxes: Vec<Mailbox<ShardMsg>>,
     backend: Backend,
+    adopted: Vec<Adopted>,
 }
 
 impl Server {
@@ -111,7 +133,13 @@ impl Server {
             }),
             mailboxes,
             backend,
+            adopted: Vec::new(),
         }
+    }
+
+    /// Connections to serve from the start, beside those the listeners will accept.
+    pub fn adopt(&mut self, connections: Vec<Adopted>) {
+        self.adopted.extend(connections);
     }
 
     pub fn cluster(&self) -> Arc<Cluster> {
@@ -120,9 +148,10 @@ impl Server {
 
     /// Runs until shutdown is triggered and every thread has drained.
     pub fn run(self) -> std::io::Result<()> {
+        let adopted = deal(self.adopted, self.mailboxes.len());
         match self.backend {
-            Backend::Epoll => epoll_backend::run(self.shared, self.mailboxes),
-            Backend::Uring => uring_backend::run(self.shared, self.mailboxes),
+            Backend::Epoll => epoll_backend::run(self.shared, self.mailboxes, adopted),
+            Backend::Uring => uring_backend::run(self.shared, self.mailboxes, adopted),
         }
     }
 }

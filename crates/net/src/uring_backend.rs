@@ -16,7 +16,7 @@ use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
 use crate::listeners::{describe_tcp, describe_unix};
-use crate::{Shared, TICK};
+use crate::{Adopted, AdoptedStream, Shared, TICK};
 
 struct Reader<S>(S);
 struct Writer<S>(S);
@@ -39,7 +39,11 @@ fn spawn_serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(stream: S, conn: Con
     spawn_local(serve(Reader(rd), Writer(wr), conn, glommio::timer::sleep)).detach();
 }
 
-pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io::Result<()> {
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    mailboxes: Vec<Mailbox<ShardMsg>>,
+    adopted: Vec<Vec<Adopted>>,
+) -> io::Result<()> {
     let (adopt_tx, adopt_rx): (Vec<MailboxSender<i32>>, Vec<Mailbox<i32>>) =
         (0..mailboxes.len()).map(|_| mailbox()).unzip();
     let unix_path = shared
@@ -63,7 +67,8 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
         None => None,
     };
     let mut handles = Vec::new();
-    for (index, (mailbox, adopt)) in mailboxes.into_iter().zip(adopt_rx).enumerate() {
+    let threads = mailboxes.into_iter().zip(adopt_rx).zip(adopted).enumerate();
+    for (index, ((mailbox, adopt), adopted)) in threads {
         let shared = shared.clone();
         let tcp = shared
             .listeners
@@ -83,7 +88,9 @@ pub(crate) fn run(shared: Arc<Shared>, mailboxes: Vec<Mailbox<ShardMsg>>) -> io:
                     .name(&name)
                     .make()
                     .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
-                executor.run(thread_main(index, shared, mailbox, adopt, tcp, unix_path))
+                executor.run(thread_main(
+                    index, shared, mailbox, adopt, tcp, unix_path, adopted,
+                ))
             })?;
         handles.push(handle);
     }
@@ -139,6 +146,7 @@ async fn thread_main(
     adopt: Mailbox<i32>,
     tcp: Vec<std::net::TcpListener>,
     unix_path: String,
+    adopted: Vec<Adopted>,
 ) -> io::Result<()> {
     shared.pin(index);
     let worker = Worker::new(index, shared.cluster.clone());
@@ -161,6 +169,9 @@ async fn thread_main(
         // SAFETY: the descriptor comes from a bound, listening socket we own.
         let listener = unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) };
         acceptors.push(spawn_local(accept_tcp(worker.clone(), listener)));
+    }
+    for a in adopted {
+        adopt_loaded(&worker, a, &unix_path);
     }
     acceptors.push(spawn_local(adopt_unix(worker.clone(), adopt, unix_path)));
     shared.cluster.shutdown.wait().await;
@@ -202,6 +213,37 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// Serves a connection accepted while the data loaded, with the input it sent then.
+fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str) {
+    match a.stream {
+        AdoptedStream::Tcp(s) if s.set_nonblocking(true).is_ok() => {
+            let peer = describe_tcp(s.peer_addr().ok(), s.local_addr().ok());
+            let fd = s.into_raw_fd();
+            // SAFETY: into_raw_fd released the connected socket to us; the stream owns it now.
+            let stream = unsafe { glommio::net::TcpStream::from_raw_fd(fd) };
+            if let Some(mut conn) = admit(worker, fd, peer) {
+                // SAFETY: the descriptor stays owned by `stream` for this call.
+                tune_tcp(worker, unsafe { BorrowedFd::borrow_raw(fd) });
+                if conn.feed(&a.unread) {
+                    spawn_serve(stream, conn);
+                }
+            }
+        }
+        AdoptedStream::Unix(s) if s.set_nonblocking(true).is_ok() => {
+            let fd = s.into_raw_fd();
+            // SAFETY: as above, for a unix socket.
+            let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
+            if let Some(mut conn) = admit(worker, fd, describe_unix(path)) {
+                if conn.feed(&a.unread) {
+                    spawn_serve(stream, conn);
+                }
+            }
+        }
+        // Dropped: its client reconnects, as after any lost connection.
+        _ => {}
     }
 }
 

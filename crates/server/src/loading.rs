@@ -2,7 +2,9 @@
 //! `-LOADING Redis is loading the dataset in memory` to commands, and INFO with `loading:1`
 //! and the progress fields, so probes and clients can tell a loading server from a dead one
 //! (a Kubernetes liveness probe accepts -LOADING, readiness waits for loading:0). When loading
-//! ends, those connections are closed and the shard threads take over the listeners.
+//! ends, the shard threads take over the listeners and the connections made meanwhile, with
+//! any input not answered yet, as Redis keeps serving a client that connected while it
+//! loaded.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpListener;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use damselfly_net::Listeners;
+use damselfly_net::{Adopted, AdoptedStream, Listeners};
 use damselfly_protocol::{Limits, ParsedCommand, RequestParser};
 
 const LOADING: &[u8] = b"-LOADING Redis is loading the dataset in memory\r\n";
@@ -45,7 +47,7 @@ impl Progress {
 /// The loading responder: runs until `finish`.
 pub struct Responder {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Vec<Adopted>>>,
 }
 
 impl Responder {
@@ -69,12 +71,14 @@ impl Responder {
         Responder { stop, thread }
     }
 
-    /// Loading is over: closes the connections it served and stops accepting.
-    pub fn finish(mut self) {
+    /// Loading is over: stops accepting and returns the connections still open, for the
+    /// server to serve.
+    pub fn finish(mut self) -> Vec<Adopted> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
     }
 }
 
@@ -84,19 +88,19 @@ fn accept_loop(
     stop: &Arc<AtomicBool>,
     progress: &Arc<Progress>,
     started: u64,
-) {
+) -> Vec<Adopted> {
     let open = Arc::new(AtomicUsize::new(0));
-    let mut conns: Vec<JoinHandle<()>> = Vec::new();
+    let mut conns: Vec<JoinHandle<Option<Adopted>>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let mut accepted: Vec<Box<dyn Conn>> = Vec::new();
+        let mut accepted: Vec<AdoptedStream> = Vec::new();
         for l in tcp {
             while let Ok((s, _)) = l.accept() {
-                accepted.push(Box::new(s));
+                accepted.push(AdoptedStream::Tcp(s));
             }
         }
         if let Some(l) = unix {
             while let Ok((s, _)) = l.accept() {
-                accepted.push(Box::new(s));
+                accepted.push(AdoptedStream::Unix(s));
             }
         }
         for conn in accepted {
@@ -108,8 +112,9 @@ fn accept_loop(
             let spawned = std::thread::Builder::new()
                 .name("damselfly-loading-client".into())
                 .spawn(move || {
-                    serve(conn, &stop, &progress, started);
+                    let kept = serve(conn, &stop, &progress, started);
                     open.fetch_sub(1, Ordering::Relaxed);
+                    kept
                 });
             if let Ok(h) = spawned {
                 conns.push(h);
@@ -118,32 +123,65 @@ fn accept_loop(
         conns.retain(|h| !h.is_finished());
         std::thread::sleep(POLL);
     }
-    for h in conns {
-        let _ = h.join();
+    conns
+        .into_iter()
+        .filter_map(|h| h.join().ok().flatten())
+        .collect()
+}
+
+/// A client socket as `Read` and `Write`.
+struct Conn(AdoptedStream);
+
+impl Conn {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match &self.0 {
+            AdoptedStream::Tcp(s) => s.set_read_timeout(t),
+            AdoptedStream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    /// Handed to the server: without the read timeout this responder polls with.
+    fn adopted(self, unread: Vec<u8>) -> Option<Adopted> {
+        self.set_read_timeout(None).ok()?;
+        Some(Adopted {
+            stream: self.0,
+            unread,
+        })
     }
 }
 
-/// A client socket, TCP or unix.
-trait Conn: Read + Write + Send {
-    fn set_timeout(&self, t: Duration) -> std::io::Result<()>;
-}
-
-impl Conn for std::net::TcpStream {
-    fn set_timeout(&self, t: Duration) -> std::io::Result<()> {
-        self.set_read_timeout(Some(t))
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match &mut self.0 {
+            AdoptedStream::Tcp(s) => s.read(buf),
+            AdoptedStream::Unix(s) => s.read(buf),
+        }
     }
 }
 
-impl Conn for std::os::unix::net::UnixStream {
-    fn set_timeout(&self, t: Duration) -> std::io::Result<()> {
-        self.set_read_timeout(Some(t))
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match &mut self.0 {
+            AdoptedStream::Tcp(s) => s.write(buf),
+            AdoptedStream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
-fn serve(mut conn: Box<dyn Conn>, stop: &AtomicBool, progress: &Progress, started: u64) {
-    if conn.set_timeout(POLL * 5).is_err() {
-        return;
-    }
+/// Answers one client until loading ends (then returns it with its unanswered input) or it
+/// goes away (None).
+fn serve(
+    stream: AdoptedStream,
+    stop: &AtomicBool,
+    progress: &Progress,
+    started: u64,
+) -> Option<Adopted> {
+    let mut conn = Conn(stream);
+    conn.set_read_timeout(Some(POLL * 5)).ok()?;
     let mut buf = Vec::new();
     let mut parser = RequestParser::default();
     let (mut spans, mut aux) = (Vec::new(), Vec::new());
@@ -154,13 +192,13 @@ fn serve(mut conn: Box<dyn Conn>, stop: &AtomicBool, progress: &Progress, starte
     let mut chunk = [0u8; 4096];
     while !stop.load(Ordering::Relaxed) {
         match conn.read(&mut chunk) {
-            Ok(0) => return,
+            Ok(0) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
-            Err(_) => return,
+            Err(_) => return None,
         }
         if buf.len() > MAX_REQUEST {
-            return;
+            return None;
         }
         let mut pos = 0;
         loop {
@@ -179,12 +217,12 @@ fn serve(mut conn: Box<dyn Conn>, stop: &AtomicBool, progress: &Progress, starte
                         b"info" => info(progress, started),
                         b"quit" => {
                             let _ = conn.write_all(b"+OK\r\n");
-                            return;
+                            return None;
                         }
                         _ => LOADING.to_vec(),
                     };
                     if conn.write_all(&reply).is_err() {
-                        return;
+                        return None;
                     }
                     pos = consumed;
                 }
@@ -192,13 +230,14 @@ fn serve(mut conn: Box<dyn Conn>, stop: &AtomicBool, progress: &Progress, starte
                 Ok(ParsedCommand::Incomplete { .. }) => break,
                 Err(e) => {
                     let _ = conn.write_all(format!("-ERR {e}\r\n").as_bytes());
-                    return;
+                    return None;
                 }
             }
         }
         buf.drain(..pos);
         parser = RequestParser::default();
     }
+    conn.adopted(buf)
 }
 
 /// INFO while loading: Redis's persistence fields with the progress.

@@ -120,7 +120,7 @@ fn main() -> ExitCode {
     let progress = std::sync::Arc::new(loading::Progress::default());
     let responder = loading::Responder::start(&listeners, progress.clone());
     let recovered = recovery::recover(&config, threads, &progress);
-    responder.finish();
+    let loading_clients = responder.finish();
     let recovered = match recovered {
         Ok(r) => r,
         Err(e) => {
@@ -130,7 +130,8 @@ fn main() -> ExitCode {
     };
     let described = listeners.describe();
     let pin = config.get("pin-threads") == "yes";
-    let server = Server::new(config.clone(), threads, backend, pin, listeners, info);
+    let mut server = Server::new(config.clone(), threads, backend, pin, listeners, info);
+    server.adopt(loading_clients);
     // Before any other thread starts (journal writers): threads inherit the blocked signals.
     install_signal_thread(server.cluster());
     if let Err(e) = recovered.start(&server.cluster()) {

@@ -713,7 +713,8 @@ fn info_persistence_describes_the_journal() {
 }
 
 /// While the journal loads, commands get -LOADING and INFO says loading:1 with progress, as
-/// Redis does; once loaded, the data is there and loading:0.
+/// Redis does; once loaded, the data is there and loading:0, also for a client that connected
+/// while loading (its half-sent command included).
 #[test]
 fn clients_get_loading_while_the_journal_loads() {
     let data = tempfile::tempdir().expect("tempdir");
@@ -754,6 +755,7 @@ fn clients_get_loading_while_the_journal_loads() {
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut saw_loading, mut saw_info) = (false, false);
+    let mut early: Option<Raw> = None;
     loop {
         assert!(Instant::now() < deadline, "never loaded");
         if let Ok(mut c) = Raw::try_tcp(port) {
@@ -776,6 +778,10 @@ fn clients_get_loading_while_the_journal_loads() {
                     if info.contains("loading:1") && info.contains("loading_loaded_perc:") {
                         saw_info = true;
                     }
+                    if early.is_none() {
+                        c.send(b"*1\r\n$6\r\nDBS");
+                        early = Some(c);
+                    }
                 }
                 Err(_) => {}
             }
@@ -788,6 +794,13 @@ fn clients_get_loading_while_the_journal_loads() {
     );
     let mut c = Raw::tcp(port);
     assert_eq!(c.cmd(&["DBSIZE"]), b":4000\r\n");
+    let mut early = early.expect("a connection made while loading");
+    early.send(b"IZE\r\n");
+    assert_eq!(
+        early.reply(),
+        b":4000\r\n",
+        "the early client is served after loading"
+    );
     assert_eq!(
         common::info_field(&mut c, "persistence", "loading").as_deref(),
         Some("0")
