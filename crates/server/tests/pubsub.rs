@@ -309,14 +309,23 @@ fn slow_subscribers_are_disconnected(backend: Backend) {
     fast.cmd(&["SUBSCRIBE", "c"]);
     let payload = "x".repeat(16 * 1024);
     let total = 2000; // about 32 MB: far past the 2 MB limit
+    // The reader reports its progress; the publisher stays at most 32 messages (512 KB)
+    // ahead of it, so a reader slowed down by a busy machine never nears the limit.
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let progress = read.clone();
     let reader = std::thread::spawn(move || {
         for _ in 0..total {
             fast.reply();
+            progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
     let mut publisher = server.raw();
     let mut receivers = Vec::new();
-    for _ in 0..total {
+    for sent in 0..total {
+        while sent > read.load(std::sync::atomic::Ordering::Relaxed) + 32 {
+            assert!(!reader.is_finished(), "the reading subscriber stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let r = publisher.cmd(&["PUBLISH", "c", &payload]);
         receivers.push(r);
     }
