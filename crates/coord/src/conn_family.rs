@@ -8,7 +8,7 @@ use damselfly_commands::{errors, Args};
 use damselfly_protocol::number::parse_i64;
 
 use crate::client::KillFilter;
-use crate::connection::Connection;
+use crate::connection::{Connection, ReplyMode};
 use crate::messages::ShardMsg;
 
 pub const REDIS_VERSION: &str = "7.0.15";
@@ -256,10 +256,16 @@ impl Connection {
                 }
             }
             b"reply" => {
+                // OFF and SKIP answer nothing (their reply would be the first one dropped).
                 if args.is(2, "on") {
+                    self.reply_mode = ReplyMode::On;
                     self.out.ok();
+                } else if args.is(2, "off") {
+                    self.reply_mode = ReplyMode::Off;
+                } else if args.is(2, "skip") {
+                    self.reply_mode = ReplyMode::SkipNext;
                 } else {
-                    self.reply_error("ERR CLIENT REPLY OFF|SKIP is not supported yet");
+                    self.reply_error(errors::SYNTAX);
                 }
             }
             b"help" => {

@@ -108,6 +108,20 @@ pub struct Connection {
     over_output_limit: bool,
     /// Subscriptions and the messages waiting for this client.
     pub(crate) pubsub: ConnPubSub,
+    /// CLIENT REPLY.
+    pub(crate) reply_mode: ReplyMode,
+}
+
+/// CLIENT REPLY's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyMode {
+    On,
+    /// No replies until CLIENT REPLY ON.
+    Off,
+    /// Set by CLIENT REPLY SKIP: becomes `Skip` once that command is done.
+    SkipNext,
+    /// The reply of this command is dropped.
+    Skip,
 }
 
 /// A MULTI block being queued.
@@ -158,6 +172,7 @@ impl Connection {
             blocked: None,
             over_output_limit: false,
             pubsub: ConnPubSub::default(),
+            reply_mode: ReplyMode::On,
         }
     }
 
@@ -459,7 +474,30 @@ impl Connection {
             .count_errors(&self.out, before);
     }
 
+    /// Runs one command, its reply kept or dropped as CLIENT REPLY says.
     async fn dispatch(&mut self, args: &Args<'_>) {
+        let before = self.reply_mode;
+        if before == ReplyMode::On {
+            self.dispatch_one(args).await;
+        } else {
+            let mark = self.out.buf.len();
+            self.dispatch_one(args).await;
+            let switched_on = before == ReplyMode::Off && self.reply_mode == ReplyMode::On;
+            if !switched_on {
+                // Replies from other shards land in place first, then go with the rest.
+                self.flush_remote().await;
+                self.out.buf.truncate(mark);
+            }
+            if before == ReplyMode::Skip && self.reply_mode == ReplyMode::Skip {
+                self.reply_mode = ReplyMode::On;
+            }
+        }
+        if self.reply_mode == ReplyMode::SkipNext {
+            self.reply_mode = ReplyMode::Skip;
+        }
+    }
+
+    async fn dispatch_one(&mut self, args: &Args<'_>) {
         let name = args.get(0);
         let Some(idx) = lookup(name) else {
             self.refuse_command(&errors::unknown_command(name, args.iter().skip(1)));
@@ -870,6 +908,7 @@ impl Connection {
         self.unwatch_all();
         self.info.db.set(0);
         self.set_protocol(2);
+        self.reply_mode = ReplyMode::On;
         self.info.name.borrow_mut().clear();
         self.authenticated = !self
             .worker

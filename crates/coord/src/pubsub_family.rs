@@ -200,9 +200,14 @@ impl Connection {
         self.pubsub.inbox.clone()
     }
 
-    /// Moves pushed messages waiting for this client to the end of `into`.
+    /// Moves pushed messages waiting for this client to the end of `into` (under CLIENT
+    /// REPLY OFF they are dropped, as Redis drops every reply then).
     pub fn take_pushes(&mut self, into: &mut Vec<u8>) {
         if let Some(inbox) = &self.pubsub.inbox {
+            if self.reply_mode == crate::connection::ReplyMode::Off {
+                inbox.take(&mut Vec::new());
+                return;
+            }
             self.worker.stats.borrow_mut().net_output_bytes += inbox.len() as u64;
             inbox.take(into);
         }

@@ -309,8 +309,8 @@ fn slow_subscribers_are_disconnected(backend: Backend) {
     fast.cmd(&["SUBSCRIBE", "c"]);
     let payload = "x".repeat(16 * 1024);
     let total = 2000; // about 32 MB: far past the 2 MB limit
-    // The reader reports its progress; the publisher stays at most 32 messages (512 KB)
-    // ahead of it, so a reader slowed down by a busy machine never nears the limit.
+                      // The reader reports its progress; the publisher stays at most 32 messages (512 KB)
+                      // ahead of it, so a reader slowed down by a busy machine never nears the limit.
     let read = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let progress = read.clone();
     let reader = std::thread::spawn(move || {
@@ -536,6 +536,51 @@ fn reset_leaves_subscriptions(backend: Backend) {
     }
 }
 
+/// CLIENT REPLY OFF, ON and SKIP drop exactly the replies Redis drops, local and remote
+/// commands alike (the stream ends with RESET, whose reply ends the comparison).
+fn client_reply_modes(backend: Backend) {
+    let redis = Server::redis();
+    let ours = Server::start(backend, &[]);
+    let script: &[&[&str]] = &[
+        &["CLIENT", "REPLY", "SKIP"],
+        &["SET", "a", "1"],
+        &["GET", "a"],
+        &["CLIENT", "REPLY", "OFF"],
+        &["GET", "a"],
+        &["INCR", "a"],
+        &["NOSUCH"],
+        &["MGET", "a", "b", "c", "d"],
+        &["CLIENT", "REPLY", "ON"],
+        &["GET", "a"],
+        &["CLIENT", "REPLY", "BAD"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["CLIENT", "REPLY", "SKIP"],
+        &["GET", "a"],
+        &["MGET", "a", "b", "c", "d"],
+        &["CLIENT", "REPLY", "OFF"],
+        &["RESET"],
+        &["GET", "a"],
+    ];
+    let wire: Vec<u8> = script.iter().flat_map(|c| common::encode(c)).collect();
+    let mut outputs = Vec::new();
+    for server in [&redis, &ours] {
+        let mut c = server.raw();
+        c.send(&wire);
+        let mut frames = Vec::new();
+        loop {
+            let frame = c.reply();
+            let last =
+                frame == b"$1\r\n2\r\n" && frames.last().map(Vec::as_slice) == Some(b"+RESET\r\n");
+            frames.push(frame);
+            if last {
+                break;
+            }
+        }
+        outputs.push(frames);
+    }
+    assert_eq!(outputs[1], outputs[0]);
+}
+
 thread_count_tests!(stream_matches_redis);
 backend_tests!(
     messages_arrive_in_publish_order,
@@ -543,4 +588,5 @@ backend_tests!(
     many_subscriptions,
     publishing_from_transactions_and_scripts,
     reset_leaves_subscriptions,
+    client_reply_modes,
 );
