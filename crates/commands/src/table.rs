@@ -53,6 +53,7 @@ pub enum CoordCmd {
         sharded: bool,
     },
     Pubsub,
+    Monitor,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -379,6 +380,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("sunsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, "@pubsub @slow", "pubsub", "7.0.0", "Stops listening to messages posted to shard channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::ShardChannel))),
     cmd!("publish", 3, PUBSUB | LOADING | STALE | FAST, NO_KEYS, "@pubsub @fast", "pubsub", "2.0.0", "Posts a message to a channel.", Coordinator, C(CoordCmd::Publish { sharded: false })),
     cmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST, ONE_KEY, "@pubsub @fast", "pubsub", "7.0.0", "Post a message to a shard channel", Coordinator, C(CoordCmd::Publish { sharded: true })),
+    cmd!("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Listens for all requests received by the server in real-time.", Coordinator, C(CoordCmd::Monitor)),
     cmd!("pubsub", -2, 0, NO_KEYS, "@slow", "pubsub", "2.8.0", "A container for Pub/Sub commands.", Coordinator, C(CoordCmd::Pubsub)),
     cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),
     cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),

@@ -579,6 +579,7 @@ impl Connection {
             }
         }
         if spec.flags & flags::BLOCKING != 0 && self.tx.is_none() {
+            self.feed_monitors(spec, args);
             return self.run_blocking(idx, args).await;
         }
         self.route(idx, args).await;
@@ -633,8 +634,24 @@ impl Connection {
         self.refuse(msg);
     }
 
-    /// Runs a checked command where it belongs.
+    /// Runs a checked command where it belongs, and shows it to monitors: after it ran, as
+    /// Redis does (the database it leaves selected), but scripts before their calls.
     pub(crate) async fn route(&mut self, idx: usize, args: &Args<'_>) {
+        let spec = &COMMANDS[idx];
+        let script = matches!(
+            spec.handler,
+            Handler::Coord(CoordCmd::Eval | CoordCmd::Fcall)
+        );
+        if script {
+            self.feed_monitors(spec, args);
+        }
+        self.route_to(idx, args).await;
+        if !script {
+            self.feed_monitors(spec, args);
+        }
+    }
+
+    async fn route_to(&mut self, idx: usize, args: &Args<'_>) {
         let spec = &COMMANDS[idx];
         let db = self.info.db.get();
         match spec.route {

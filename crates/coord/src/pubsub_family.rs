@@ -13,11 +13,15 @@
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use damselfly_commands::errors;
+use damselfly_commands::table::{flags, CommandSpec};
 use damselfly_commands::Args;
-use damselfly_pubsub::{Change, ClientSubscriptions, Directory, Inbox, Kind, Message, Subscribers};
+use damselfly_pubsub::{
+    monitor_line, Audience, Change, ClientSubscriptions, Directory, Inbox, Kind, Message,
+    Subscribers,
+};
 use damselfly_storage::notify::{class, Event};
 use futures_channel::oneshot;
 
@@ -67,7 +71,7 @@ impl Worker {
         ps.targets.fill(false);
         let count = ps
             .directory
-            .recipients(msg.sharded, &msg.channel, &mut ps.targets);
+            .recipients(msg.audience, &msg.channel, &mut ps.targets);
         if count == 0 {
             return 0;
         }
@@ -94,10 +98,10 @@ impl Worker {
     }
 
     /// How many clients would receive a message on `channel` now.
-    fn recipients(&self, sharded: bool, channel: &[u8]) -> u64 {
+    fn recipients(&self, audience: Audience, channel: &[u8]) -> u64 {
         let mut ps = self.pubsub.borrow_mut();
         let ps = &mut *ps;
-        ps.directory.recipients(sharded, channel, &mut ps.targets)
+        ps.directory.recipients(audience, channel, &mut ps.targets)
     }
 
     /// Applies subscription changes made on another thread (or this one).
@@ -131,14 +135,14 @@ impl Worker {
                 let mut channel = format!("__keyspace@{}__:", e.db).into_bytes();
                 channel.extend_from_slice(&e.key);
                 self.publish(Message {
-                    sharded: false,
+                    audience: Audience::Channel,
                     channel: channel.into(),
                     payload: e.event.as_bytes().into(),
                 });
             }
             if flags & class::KEYEVENT != 0 {
                 self.publish(Message {
-                    sharded: false,
+                    audience: Audience::Channel,
                     channel: format!("__keyevent@{}__:{}", e.db, e.event)
                         .into_bytes()
                         .into(),
@@ -258,6 +262,46 @@ impl Connection {
         self.share_changes(changes, true).await;
     }
 
+    /// MONITOR: from now on this client receives a line for every command run.
+    pub(crate) async fn monitor(&mut self) {
+        let inbox = self.inbox();
+        if self.pubsub.subs.insert(Kind::Monitor, b"") {
+            self.worker
+                .pubsub
+                .borrow_mut()
+                .subscribers
+                .add(Kind::Monitor, b"", &inbox);
+            let change = self.change(Kind::Monitor, b"", true);
+            self.share_changes(vec![change], true).await;
+        }
+        self.out.ok();
+    }
+
+    /// Sends the monitors, if any, this command's line: the client's database and address,
+    /// `lua` for a script's calls. Administrative commands are not shown, as in Redis.
+    pub(crate) fn feed_monitors(&self, spec: &CommandSpec, args: &Args) {
+        if spec.flags & flags::ADMIN != 0 || !self.worker.pubsub.borrow().directory.monitored() {
+            return;
+        }
+        let origin = if self.pubsub.held.is_some() {
+            "lua".to_string()
+        } else if self.info.addr.starts_with('/') {
+            // A unix socket's path, described as `path:0`.
+            format!("unix:{}", self.info.addr.trim_end_matches(":0"))
+        } else {
+            self.info.addr.clone()
+        };
+        let micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let words: Vec<&[u8]> = args.iter().collect();
+        self.worker.publish(Message {
+            audience: Audience::Monitor,
+            channel: Box::default(),
+            payload: monitor_line(micros, self.info.db.get(), &origin, &words).into(),
+        });
+    }
+
     pub(crate) async fn unsubscribe(&mut self, kind: Kind, args: &Args<'_>) {
         let names: Vec<Box<[u8]>> = if args.len() > 1 {
             args.iter().skip(1).map(Box::from).collect()
@@ -286,7 +330,12 @@ impl Connection {
 
     fn leave_everything(&mut self) -> Vec<Change> {
         let mut changes = Vec::new();
-        for kind in [Kind::Channel, Kind::Pattern, Kind::ShardChannel] {
+        for kind in [
+            Kind::Channel,
+            Kind::Pattern,
+            Kind::ShardChannel,
+            Kind::Monitor,
+        ] {
             for name in self.pubsub.subs.names(kind) {
                 changes.extend(self.leave(kind, &name));
             }
@@ -385,14 +434,19 @@ impl Connection {
         // Earlier commands of this client take effect first: a subscriber reacting to the
         // message sees them.
         self.flush_remote().await;
+        let audience = if sharded {
+            Audience::ShardChannel
+        } else {
+            Audience::Channel
+        };
         let msg = Message {
-            sharded,
+            audience,
             channel: args.get(1).into(),
             payload: args.get(2).into(),
         };
         let count = match &mut self.pubsub.held {
             Some(held) => {
-                let count = self.worker.recipients(sharded, &msg.channel);
+                let count = self.worker.recipients(audience, &msg.channel);
                 held.push(msg);
                 count
             }

@@ -183,6 +183,7 @@ impl Connection {
             CoordCmd::Unsubscribe(kind) => self.unsubscribe(kind, args).await,
             CoordCmd::Publish { sharded } => self.publish(sharded, args).await,
             CoordCmd::Pubsub => self.pubsub_cmd(args),
+            CoordCmd::Monitor => self.monitor().await,
             CoordCmd::Client => self.client(args).await,
             CoordCmd::Command => self.command(args),
             CoordCmd::Info => self.info_cmd(args).await,

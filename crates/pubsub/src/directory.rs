@@ -4,7 +4,7 @@
 
 use damselfly_storage::glob::glob_match;
 
-use crate::{Change, Kind, Map, Named};
+use crate::{Audience, Change, Kind, Map, Named};
 
 /// Subscribed clients of one name, per thread.
 #[derive(Debug)]
@@ -51,6 +51,7 @@ pub struct Directory {
     shard_channels: Map<Counts>,
     /// Every publish walks the patterns (as Redis does).
     patterns: Named<Counts>,
+    monitors: Counts,
 }
 
 impl Directory {
@@ -60,6 +61,7 @@ impl Directory {
             channels: Map::default(),
             shard_channels: Map::default(),
             patterns: Named::default(),
+            monitors: Counts::new(threads),
         }
     }
 
@@ -83,6 +85,9 @@ impl Directory {
                     map.remove(&c.name);
                 }
             }
+            Kind::Monitor => {
+                self.monitors.change(c.thread, c.added);
+            }
             Kind::Pattern => {
                 let emptied = if c.added {
                     self.patterns
@@ -102,12 +107,19 @@ impl Directory {
 
     /// How many clients receive a message published on `channel` (PUBLISH's reply: a client
     /// counts once per matching subscription), marking in `threads` each thread that has one.
-    pub fn recipients(&self, sharded: bool, channel: &[u8], threads: &mut [bool]) -> u64 {
-        if sharded {
-            return self.shard_channels.get(channel).map_or(0, |c| {
-                c.mark(threads);
-                c.total
-            });
+    pub fn recipients(&self, audience: Audience, channel: &[u8], threads: &mut [bool]) -> u64 {
+        match audience {
+            Audience::Channel => {}
+            Audience::ShardChannel => {
+                return self.shard_channels.get(channel).map_or(0, |c| {
+                    c.mark(threads);
+                    c.total
+                })
+            }
+            Audience::Monitor => {
+                self.monitors.mark(threads);
+                return self.monitors.total;
+            }
         }
         let mut total = 0;
         if let Some(c) = self.channels.get(channel) {
@@ -152,6 +164,11 @@ impl Directory {
         self.patterns.len()
     }
 
+    /// True when some client, on any thread, is in MONITOR mode.
+    pub fn monitored(&self) -> bool {
+        self.monitors.total > 0
+    }
+
     /// Distinct channels (or shard channels) with a subscriber (INFO's pubsub_channels).
     pub fn channel_count(&self, sharded: bool) -> usize {
         if sharded {
@@ -184,10 +201,13 @@ mod tests {
         d.apply(&change(Kind::Pattern, "x*", 1, true));
         d.apply(&change(Kind::ShardChannel, "news", 1, true));
         let mut threads = [false; 3];
-        assert_eq!(d.recipients(false, b"news", &mut threads), 3);
+        assert_eq!(d.recipients(Audience::Channel, b"news", &mut threads), 3);
         assert_eq!(threads, [true, false, true]);
         let mut threads = [false; 3];
-        assert_eq!(d.recipients(true, b"news", &mut threads), 1);
+        assert_eq!(
+            d.recipients(Audience::ShardChannel, b"news", &mut threads),
+            1
+        );
         assert_eq!(threads, [false, true, false]);
         assert_eq!(d.subscribers(false, b"news"), 2);
         assert_eq!(d.patterns(), 2);
@@ -200,7 +220,7 @@ mod tests {
         assert_eq!(d.channel_count(false), 0);
         assert_eq!(d.patterns(), 1);
         let mut threads = [false; 3];
-        assert_eq!(d.recipients(false, b"xy", &mut threads), 1);
+        assert_eq!(d.recipients(Audience::Channel, b"xy", &mut threads), 1);
         assert_eq!(threads, [false, true, false]);
         // A removal nobody added changes nothing.
         d.apply(&change(Kind::Pattern, "zz", 0, false));

@@ -10,12 +10,17 @@
 //!
 //! A connection keeps its own [`ClientSubscriptions`] (what it is subscribed to, for its
 //! replies, UNSUBSCRIBE without arguments, and clean-up when it goes away).
+//!
+//! MONITOR rides the same fan-out: a monitoring client is a subscription of its own kind,
+//! and each command's [`monitor_line`] is a message to every monitor.
 
 mod directory;
 mod local;
+mod monitor;
 
 pub use directory::Directory;
 pub use local::{ClientSubscriptions, Inbox, Subscribers};
+pub use monitor::monitor_line;
 
 /// What a subscription names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +31,8 @@ pub enum Kind {
     Pattern,
     /// SSUBSCRIBE: a shard channel (its own namespace, published with SPUBLISH).
     ShardChannel,
+    /// MONITOR: every command any client runs (the name is empty).
+    Monitor,
 }
 
 impl Kind {
@@ -35,6 +42,7 @@ impl Kind {
             Kind::Channel => "subscribe",
             Kind::Pattern => "psubscribe",
             Kind::ShardChannel => "ssubscribe",
+            Kind::Monitor => "monitor",
         }
     }
 
@@ -43,6 +51,7 @@ impl Kind {
             Kind::Channel => "unsubscribe",
             Kind::Pattern => "punsubscribe",
             Kind::ShardChannel => "sunsubscribe",
+            Kind::Monitor => "monitor",
         }
     }
 }
@@ -56,11 +65,21 @@ pub struct Change {
     pub added: bool,
 }
 
-/// A published message on its way to the subscribers of one thread.
+/// Who a message is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Audience {
+    /// PUBLISH: subscribers of the channel and of matching patterns.
+    Channel,
+    /// SPUBLISH: subscribers of the shard channel.
+    ShardChannel,
+    /// Clients in MONITOR mode; the payload is the line they receive.
+    Monitor,
+}
+
+/// A message on its way to the subscribers of one thread.
 #[derive(Debug)]
 pub struct Message {
-    /// Published with SPUBLISH: only shard-channel subscribers receive it.
-    pub sharded: bool,
+    pub audience: Audience,
     pub channel: Box<[u8]>,
     pub payload: Box<[u8]>,
 }

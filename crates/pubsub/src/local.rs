@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
 
-use crate::{Kind, Map, Message, Named};
+use crate::{Audience, Kind, Map, Message, Named};
 
 /// Messages pushed to one client, encoded in its protocol, until its connection writes them.
 pub struct Inbox {
@@ -41,6 +41,16 @@ impl Inbox {
                 out.bulk(w);
             }
         }
+        self.wake();
+    }
+
+    /// Appends bytes already encoded (a MONITOR line) and wakes the connection.
+    pub fn push_raw(&self, bytes: &[u8]) {
+        self.out.borrow_mut().buf.extend_from_slice(bytes);
+        self.wake();
+    }
+
+    fn wake(&self) {
         if let Some(w) = self.waker.take() {
             w.wake();
         }
@@ -84,6 +94,7 @@ pub struct Subscribers {
     channels: Map<Vec<Rc<Inbox>>>,
     shard_channels: Map<Vec<Rc<Inbox>>>,
     patterns: Named<Vec<Rc<Inbox>>>,
+    monitors: Vec<Rc<Inbox>>,
 }
 
 impl Subscribers {
@@ -92,6 +103,7 @@ impl Subscribers {
             Kind::Channel => self.channels.entry(name.into()).or_default(),
             Kind::ShardChannel => self.shard_channels.entry(name.into()).or_default(),
             Kind::Pattern => self.patterns.get_or_insert_with(name, Vec::new),
+            Kind::Monitor => &mut self.monitors,
         };
         list.push(inbox.clone());
     }
@@ -118,6 +130,9 @@ impl Subscribers {
                     self.patterns.remove(name);
                 }
             }
+            Kind::Monitor => {
+                emptied(&mut self.monitors);
+            }
         }
     }
 
@@ -125,11 +140,20 @@ impl Subscribers {
     /// in Redis's order: channel subscribers, then each matching pattern's.
     pub fn deliver(&self, msg: &Message) {
         let (channel, payload) = (&*msg.channel, &*msg.payload);
-        if msg.sharded {
-            for inbox in self.shard_channels.get(channel).into_iter().flatten() {
-                inbox.push(&[b"smessage", channel, payload]);
+        match msg.audience {
+            Audience::Channel => {}
+            Audience::ShardChannel => {
+                for inbox in self.shard_channels.get(channel).into_iter().flatten() {
+                    inbox.push(&[b"smessage", channel, payload]);
+                }
+                return;
             }
-            return;
+            Audience::Monitor => {
+                for inbox in &self.monitors {
+                    inbox.push_raw(payload);
+                }
+                return;
+            }
         }
         for inbox in self.channels.get(channel).into_iter().flatten() {
             inbox.push(&[b"message", channel, payload]);
@@ -150,6 +174,8 @@ pub struct ClientSubscriptions {
     channels: Named<()>,
     patterns: Named<()>,
     shard_channels: Named<()>,
+    /// MONITOR mode, as the one name of its kind.
+    monitor: Named<()>,
 }
 
 impl ClientSubscriptions {
@@ -158,6 +184,7 @@ impl ClientSubscriptions {
             Kind::Channel => &self.channels,
             Kind::Pattern => &self.patterns,
             Kind::ShardChannel => &self.shard_channels,
+            Kind::Monitor => &self.monitor,
         }
     }
 
@@ -166,6 +193,7 @@ impl ClientSubscriptions {
             Kind::Channel => &mut self.channels,
             Kind::Pattern => &mut self.patterns,
             Kind::ShardChannel => &mut self.shard_channels,
+            Kind::Monitor => &mut self.monitor,
         }
     }
 
@@ -198,6 +226,7 @@ impl ClientSubscriptions {
         match kind {
             Kind::ShardChannel => self.shard_channels.len(),
             Kind::Channel | Kind::Pattern => self.channels.len() + self.patterns.len(),
+            Kind::Monitor => self.monitor.len(),
         }
     }
 
@@ -225,7 +254,11 @@ mod tests {
         subs.add(Kind::Pattern, b"n*", &a);
         subs.add(Kind::ShardChannel, b"news", &b);
         let msg = |sharded| Message {
-            sharded,
+            audience: if sharded {
+                Audience::ShardChannel
+            } else {
+                Audience::Channel
+            },
             channel: (*b"news").into(),
             payload: (*b"hi").into(),
         };

@@ -581,6 +581,68 @@ fn client_reply_modes(backend: Backend) {
     assert_eq!(outputs[1], outputs[0]);
 }
 
+/// MONITOR shows what Redis shows for a mixed stream (timestamps and ports aside): commands
+/// after they ran with the database they leave selected, EXEC after the commands it ran, a
+/// script's calls as `lua` after the script, secrets redacted, arguments quoted, refused and
+/// administrative commands left out.
+fn monitor_matches_redis(backend: Backend) {
+    let redis = Server::redis();
+    let ours = Server::start_with(backend, 3, &[]);
+    let script: &[&[&str]] = &[
+        &["SET", "k", "v"],
+        &["GET", "k"],
+        &["GET", "x", "y"],
+        &["NOSUCH"],
+        &["AUTH", "pw"],
+        &["HELLO", "3", "AUTH", "default", "pw"],
+        &["HELLO", "2"],
+        &["CONFIG", "GET", "port"],
+        &["MULTI"],
+        &["SET", "a", "1"],
+        &["INCR", "a"],
+        &["MGET", "a", "k", "b", "c"],
+        &["EXEC"],
+        &[
+            "EVAL",
+            "redis.call('set','z','1') return redis.call('get', KEYS[1])",
+            "1",
+            "k",
+        ],
+        &["SELECT", "2"],
+        &["SET", "d2", "x y\"\n\u{1}\\"],
+        &["DEBUG", "SLEEP", "0"],
+        &["PUBLISH", "c", "m"],
+        &["CLIENT", "SETNAME", "n"],
+        &["RESET"],
+        &["DEL", "a", "k", "z"],
+    ];
+    let mut outputs = Vec::new();
+    for server in [&redis, &ours] {
+        let mut monitor = server.raw();
+        assert_eq!(monitor.cmd(&["MONITOR"]), b"+OK\r\n");
+        let mut c = server.raw();
+        for cmd in script {
+            c.cmd(cmd);
+        }
+        // The last command's line ends the comparison.
+        let mut lines = Vec::new();
+        loop {
+            let line = String::from_utf8_lossy(&monitor.reply()).into_owned();
+            // `+<time> [<db> <addr>] ...`: the time and the port differ between servers.
+            let (_, rest) = line.split_once(' ').expect("a timestamp");
+            let (origin, words) = rest.split_once("] ").expect("an origin");
+            let origin = origin.split(':').next().unwrap_or_default().to_string();
+            let done = words.starts_with("\"DEL\"");
+            lines.push(format!("{origin}] {words}"));
+            if done {
+                break;
+            }
+        }
+        outputs.push(lines);
+    }
+    assert_eq!(outputs[1], outputs[0]);
+}
+
 thread_count_tests!(stream_matches_redis);
 backend_tests!(
     messages_arrive_in_publish_order,
@@ -589,4 +651,5 @@ backend_tests!(
     publishing_from_transactions_and_scripts,
     reset_leaves_subscriptions,
     client_reply_modes,
+    monitor_matches_redis,
 );
