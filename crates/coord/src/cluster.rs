@@ -114,6 +114,8 @@ pub struct Cluster {
     pub rewrites: crate::snapshots::Saves,
     /// EVAL scripts, shared by every thread (docs/scripting.md).
     pub scripts: damselfly_scripting::ScriptCache,
+    /// CLIENT PAUSE.
+    pub pause: crate::pause::Pause,
     /// Function libraries, shared by every thread (FUNCTION LOAD).
     pub functions: damselfly_scripting::functions::FunctionRegistry,
     /// Script runs past `busy-reply-threshold`, on any thread.
@@ -163,6 +165,7 @@ impl Cluster {
             final_save: crate::snapshots::FinalSave::default(),
             rewrites: crate::snapshots::Saves::new(started_unix),
             scripts: Default::default(),
+            pause: Default::default(),
             functions: Default::default(),
             busy: Default::default(),
             journal_files: Mutex::new(None),

@@ -176,6 +176,28 @@ impl Connection {
         self.out.simple("RESET");
     }
 
+    /// CLIENT PAUSE timeout [WRITE|ALL].
+    fn client_pause(&mut self, args: &Args) {
+        let Some(ms) = damselfly_protocol::number::parse_i64(args.get(2)) else {
+            return self.reply_error("ERR timeout is not an integer or out of range");
+        };
+        if ms < 0 {
+            return self.reply_error("ERR timeout is negative");
+        }
+        let all = match args.len() {
+            3 => true,
+            _ if args.is(3, "all") => true,
+            _ if args.is(3, "write") => false,
+            _ => return self.reply_error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+        };
+        let now = damselfly_storage::now_ms();
+        self.worker
+            .cluster
+            .pause
+            .pause(now, now.saturating_add(ms as u64), all);
+        self.out.ok();
+    }
+
     /// The client speaks RESP `version` from now on: replies and pushed messages.
     pub(crate) fn set_protocol(&mut self, version: u8) {
         self.info.resp.set(version);
@@ -190,6 +212,8 @@ impl Connection {
         let arity_ok = |n: usize| match sub.as_slice() {
             b"id" | b"getname" | b"info" => n == 2,
             b"setname" | b"no-evict" | b"no-touch" | b"reply" => n == 3,
+            b"pause" => n == 3 || n == 4,
+            b"unpause" => n == 2,
             b"setinfo" => n == 4,
             b"list" | b"kill" => n >= 2,
             b"unblock" => n == 3 || n == 4,
@@ -254,6 +278,11 @@ impl Connection {
                 } else {
                     self.reply_error(errors::SYNTAX);
                 }
+            }
+            b"pause" => self.client_pause(args),
+            b"unpause" => {
+                self.worker.cluster.pause.unpause();
+                self.out.ok();
             }
             b"reply" => {
                 // OFF and SKIP answer nothing (their reply would be the first one dropped).

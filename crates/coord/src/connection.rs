@@ -51,6 +51,9 @@ pub enum Step {
     Blocked,
     /// Write the output, then close the connection.
     Close,
+    /// CLIENT PAUSE holds the next command for up to this long: write the output, wait a
+    /// little (CLIENT UNPAUSE may end it sooner), then call `step` again.
+    Paused(std::time::Duration),
 }
 
 /// Where the connection came from, for CLIENT LIST.
@@ -365,9 +368,16 @@ impl Connection {
         // Where the round stopped before its last parsed command: a blocked command, or the
         // round's output budget spent (so replies are flushed before more are made).
         let mut stopped_at = None;
+        let mut paused = None;
         for (i, c) in cmds.iter().enumerate() {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
+            if let Some(until) = self.paused(&args) {
+                // It stays in the buffer, with the commands after it.
+                stopped_at = Some(if i == 0 { self.rstart } else { cmds[i - 1].end });
+                paused = Some(until);
+                break;
+            }
             self.dispatch(&args).await;
             if self.out.full() {
                 self.over_output_limit = true;
@@ -405,6 +415,9 @@ impl Connection {
             Step::Close
         } else if self.blocked.is_some() {
             Step::Blocked
+        } else if let Some(until) = paused {
+            let left = until.saturating_sub(damselfly_storage::now_ms());
+            Step::Paused(std::time::Duration::from_millis(left))
         } else if more || stopped_at.is_some() {
             Step::Again
         } else {
@@ -472,6 +485,27 @@ impl Connection {
             .stats
             .borrow_mut()
             .count_errors(&self.out, before);
+    }
+
+    /// The end of a CLIENT PAUSE that holds this command, if one does (EXEC counts as a write
+    /// when it would run one).
+    fn paused(&self, args: &Args) -> Option<u64> {
+        let (until, all) = self
+            .worker
+            .cluster
+            .pause
+            .running(damselfly_storage::now_ms)?;
+        if all {
+            return Some(until);
+        }
+        let spec = &COMMANDS[lookup(args.get(0))?];
+        let writes = spec.is_write()
+            || (matches!(spec.handler, Handler::Coord(CoordCmd::Exec))
+                && self
+                    .multi
+                    .as_ref()
+                    .is_some_and(|m| m.cmds.cmds.iter().any(|c| COMMANDS[c.spec].is_write())));
+        writes.then_some(until)
     }
 
     /// Runs one command, its reply kept or dropped as CLIENT REPLY says.

@@ -19,6 +19,7 @@ mod fanout;
 pub mod mailbox;
 pub mod messages;
 mod multi_family;
+pub mod pause;
 mod pubsub_family;
 mod reload;
 mod reply_slots;

@@ -68,6 +68,9 @@ async fn race3<A: Future, B: Future, C: Future>(
     }
 }
 
+/// Longest a paused client sleeps before looking again (CLIENT UNPAUSE ends a pause early).
+const PAUSE_POLL: Duration = Duration::from_millis(10);
+
 /// Longest a blocked client waits between checks for CLIENT KILL and shutdown.
 const BLOCK_TICK: Duration = Duration::from_millis(100);
 
@@ -195,6 +198,19 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
                 pending.clear();
                 sent = 0;
                 if !wait_blocked(&mut rd, &mut conn, &sleep).await {
+                    return;
+                }
+                continue;
+            }
+            Step::Paused(left) => {
+                // Replies so far go out; the paused command waits in the buffer.
+                if write_all(&mut wr, &pending[sent..]).await.is_err() {
+                    return;
+                }
+                pending.clear();
+                sent = 0;
+                sleep(left.clamp(Duration::from_millis(1), PAUSE_POLL)).await;
+                if conn.killed() || cluster.shutdown.is_triggered() {
                     return;
                 }
                 continue;

@@ -1,6 +1,7 @@
 //! Pub/Sub end to end: a seeded stream of subscriptions, publishes and introspection over
 //! several connections compared with Debian's redis-server, ordering across threads, the
-//! output limit of slow subscribers, many subscriptions, and what scripts and MULTI publish.
+//! output limit of slow subscribers, many subscriptions, and what scripts and MULTI publish;
+//! and the client states of the same issue: MONITOR, CLIENT REPLY, CLIENT PAUSE.
 
 mod common;
 
@@ -643,6 +644,54 @@ fn monitor_matches_redis(backend: Backend) {
     assert_eq!(outputs[1], outputs[0]);
 }
 
+/// CLIENT PAUSE WRITE holds writes (and EXEC of writes) but not reads, until CLIENT UNPAUSE;
+/// PAUSE ALL holds everything until its end; the held commands then run in order.
+fn client_pause(backend: Backend) {
+    let server = Server::start(backend, &[]);
+    let mut admin = server.raw();
+    let mut c = server.raw();
+    c.cmd(&["SET", "k", "0"]);
+    assert_eq!(
+        admin.cmd(&["CLIENT", "PAUSE", "60000", "WRITE"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        c.cmd(&["GET", "k"]),
+        b"$1\r\n0\r\n",
+        "reads run during a WRITE pause"
+    );
+    c.send(&common::encode(&["INCR", "k"]));
+    c.send(&common::encode(&["GET", "k"]));
+    c.set_read_timeout(Duration::from_millis(300));
+    assert!(c.try_reply().is_err(), "a write ran during the pause");
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]), b"+OK\r\n");
+    c.set_read_timeout(Duration::from_secs(10));
+    assert_eq!(c.reply(), b":1\r\n");
+    assert_eq!(c.reply(), b"$1\r\n1\r\n");
+
+    let started = Instant::now();
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "400"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\n1\r\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(350),
+        "a read ran during PAUSE ALL"
+    );
+
+    for (args, error) in [
+        (
+            &["CLIENT", "PAUSE", "x"][..],
+            "-ERR timeout is not an integer or out of range\r\n",
+        ),
+        (&["CLIENT", "PAUSE", "-1"], "-ERR timeout is negative\r\n"),
+        (
+            &["CLIENT", "PAUSE", "10", "READ"],
+            "-ERR CLIENT PAUSE mode must be WRITE or ALL\r\n",
+        ),
+    ] {
+        assert_eq!(String::from_utf8_lossy(&admin.cmd(args)), error);
+    }
+}
+
 thread_count_tests!(stream_matches_redis);
 backend_tests!(
     messages_arrive_in_publish_order,
@@ -652,4 +701,5 @@ backend_tests!(
     reset_leaves_subscriptions,
     client_reply_modes,
     monitor_matches_redis,
+    client_pause,
 );
