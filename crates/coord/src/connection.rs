@@ -514,6 +514,8 @@ impl Connection {
         if before == ReplyMode::On {
             self.dispatch_one(args).await;
         } else {
+            // Earlier commands' replies from other shards land first, so the mark holds.
+            self.flush_remote().await;
             let mark = self.out.buf.len();
             self.dispatch_one(args).await;
             let switched_on = before == ReplyMode::Off && self.reply_mode == ReplyMode::On;
