@@ -3,6 +3,7 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{Hash, Value};
 use rand::seq::index::sample;
 use rand::Rng;
@@ -77,7 +78,8 @@ pub fn hmget(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn hdel(ctx: &mut ExecCtx, args: &Args) {
-    ctx.remove_each(args.get(1), args.iter().skip(2), Hash::remove);
+    let (key, fields) = (args.get(1), args.iter().skip(2));
+    ctx.remove_each(key, fields, Hash::remove, class::HASH, "hdel");
 }
 
 pub fn hexists(ctx: &mut ExecCtx, args: &Args) {

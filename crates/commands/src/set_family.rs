@@ -4,6 +4,7 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::set::Member;
 use damselfly_storage::{Kind, Set, Value};
 use rand::Rng;
@@ -29,7 +30,8 @@ pub fn sadd(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn srem(ctx: &mut ExecCtx, args: &Args) {
-    ctx.remove_each(args.get(1), args.iter().skip(2), Set::remove);
+    let (key, members) = (args.get(1), args.iter().skip(2));
+    ctx.remove_each(key, members, Set::remove, class::SET, "srem");
 }
 
 pub fn sismember(ctx: &mut ExecCtx, args: &Args) {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use damselfly_protocol::number::{format_f64_17g, parse_f64, parse_i64};
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{EncodingLimits, Kind, Value, ZSet};
 
 use crate::ctx::WrongType;
@@ -373,7 +374,8 @@ pub fn zincrby(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn zrem(ctx: &mut ExecCtx, args: &Args) {
-    ctx.remove_each(args.get(1), args.iter().skip(2), ZSet::remove);
+    let (key, members) = (args.get(1), args.iter().skip(2));
+    ctx.remove_each(key, members, ZSet::remove, class::ZSET, "zrem");
 }
 
 // ---------------------------------------------------------------------------------------------
