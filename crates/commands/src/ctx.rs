@@ -142,18 +142,25 @@ impl<'a> ExecCtx<'a> {
     }
 
     /// HDEL, SREM, ZREM: removes each of `items` from the collection under `key` and replies
-    /// with how many were there (0 for a missing key).
+    /// with how many were there (0 for a missing key); when some were, records `event` of
+    /// `event_class` (then `del` if the key went).
     pub fn remove_each<'i, T: Collection>(
         &mut self,
         key: &[u8],
         items: impl Iterator<Item = &'i [u8]>,
         remove: impl Fn(&mut T, &[u8]) -> bool,
+        event_class: u32,
+        event: &'static str,
     ) {
         let removed = self.write_as(key, |c: &mut T, _, _| {
             items.filter(|item| remove(c, item)).count() as i64
         });
         if let Ok(n) = removed {
-            self.reply.int(n.unwrap_or(0));
+            let n = n.unwrap_or(0);
+            if n > 0 {
+                self.notify(event_class, event, key);
+            }
+            self.reply.int(n);
         }
     }
 
@@ -181,6 +188,28 @@ impl<'a> ExecCtx<'a> {
             self.shard.remove(self.db, key);
         } else {
             self.shard.set(self.db, key, value, 0);
+        }
+    }
+
+    /// A store command's result (SINTERSTORE, ZUNIONSTORE, ZRANGESTORE...), as Redis's setKey
+    /// and dbDelete do it: a non-empty `value` replaces the key without a TTL (a key past its
+    /// deadline expiring first) and records `event` of `event_class`; an empty one deletes
+    /// the key, recording `del` if there was one (with no expiry check, as dbDelete).
+    pub fn store_result(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        event_class: u32,
+        event: &'static str,
+    ) {
+        if value.is_empty_collection() {
+            if self.shard.remove(self.db, key).is_some() {
+                self.notify(class::GENERIC, "del", key);
+            }
+        } else {
+            self.shard.get(self.db, key, self.now);
+            self.shard.set(self.db, key, value, 0);
+            self.notify(event_class, event, key);
         }
     }
 

@@ -3,6 +3,7 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{Hash, Value};
 use rand::seq::index::sample;
 use rand::Rng;
@@ -33,6 +34,8 @@ pub fn hset(ctx: &mut ExecCtx, args: &Args) {
         ));
     }
     if let Some(n) = set_pairs(ctx, args, false) {
+        // Redis announces the write even when no field changed.
+        ctx.notify(class::HASH, "hset", args.get(1));
         if args.is(0, "hmset") {
             ctx.reply.ok();
         } else {
@@ -43,6 +46,9 @@ pub fn hset(ctx: &mut ExecCtx, args: &Args) {
 
 pub fn hsetnx(ctx: &mut ExecCtx, args: &Args) {
     if let Some(n) = set_pairs(ctx, args, true) {
+        if n > 0 {
+            ctx.notify(class::HASH, "hset", args.get(1));
+        }
         ctx.reply.int(n);
     }
 }
@@ -77,7 +83,8 @@ pub fn hmget(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn hdel(ctx: &mut ExecCtx, args: &Args) {
-    ctx.remove_each(args.get(1), args.iter().skip(2), Hash::remove);
+    let (key, fields) = (args.get(1), args.iter().skip(2));
+    ctx.remove_each(key, fields, Hash::remove, class::HASH, "hdel");
 }
 
 pub fn hexists(ctx: &mut ExecCtx, args: &Args) {
@@ -146,9 +153,10 @@ pub fn hgetall(ctx: &mut ExecCtx, args: &Args) {
     get_all(ctx, args, Parts::Both);
 }
 
-/// Stores `text` as the field's new value, creating the hash if needed.
-fn store_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8], text: &[u8]) {
+/// Stores `text` as the field's new value, creating the hash if needed, and records `event`.
+fn store_field(ctx: &mut ExecCtx, key: &[u8], field: &[u8], text: &[u8], event: &'static str) {
     ctx.write_or_create(key, |h: &mut Hash, _, limits| h.set(field, text, limits));
+    ctx.notify(class::HASH, event, key);
 }
 
 /// The field's current value: Err(WrongType) after WRONGTYPE.
@@ -185,7 +193,7 @@ pub fn hincrby(ctx: &mut ExecCtx, args: &Args) {
     let Some(new) = old.checked_add(incr) else {
         return ctx.error(errors::OVERFLOW);
     };
-    store_field(ctx, key, field, new.to_string().as_bytes());
+    store_field(ctx, key, field, new.to_string().as_bytes(), "hincrby");
     ctx.reply.int(new);
 }
 
@@ -201,7 +209,7 @@ pub fn hincrbyfloat(ctx: &mut ExecCtx, args: &Args) {
     };
     match incr_by_float(old.as_deref(), args.get(3)) {
         Ok(text) => {
-            store_field(ctx, key, field, &text);
+            store_field(ctx, key, field, &text, "hincrbyfloat");
             ctx.propagate(&[b"HSET", key, field, &text]);
             ctx.reply.bulk(&text);
         }

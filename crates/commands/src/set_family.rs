@@ -4,6 +4,7 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::set::Member;
 use damselfly_storage::{Kind, Set, Value};
 use rand::Rng;
@@ -24,12 +25,16 @@ pub fn sadd(ctx: &mut ExecCtx, args: &Args) {
         args.iter().skip(2).filter(|m| s.add(m, limits)).count() as i64
     });
     if let Some(n) = added {
+        if n > 0 {
+            ctx.notify(class::SET, "sadd", args.get(1));
+        }
         ctx.reply.int(n);
     }
 }
 
 pub fn srem(ctx: &mut ExecCtx, args: &Args) {
-    ctx.remove_each(args.get(1), args.iter().skip(2), Set::remove);
+    let (key, members) = (args.get(1), args.iter().skip(2));
+    ctx.remove_each(key, members, Set::remove, class::SET, "srem");
 }
 
 pub fn sismember(ctx: &mut ExecCtx, args: &Args) {
@@ -118,6 +123,9 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
         }
     });
     let key = args.get(1);
+    if let Ok(Some(())) = popped {
+        ctx.notify(class::SET, "spop", key);
+    }
     if emptied {
         ctx.propagate(&[b"DEL", key]);
     } else if !taken.is_empty() {
@@ -182,7 +190,11 @@ pub fn smove(ctx: &mut ExecCtx, args: &Args) {
     if removed != Ok(Some(true)) {
         return ctx.reply.int(0);
     }
-    ctx.write_or_create(dst, |s: &mut Set, _, limits| s.add(m, limits));
+    // `srem` (then `del` if the source went), then `sadd` if the member was new there.
+    ctx.notify(class::SET, "srem", src);
+    if ctx.write_or_create(dst, |s: &mut Set, _, limits| s.add(m, limits)) == Some(true) {
+        ctx.notify(class::SET, "sadd", dst);
+    }
     ctx.reply.int(1);
 }
 
@@ -193,17 +205,19 @@ enum SetOp {
     Diff,
 }
 
-/// Collects the sets under `keys` (None for missing keys); None after WRONGTYPE. SINTER
-/// stops at the first missing key, as Redis does.
+/// Collects the sets under `keys` (None for missing keys); None after WRONGTYPE. Every key
+/// is read (a miss counts, and a later key of another type is still WRONGTYPE), as Redis
+/// 7.0 does; once SINTER met a missing key the others are only type-checked.
 fn load_sets(ctx: &mut ExecCtx, keys: &[&[u8]], op: SetOp) -> Option<Vec<Option<Set>>> {
     let mut sets = Vec::with_capacity(keys.len());
+    let mut empty_inter = false;
     for key in keys {
-        match ctx.lookup_write(key).map(|e| &e.value) {
-            None if op == SetOp::Inter => {
+        match ctx.lookup_read(key).map(|e| &e.value) {
+            None => {
                 sets.push(None);
-                return Some(sets);
+                empty_inter |= op == SetOp::Inter;
             }
-            None => sets.push(None),
+            Some(Value::Set(_)) if empty_inter => sets.push(None),
             Some(Value::Set(s)) => sets.push(Some((**s).clone())),
             Some(_) => {
                 ctx.wrongtype();
@@ -260,8 +274,13 @@ fn set_op(ctx: &mut ExecCtx, args: &Args, op: SetOp, store: bool) {
     };
     let result = combine(&sets, op, &ctx.limits());
     if store {
+        let event = match op {
+            SetOp::Union => "sunionstore",
+            SetOp::Inter => "sinterstore",
+            SetOp::Diff => "sdiffstore",
+        };
         ctx.reply.int(result.len() as i64);
-        ctx.store(args.get(1), Value::Set(Box::new(result)));
+        ctx.store_result(args.get(1), Value::Set(Box::new(result)), class::SET, event);
     } else {
         reply_members(&result, ctx.reply);
     }

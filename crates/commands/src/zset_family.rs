@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use damselfly_protocol::number::{format_f64_17g, parse_f64, parse_i64};
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{EncodingLimits, Kind, Value, ZSet};
 
 use crate::ctx::WrongType;
@@ -208,15 +209,22 @@ fn reply_pair(r: &mut ReplyBuf, member: &[u8], score: f64, with_scores: bool, ne
     }
 }
 
-/// Stores `items` under `dst` (deleting it when empty) and replies with their count. The
-/// items go one by one into `start`, so encoding conversions happen where Redis's do (which
-/// shows: listpack scores are text, so a -0 inserted before a conversion reads back as 0).
-fn store_pairs(ctx: &mut ExecCtx, dst: &[u8], items: &[(Vec<u8>, f64)], mut start: ZSet) {
+/// Stores `items` under `dst` (deleting it when empty), records `event` (or `del`), and
+/// replies with their count. The items go one by one into `start`, so encoding conversions
+/// happen where Redis's do (which shows: listpack scores are text, so a -0 inserted before a
+/// conversion reads back as 0).
+fn store_pairs(
+    ctx: &mut ExecCtx,
+    dst: &[u8],
+    items: &[(Vec<u8>, f64)],
+    mut start: ZSet,
+    event: &'static str,
+) {
     let limits = ctx.limits();
     for (m, s) in items {
         start.insert(m, *s, &limits);
     }
-    ctx.store(dst, Value::ZSet(Box::new(start)));
+    ctx.store_result(dst, Value::ZSet(Box::new(start)), class::ZSET, event);
     ctx.reply.int(items.len() as i64);
 }
 
@@ -311,12 +319,16 @@ fn add_generic(ctx: &mut ExecCtx, args: &Args, mut f: AddFlags, first_pair: usiz
             None => return ctx.error(errors::NOT_FLOAT),
         }
     }
-    let apply = |z: &mut ZSet, r: &mut ReplyBuf, limits: &EncodingLimits| {
+    // Whether some member was added or changed: then the write is announced.
+    let apply = |z: &mut ZSet, r: &mut ReplyBuf, limits: &EncodingLimits| -> bool {
         let (mut changed, mut processed, mut last) = (0, 0, 0.0);
         let mut added = 0;
         for &(score, member) in &pairs {
             match add_one(z, member, score, f, limits) {
-                Err(e) => return r.error(e),
+                Err(e) => {
+                    r.error(e);
+                    return added + changed > 0;
+                }
                 Ok((what, s)) => {
                     last = s;
                     match what {
@@ -331,18 +343,27 @@ fn add_generic(ctx: &mut ExecCtx, args: &Args, mut f: AddFlags, first_pair: usiz
             }
         }
         reply_added(r, f, added, changed, processed, last);
+        added + changed > 0
     };
     let key = args.get(1);
-    match ctx.write_as(key, apply) {
-        Err(WrongType) | Ok(Some(())) => {}
-        Ok(None) if f.xx => reply_added(ctx.reply, f, 0, 0, 0, 0.0),
+    let changed = match ctx.write_as(key, apply) {
+        Err(WrongType) => false,
+        Ok(Some(changed)) => changed,
+        Ok(None) if f.xx => {
+            reply_added(ctx.reply, f, 0, 0, 0, 0.0);
+            false
+        }
         Ok(None) => {
             let longest = pairs.iter().map(|(_, m)| m.len()).max().unwrap_or(0);
             let limits = ctx.limits();
             let mut z = ZSet::sized_for(pairs.len(), longest, &limits);
-            apply(&mut z, ctx.reply, &limits);
+            let changed = apply(&mut z, ctx.reply, &limits);
             ctx.store(key, Value::ZSet(Box::new(z)));
+            changed
         }
+    };
+    if changed {
+        ctx.notify(class::ZSET, if f.incr { "zincr" } else { "zadd" }, key);
     }
 }
 
@@ -373,7 +394,8 @@ pub fn zincrby(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn zrem(ctx: &mut ExecCtx, args: &Args) {
-    ctx.remove_each(args.get(1), args.iter().skip(2), ZSet::remove);
+    let (key, members) = (args.get(1), args.iter().skip(2));
+    ctx.remove_each(key, members, ZSet::remove, class::ZSET, "zrem");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,7 +576,7 @@ fn range_generic(
             Range::Rank(..) => ZSet::sized_for(items.len(), 0, &ctx.limits()),
             _ => ZSet::default(),
         };
-        return store_pairs(ctx, dst, &items, start);
+        return store_pairs(ctx, dst, &items, start, "zrangestore");
     }
     let nested = ctx.reply.resp3;
     ctx.read_as::<ZSet>(
@@ -598,8 +620,10 @@ pub fn zrevrangebylex(ctx: &mut ExecCtx, args: &Args) {
 // ---------------------------------------------------------------------------------------------
 // Removal by range, pops
 
-fn remove_range(ctx: &mut ExecCtx, args: &Args, range: Range) {
-    let removed = ctx.write_as(args.get(1), |z: &mut ZSet, _, _| {
+/// ZREMRANGEBY*: removes what `range` selects, announcing it as `event` when it removed some.
+fn remove_range(ctx: &mut ExecCtx, args: &Args, range: Range, event: &'static str) {
+    let key = args.get(1);
+    let removed = ctx.write_as(key, |z: &mut ZSet, _, _| {
         let (start, end) = range_ranks(z, &range, false);
         if end <= start {
             return 0;
@@ -607,27 +631,31 @@ fn remove_range(ctx: &mut ExecCtx, args: &Args, range: Range) {
         z.remove_range(start, end).len() as i64
     });
     if let Ok(n) = removed {
-        ctx.reply.int(n.unwrap_or(0));
+        let n = n.unwrap_or(0);
+        if n > 0 {
+            ctx.notify(class::ZSET, event, key);
+        }
+        ctx.reply.int(n);
     }
 }
 
 pub fn zremrangebyrank(ctx: &mut ExecCtx, args: &Args) {
     match (parse_i64(args.get(2)), parse_i64(args.get(3))) {
-        (Some(a), Some(b)) => remove_range(ctx, args, Range::Rank(a, b)),
+        (Some(a), Some(b)) => remove_range(ctx, args, Range::Rank(a, b), "zremrangebyrank"),
         _ => ctx.error(errors::NOT_INT),
     }
 }
 
 pub fn zremrangebyscore(ctx: &mut ExecCtx, args: &Args) {
     match ScoreRange::parse(args.get(2), args.get(3)) {
-        Some(r) => remove_range(ctx, args, Range::Score(r)),
+        Some(r) => remove_range(ctx, args, Range::Score(r), "zremrangebyscore"),
         None => ctx.error(NOT_FLOAT_RANGE),
     }
 }
 
 pub fn zremrangebylex(ctx: &mut ExecCtx, args: &Args) {
     match LexRange::parse(args.get(2), args.get(3)) {
-        Some(r) => remove_range(ctx, args, Range::Lex(r)),
+        Some(r) => remove_range(ctx, args, Range::Lex(r), "zremrangebylex"),
         None => ctx.error(NOT_LEX_RANGE),
     }
 }
@@ -657,8 +685,10 @@ pub enum PopReply {
     KeyMemberScore,
 }
 
-/// Pops from the first of `keys` that exists (WRONGTYPE if that one is not a sorted set).
-/// Returns false when no key held anything, having written no reply.
+/// Pops from the first of `keys` that exists (WRONGTYPE if that one is not a sorted set),
+/// recording `zpopmin` or `zpopmax` (then `del` if the key went) as Redis's genericZpopCommand
+/// does for every pop, the blocking ones included. Returns false when no key held anything,
+/// having written no reply.
 pub fn pop_first(
     ctx: &mut ExecCtx,
     keys: &[&[u8]],
@@ -690,7 +720,11 @@ pub fn pop_first(
             }
         });
         match done {
-            Err(WrongType) | Ok(Some(())) => return true,
+            Err(WrongType) => return true,
+            Ok(Some(())) => {
+                ctx.notify(class::ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
+                return true;
+            }
             Ok(None) => {}
         }
     }
@@ -991,7 +1025,12 @@ fn set_op(ctx: &mut ExecCtx, args: &Args, op: SetOp, output: Output) {
             // Redis builds the result as a skiplist and converts it when small enough.
             let longest = items.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
             let start = ZSet::sized_for(items.len(), longest, &ctx.limits());
-            store_pairs(ctx, args.get(1), &items, start)
+            let event = match op {
+                SetOp::Union => "zunionstore",
+                SetOp::Inter => "zinterstore",
+                SetOp::Diff => "zdiffstore",
+            };
+            store_pairs(ctx, args.get(1), &items, start, event)
         }
         Output::Card => {
             let n = items.len() as u64;

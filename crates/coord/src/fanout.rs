@@ -380,16 +380,25 @@ impl Connection {
             .into_iter()
             .map(|(shard, keys)| {
                 let work: ShardWork<Gathered> = Box::new(move |w: &Worker| {
+                    // The notification settings too: this shard may have run no command since
+                    // they changed.
+                    w.sync_limits();
                     let now = w.now_ms();
                     let mut shard = w.shard.borrow_mut();
-                    keys.into_iter()
+                    let found = keys
+                        .into_iter()
                         .map(|k| {
                             let found = shard
                                 .get(db, &k, now)
                                 .map(|e| (e.value.clone(), e.expire_at));
                             (k, found)
                         })
-                        .collect()
+                        .collect();
+                    drop(shard);
+                    // A key found past its deadline expired here: announced now, before the
+                    // command's own events (as Redis's lookup expires it first).
+                    w.publish_notifications();
+                    found
                 });
                 (shard, work)
             })

@@ -723,6 +723,9 @@ impl Worker {
             }
         }
         let active = self.cluster.config.active_expire.load(Ordering::Relaxed);
+        // Active expiry announces `expired` as currently configured, even on a shard that ran
+        // no command since notify-keyspace-events changed.
+        self.sync_limits();
         {
             let mut shard = self.shard.borrow_mut();
             shard.active_expire = active;

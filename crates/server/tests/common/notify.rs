@@ -2,7 +2,7 @@
 //! each server while a subscriber listens to every `__keyspace@*__` and `__keyevent@*__`
 //! channel; after each command the events each server published are compared.
 
-use super::diff::{parse, Node};
+use super::diff::{agree, parse, Check, Node};
 use super::{Raw, Server};
 
 /// The channel marking the end of one command's events: published by the commanding client
@@ -114,14 +114,30 @@ pub fn differences(
     flags: &str,
     cmds: &[Vec<String>],
 ) -> Vec<String> {
+    let checked: Vec<(Vec<String>, Check)> =
+        cmds.iter().map(|c| (c.clone(), Check::Exact)).collect();
+    differences_checked(redis, ours, threads, flags, &checked)
+}
+
+/// [`differences`], each reply compared by its command's [`Check`] (the ones that need no
+/// further commands: exact, unordered, shape), for commands with a random or unordered reply.
+pub fn differences_checked(
+    redis: &Server,
+    ours: &Server,
+    threads: usize,
+    flags: &str,
+    cmds: &[(Vec<String>, Check)],
+) -> Vec<String> {
     let mut theirs = Listener::new(redis, flags);
     let mut mine = Listener::new(ours, flags);
     let mut found = Vec::new();
-    for (i, cmd) in cmds.iter().enumerate() {
+    for (i, (cmd, check)) in cmds.iter().enumerate() {
         let (their_reply, their_events) = theirs.run(cmd);
         let (my_reply, my_events) = mine.run(cmd);
         let spans = spans_shards(&mut theirs.client, cmd, threads);
-        if my_reply != their_reply || !events_agree(&my_events, &their_events, spans) {
+        if !agree(*check, &my_reply, &their_reply)
+            || !events_agree(&my_events, &their_events, spans)
+        {
             found.push(format!(
                 "#{i} {cmd:?}\n  reply ours:  {:?}\n  reply redis: {:?}\n  events ours:  {my_events:?}\n  events redis: {their_events:?}",
                 String::from_utf8_lossy(&my_reply),
