@@ -328,8 +328,16 @@ fn validate(param: &Param, value: &str) -> Result<String, String> {
             }
         }
         Kind::Str => Ok(value.to_string()),
+        // Kept as Redis prints it, plus the `n` that its text drops under `A` (the classes
+        // stay as set, as Redis's flags do; CONFIG GET shows Redis's text).
         Kind::KeyspaceEvents => damselfly_storage::notify::parse_flags(value)
-            .map(damselfly_storage::notify::flags_text)
+            .map(|flags| {
+                let mut text = damselfly_storage::notify::flags_text(flags);
+                if damselfly_storage::notify::parse_flags(&text) != Some(flags) {
+                    text.push('n');
+                }
+                text
+            })
             .ok_or_else(|| "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string()),
     }
 }
@@ -440,7 +448,15 @@ impl Config {
                     .iter()
                     .any(|p| damselfly_storage::glob::glob_match(p, name.as_bytes(), true))
             })
-            .map(|(k, v)| (*k, v.clone()))
+            .map(|(k, v)| match Self::param(k).map(|p| p.kind) {
+                Some(Kind::KeyspaceEvents) => (
+                    *k,
+                    damselfly_storage::notify::flags_text(
+                        damselfly_storage::notify::parse_flags(v).unwrap_or(0),
+                    ),
+                ),
+                _ => (*k, v.clone()),
+            })
             .collect()
     }
 
@@ -604,5 +620,22 @@ mod tests {
         assert_eq!(c.get("proto-max-bulk-len"), "1048576");
         let got = c.get_matching(&[b"*max-*-entries*"]);
         assert!(got.iter().any(|(k, _)| *k == "hash-max-listpack-entries"));
+    }
+
+    /// Redis prints `KEAmn` as `AKEm`, but `new` events stay on.
+    #[test]
+    fn keyspace_events_keep_new_under_all() {
+        use damselfly_storage::notify::class;
+        let c = Config::default();
+        c.set_runtime(&[("notify-keyspace-events".into(), "KEAmn".into())])
+            .unwrap();
+        let flags = c.notify_flags.load(Ordering::Relaxed);
+        assert_ne!(flags & class::NEW, 0);
+        assert_ne!(flags & class::KEY_MISS, 0);
+        let got = c.get_matching(&[b"notify-keyspace-events"]);
+        assert_eq!(got, vec![("notify-keyspace-events", "AKEm".to_string())]);
+        c.set_runtime(&[("notify-keyspace-events".into(), "KEA".into())])
+            .unwrap();
+        assert_eq!(c.notify_flags.load(Ordering::Relaxed) & class::NEW, 0);
     }
 }
