@@ -4,9 +4,10 @@
 //! from a key that received data. The waiting itself (per-key FIFO queues, wake-ups, timeouts,
 //! disconnects) belongs to the coordinator (crates/coord/src/blocking.rs).
 
+use damselfly_storage::notify::class;
 use damselfly_storage::{End, Kind};
 
-use crate::list_family::{move_element, parse_end, parse_mpop, pop_lists};
+use crate::list_family::{move_element, parse_end, parse_mpop, pop_event, pop_lists};
 use crate::zset_family::{pop_first, PopReply};
 use crate::{errors, Args, ExecCtx};
 
@@ -211,8 +212,14 @@ fn pop_one_list(ctx: &mut ExecCtx, keys: &[&[u8]], end: End) -> bool {
                 None => r.null(),
             }
         });
-        if !matches!(done, Ok(None)) {
-            return true;
+        match done {
+            Ok(None) => {}
+            Ok(Some(())) => {
+                // Then `del`, when the pop emptied the list.
+                ctx.notify(class::LIST, pop_event(end), key);
+                return true;
+            }
+            Err(_) => return true,
         }
     }
     false

@@ -3,10 +3,27 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{EncodingLimits, End, Kind, List, Value};
 
 use crate::ctx::WrongType;
 use crate::{errors, Args, ExecCtx};
+
+/// The event Redis names a push at `end` with (LPUSH, RPUSH, the push half of LMOVE).
+pub fn push_event(end: End) -> &'static str {
+    match end {
+        End::Head => "lpush",
+        End::Tail => "rpush",
+    }
+}
+
+/// The event Redis names a pop from `end` with (LPOP, LMPOP, BLPOP, the pop half of LMOVE).
+pub fn pop_event(end: End) -> &'static str {
+    match end {
+        End::Head => "lpop",
+        End::Tail => "rpop",
+    }
+}
 
 /// Runs `f` on the list under `key` for writing; `Ok(None)` when the key is missing,
 /// `Err(WrongType)` after WRONGTYPE.
@@ -35,8 +52,14 @@ fn push(ctx: &mut ExecCtx, args: &Args, end: End, only_existing: bool) {
     } else {
         ctx.write_or_create(args.get(1), push_all)
     };
-    if let Some(n) = len {
-        ctx.reply.int(n);
+    match len {
+        // LPUSHX/RPUSHX on a missing key changed nothing.
+        Some(0) => ctx.reply.int(0),
+        Some(n) => {
+            ctx.notify(class::LIST, push_event(end), args.get(1));
+            ctx.reply.int(n);
+        }
+        None => {}
     }
 }
 
@@ -71,8 +94,14 @@ fn pop(ctx: &mut ExecCtx, args: &Args, end: End) {
     };
     let popped = write_list(ctx, args.get(1), |l, r, _| match count {
         None => match l.pop(end) {
-            Some(v) => r.bulk(&v),
-            None => r.null(),
+            Some(v) => {
+                r.bulk(&v);
+                true
+            }
+            None => {
+                r.null();
+                false
+            }
         },
         Some(n) => {
             let n = n.min(l.len());
@@ -82,13 +111,17 @@ fn pop(ctx: &mut ExecCtx, args: &Args, end: End) {
                     r.bulk(&v);
                 }
             }
+            n > 0
         }
     });
-    if let Ok(None) = popped {
-        match count {
+    match popped {
+        Ok(None) => match count {
             None => ctx.reply.null(),
             Some(_) => ctx.reply.null_array(),
-        }
+        },
+        // A count of 0 pops nothing and names nothing.
+        Ok(Some(true)) => ctx.notify(class::LIST, pop_event(end), args.get(1)),
+        Ok(Some(false)) | Err(WrongType) => {}
     }
 }
 
@@ -127,18 +160,25 @@ pub fn lset(ctx: &mut ExecCtx, args: &Args) {
     let element = args.get(3);
     let done = write_list(ctx, args.get(1), |l, r, _| {
         let Some(index) = parse_i64(args.get(2)) else {
-            return r.error(errors::NOT_INT);
+            r.error(errors::NOT_INT);
+            return false;
         };
         match resolve(index, l.len()) {
             Some(i) => {
                 l.set(i, element);
                 r.ok();
+                true
             }
-            None => r.error("ERR index out of range"),
+            None => {
+                r.error("ERR index out of range");
+                false
+            }
         }
     });
-    if let Ok(None) = done {
-        ctx.error("ERR no such key");
+    match done {
+        Ok(None) => ctx.error("ERR no such key"),
+        Ok(Some(true)) => ctx.notify(class::LIST, "lset", args.get(1)),
+        Ok(Some(false)) | Err(WrongType) => {}
     }
 }
 
@@ -190,8 +230,12 @@ pub fn ltrim(ctx: &mut ExecCtx, args: &Args) {
         l.remove_end(End::Head, range.start.min(l.len()));
         r.ok();
     });
-    if let Ok(None) = done {
-        ctx.reply.ok();
+    match done {
+        Ok(None) => ctx.reply.ok(),
+        // Redis names every LTRIM of a list, even one that kept it whole (then `del` if it
+        // emptied it).
+        Ok(Some(())) => ctx.notify(class::LIST, "ltrim", args.get(1)),
+        Err(WrongType) => {}
     }
 }
 
@@ -210,12 +254,18 @@ pub fn linsert(ctx: &mut ExecCtx, args: &Args) {
             Some(i) => {
                 l.insert(i + usize::from(after), element, fill);
                 r.int(l.len() as i64);
+                true
             }
-            None => r.int(-1),
+            None => {
+                r.int(-1);
+                false
+            }
         }
     });
-    if let Ok(None) = done {
-        ctx.reply.int(0);
+    match done {
+        Ok(None) => ctx.reply.int(0),
+        Ok(Some(true)) => ctx.notify(class::LIST, "linsert", args.get(1)),
+        Ok(Some(false)) | Err(WrongType) => {}
     }
 }
 
@@ -248,9 +298,12 @@ pub fn lrem(ctx: &mut ExecCtx, args: &Args) {
             keep
         });
         r.int(doomed.len() as i64);
+        !doomed.is_empty()
     });
-    if let Ok(None) = done {
-        ctx.reply.int(0);
+    match done {
+        Ok(None) => ctx.reply.int(0),
+        Ok(Some(true)) => ctx.notify(class::LIST, "lrem", args.get(1)),
+        Ok(Some(false)) | Err(WrongType) => {}
     }
 }
 
@@ -349,7 +402,9 @@ pub fn parse_end(args: &Args, i: usize) -> Option<End> {
     }
 }
 
-/// Pops from `src` and pushes onto `dst`; replies with the element or null.
+/// Pops from `src` and pushes onto `dst`; replies with the element or null. Redis names the
+/// push first (after `new` for a created destination), then the pop, then `del` of an
+/// emptied source.
 pub fn move_element(ctx: &mut ExecCtx, src: &[u8], dst: &[u8], from: End, to: End) {
     let src_ok = ctx.check_write(src, Kind::List);
     let Some(src_exists) = src_ok else { return };
@@ -359,6 +414,20 @@ pub fn move_element(ctx: &mut ExecCtx, src: &[u8], dst: &[u8], from: End, to: En
     if ctx.check_write(dst, Kind::List).is_none() {
         return;
     }
+    if src == dst {
+        // One list turned: never emptied, so the key (and its TTL) stays, as in Redis.
+        let turned = write_list(ctx, src, |l, _, fill| {
+            let v = l.pop(from)?;
+            l.push(to, &v, fill);
+            Some(v)
+        });
+        let Ok(Some(Some(v))) = turned else {
+            return ctx.reply.null();
+        };
+        ctx.notify(class::LIST, push_event(to), dst);
+        ctx.notify(class::LIST, pop_event(from), src);
+        return ctx.reply.bulk(&v);
+    }
     let Ok(Some(Some(v))) = write_list(ctx, src, |l, _, _| l.pop(from)) else {
         return ctx.reply.null();
     };
@@ -366,6 +435,9 @@ pub fn move_element(ctx: &mut ExecCtx, src: &[u8], dst: &[u8], from: End, to: En
         ctx.shard.set(ctx.db, dst, Value::List(Box::default()), 0);
     }
     let _ = write_list(ctx, dst, |l, _, fill| l.push(to, &v, fill));
+    ctx.notify(class::LIST, push_event(to), dst);
+    // Also emits the source's deferred `del` when the pop emptied it.
+    ctx.notify(class::LIST, pop_event(from), src);
     ctx.reply.bulk(&v);
 }
 
@@ -436,7 +508,11 @@ pub fn pop_lists(ctx: &mut ExecCtx, keys: &[&[u8]], end: End, count: usize) -> b
             }
         });
         match done {
-            Err(WrongType) | Ok(Some(())) => return true,
+            Ok(Some(())) => {
+                ctx.notify(class::LIST, pop_event(end), key);
+                return true;
+            }
+            Err(WrongType) => return true,
             Ok(None) => {}
         }
     }
