@@ -302,8 +302,13 @@ impl Connection {
     /// past its soft limit for too long (pubsub class), or a round passed its budget. Logs
     /// it as Redis does.
     pub fn output_within_limits(&mut self, unsent: u64) -> bool {
+        let limit = self.output_limit();
+        if let Some(inbox) = &self.pubsub.inbox {
+            inbox.set_limit(usize::try_from(limit.saturating_sub(unsent)).unwrap_or(usize::MAX));
+        }
         let over = self.over_output_limit
-            || unsent > self.output_limit()
+            || self.pubsub.inbox.as_ref().is_some_and(|i| i.overflowed())
+            || unsent > limit
             || self.over_soft_limit_too_long(unsent);
         if over {
             tracing::warn!(

@@ -347,6 +347,11 @@ pub(crate) async fn mailbox_loop<F: Future<Output = ()>>(
         // thread's connections read, run and reply between any two steps.
         if stepped {
             after_io().await;
+        } else {
+            // Messages may keep coming (a publisher on another thread never waits for its
+            // deliveries): without a yield this task would never give the thread back, and
+            // the connections it wakes (subscribers) would never write.
+            yield_now().await;
         }
     }
 }

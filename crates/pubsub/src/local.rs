@@ -16,6 +16,11 @@ pub struct Inbox {
     pub id: u64,
     out: RefCell<ReplyBuf>,
     waker: Cell<Option<Waker>>,
+    /// The client's output limit: past it, messages are dropped and the client is closed
+    /// when its connection next runs, so a connection that does not run cannot make its
+    /// inbox grow without bound.
+    limit: Cell<usize>,
+    overflowed: Cell<bool>,
 }
 
 impl Inbox {
@@ -24,6 +29,8 @@ impl Inbox {
             id,
             out: RefCell::new(ReplyBuf::new(resp3)),
             waker: Cell::new(None),
+            limit: Cell::new(usize::MAX),
+            overflowed: Cell::new(false),
         })
     }
 
@@ -34,6 +41,9 @@ impl Inbox {
 
     /// Appends a push of bulk strings and wakes the connection.
     pub fn push(&self, words: &[&[u8]]) {
+        if self.full() {
+            return;
+        }
         {
             let mut out = self.out.borrow_mut();
             out.push(words.len());
@@ -46,8 +56,32 @@ impl Inbox {
 
     /// Appends bytes already encoded (a MONITOR line) and wakes the connection.
     pub fn push_raw(&self, bytes: &[u8]) {
+        if self.full() {
+            return;
+        }
         self.out.borrow_mut().buf.extend_from_slice(bytes);
         self.wake();
+    }
+
+    /// Past the limit: what waits is dropped, and so is anything more.
+    fn full(&self) -> bool {
+        if self.len() > self.limit.get() {
+            self.overflowed.set(true);
+            self.out.borrow_mut().buf = Vec::new();
+            self.wake();
+        }
+        self.overflowed.get()
+    }
+
+    /// Sets the most that may wait here (the client's output limit less what its
+    /// connection has not written yet).
+    pub fn set_limit(&self, bytes: usize) {
+        self.limit.set(bytes);
+    }
+
+    /// True once messages were dropped at the limit: the client must be closed.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.get()
     }
 
     fn wake(&self) {
@@ -56,8 +90,11 @@ impl Inbox {
         }
     }
 
-    /// Ready once something waits to be written.
+    /// Ready once something waits to be written (or the inbox overflowed).
     pub fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.overflowed.get() {
+            return Poll::Ready(());
+        }
         self.poll_beyond(0, cx).map(|_| ())
     }
 
