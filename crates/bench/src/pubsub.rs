@@ -9,12 +9,13 @@
 //! The run: connect and subscribe every subscriber and wait for every confirmation, publish for
 //! one second of warm-up and then `--seconds` measured, stop the publishers (their in-flight
 //! PUBLISHes are answered), and let the subscribers drain until every message of the measured
-//! window has arrived, or none arrives for 250 ms, or `--drain` seconds passed. Only messages
-//! *sent* in the measured window are counted and timed, by publishers (published, the sum of
-//! PUBLISH's replies) and subscribers (delivered) alike, so with nothing lost
-//! `delivered == publish_replies_sum` (`lost` is their difference; `disconnected` counts
-//! subscriber connections the server closed, `delivered_all` every message received, warm-up
-//! and drain included). Every connection is one task on one current-thread runtime.
+//! window has arrived, or none arrived for `--quiet-ms`, or `--drain` seconds passed. Only
+//! messages *sent* in the measured window are counted and timed, by publishers (published, the
+//! sum of PUBLISH's replies) and subscribers (delivered) alike, so with nothing lost
+//! `delivered == publish_replies_sum` (`lost` is their difference, and then stderr has the
+//! spread by subscriber; `disconnected` counts subscriber connections the server closed,
+//! `delivered_all` every message received, warm-up and drain included). Every connection is
+//! one task on one current-thread runtime.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -57,8 +58,11 @@ pub struct PubsubArgs {
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
     /// At most this many seconds for the subscribers to drain after the publishers stop.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 10.0)]
     drain: f64,
+    /// The drain also ends when no message arrived for this many milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    quiet_ms: u64,
 }
 
 /// Writes a payload of at least `size` bytes: `ts_ns` in ASCII digits, then `.` padding.
@@ -163,8 +167,9 @@ struct Shared {
     /// Subscribers whose connection ended or failed, and the first reason.
     lost_subscribers: Cell<usize>,
     first_error: RefCell<Option<String>>,
-    /// Messages sent in the window that subscribers received.
+    /// Messages sent in the window that subscribers received, in all and by subscriber.
     delivered: Cell<u64>,
+    by_subscriber: Vec<Cell<u64>>,
     /// Every message subscribers received, warm-up and drain included.
     delivered_all: Cell<u64>,
     /// PUBLISHes sent in the window, and the sum of their replies.
@@ -252,6 +257,8 @@ async fn subscribe_and_receive(
             if shared.in_window(ts) {
                 let micros = shared.now_ns().saturating_sub(ts) / 1000;
                 shared.delivered.set(shared.delivered.get() + 1);
+                let mine = &shared.by_subscriber[id];
+                mine.set(mine.get() + 1);
                 shared.latency.borrow_mut().saturating_record(micros.max(1));
             }
         }
@@ -347,6 +354,7 @@ pub fn pubsub(args: PubsubArgs) {
         lost_subscribers: Cell::new(0),
         first_error: RefCell::new(None),
         delivered: Cell::new(0),
+        by_subscriber: (0..args.subscribers).map(|_| Cell::new(0)).collect(),
         delivered_all: Cell::new(0),
         published: Cell::new(0),
         replies_sum: Cell::new(0),
@@ -380,6 +388,18 @@ pub fn pubsub(args: PubsubArgs) {
         drain_ms,
         shared.delivered_all.get(),
     );
+    if replies != delivered {
+        let counts: Vec<u64> = shared.by_subscriber.iter().map(Cell::get).collect();
+        let min = counts.iter().min().copied().unwrap_or(0);
+        let max = counts.iter().max().copied().unwrap_or(0);
+        let at_min = counts.iter().filter(|&&c| c == min).count();
+        eprintln!(
+            "pubsub: {} messages missing; by subscriber: min {min} ({at_min} subscribers), \
+             max {max}, published {}",
+            replies as i64 - delivered as i64,
+            shared.published.get()
+        );
+    }
     let first_error = shared.first_error.borrow().clone();
     if let Some(e) = first_error {
         eprintln!("pubsub: {e}");
@@ -434,7 +454,7 @@ async fn run(args: Rc<PubsubArgs>, shared: Rc<Shared>) -> Result<u128, String> {
         let now = shared.delivered.get();
         if now != last.0 {
             last = (now, Instant::now());
-        } else if last.1.elapsed() >= Duration::from_millis(250) {
+        } else if last.1.elapsed() >= Duration::from_millis(args.quiet_ms) {
             break;
         }
     }
