@@ -2,7 +2,8 @@
 # which runs a server on a free port and its own unix socket, waits for PING and records
 # PORT[NAME], SOCK[NAME] and PID[NAME]; start_redis_and_damselfly THREADS builds the release
 # binaries and starts both servers as `redis` and `damselfly` (BIN and LOAD name the server
-# and the load tool). Everything started is killed when the script exits.
+# and the load tool, under $CARGO_TARGET_DIR when it is set). Everything started is killed
+# when the script exits.
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -22,8 +23,8 @@ start() { # name command...
 
 start_redis_and_damselfly() { # threads
   cargo build --release -q -p damselfly -p damselfly-bench
-  BIN=target/release/damselfly
-  LOAD=target/release/damselfly-bench
+  BIN=${CARGO_TARGET_DIR:-target}/release/damselfly
+  LOAD=${CARGO_TARGET_DIR:-target}/release/damselfly-bench
   start redis redis-server --save '' --appendonly no || exit 1
   start damselfly "$BIN" --threads "$1" --loglevel warning --save "" --dir "$WORK" || exit 1
 }

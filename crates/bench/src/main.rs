@@ -6,9 +6,12 @@
 //!   its SVG plots.
 //! - `load`: a closed-loop load generator for command groups redis-benchmark cannot express
 //!   (MULTI/EXEC, keys placed on chosen shards), used by benches/tx.sh.
+//! - `pubsub`: Pub/Sub load (publishers, channel or pattern subscribers) with delivery
+//!   throughput and latency, used by benches/pubsub.sh.
 
 mod compare;
 mod load;
+mod pubsub;
 mod report;
 mod servers;
 mod tools;
@@ -30,6 +33,8 @@ enum Cmd {
     Report(ReportArgs),
     /// Runs a command group from many clients for a fixed time.
     Load(load::LoadArgs),
+    /// Publishes to channels with many subscribers and measures delivery rate and latency.
+    Pubsub(pubsub::PubsubArgs),
 }
 
 #[derive(Parser)]
@@ -62,6 +67,7 @@ fn publish(run: &compare::Run, report: &std::path::Path, plots: &std::path::Path
 fn main() {
     match Cli::parse().command {
         Cmd::Load(args) => load::load(args),
+        Cmd::Pubsub(args) => pubsub::pubsub(args),
         Cmd::Compare(args) => {
             let (report, plots) = (args.report.clone(), args.plots.clone());
             let run = match compare::run(args) {
