@@ -723,6 +723,8 @@ impl Worker {
             }
         }
         let active = self.cluster.config.active_expire.load(Ordering::Relaxed);
+        // A shard that ran no command since CONFIG SET still announces expiries as asked.
+        self.sync_limits();
         {
             let mut shard = self.shard.borrow_mut();
             shard.active_expire = active;
