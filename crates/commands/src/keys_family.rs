@@ -84,7 +84,13 @@ pub fn memory(ctx: &mut ExecCtx, args: &Args) {
             return ctx.error(errors::SYNTAX);
         }
     }
-    match ctx.lookup_write(args.get(2)).map(|e| e.mem_size()) {
+    // As Redis, straight from the table: a key past its deadline is measured, not expired
+    // (nor announced as expired).
+    match ctx.shard.dbs[ctx.db]
+        .table
+        .get(args.get(2))
+        .map(|e| e.mem_size())
+    {
         Some(n) => ctx.reply.int(n as i64),
         None => ctx.reply.null(),
     }
