@@ -4,6 +4,7 @@
 
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{Kind, Value};
 
 use crate::ctx::WrongType;
@@ -26,7 +27,8 @@ fn read_string(ctx: &mut ExecCtx, key: &[u8], f: impl FnOnce(Option<&[u8]>, &mut
     }
 }
 
-/// Runs `f` on the string under `key` as raw bytes, creating an empty one when missing.
+/// Runs `f` on the string under `key` as raw bytes, creating an empty one when missing (so
+/// that a new key is one that `f` lengthens).
 fn write_string<R>(
     ctx: &mut ExecCtx,
     key: &[u8],
@@ -92,7 +94,16 @@ pub fn setbit(ctx: &mut ExecCtx, args: &Args) {
         Some(v @ (0 | 1)) => v == 1,
         _ => return ctx.error("ERR bit is not an integer or out of range"),
     };
-    if let Ok(old) = write_string(ctx, args.get(1), |s| set_bit(s, bit, on)) {
+    let key = args.get(1);
+    let written = write_string(ctx, key, |s| {
+        let len = s.len();
+        (set_bit(s, bit, on), s.len() != len)
+    });
+    if let Ok((old, grown)) = written {
+        // Redis names a change only: a new key or a longer string, or a flipped bit.
+        if grown || old != u8::from(on) {
+            ctx.notify(class::STRING, "setbit", key);
+        }
         ctx.reply.int(i64::from(old));
     }
 }
@@ -257,9 +268,14 @@ pub fn bitop(ctx: &mut ExecCtx, args: &Args) {
         .collect();
     let dst = args.get(2);
     if result.is_empty() {
-        ctx.shard.delete(ctx.db, dst, ctx.now);
+        // As Redis's dbDelete: a key past its deadline but not yet removed is deleted too.
+        if ctx.shard.remove(ctx.db, dst).is_some() {
+            ctx.notify(class::GENERIC, "del", dst);
+        }
     } else {
+        ctx.shard.expire_if_needed(ctx.db, dst, ctx.now);
         ctx.shard.set(ctx.db, dst, Value::Str(result), 0);
+        ctx.notify(class::STRING, "set", dst);
     }
     ctx.reply.int(len as i64);
 }
@@ -449,25 +465,35 @@ fn parse_bitfield(args: &Args, read_only: bool, max_bulk: u64) -> Result<Vec<Fie
     Ok(cmds)
 }
 
-fn run_fields(s: &mut Vec<u8>, cmds: &[FieldCmd]) -> Vec<Option<i64>> {
-    cmds.iter()
+/// Runs the subcommands in order: their results, whether a SET or INCRBY wrote (was not
+/// cancelled by OVERFLOW FAIL), and whether one changed a field's value.
+fn run_fields(s: &mut Vec<u8>, cmds: &[FieldCmd]) -> (Vec<Option<i64>>, bool, bool) {
+    let (mut wrote, mut changed) = (false, false);
+    let mut write = |s: &mut Vec<u8>, c: &FieldCmd, old: i64, new: i64| {
+        write_field(s, c.offset, c.ty, new);
+        wrote = true;
+        changed |= read_field(s, c.offset, c.ty) != old;
+    };
+    let results = cmds
+        .iter()
         .map(|c| {
             let old = read_field(s, c.offset, c.ty);
             match c.op {
                 FieldOp::Get => Some(old),
                 FieldOp::Set(v) => {
                     let new = field_add(c.ty, v, 0, c.overflow)?;
-                    write_field(s, c.offset, c.ty, new);
+                    write(s, c, old, new);
                     Some(old)
                 }
                 FieldOp::IncrBy(by) => {
                     let new = field_add(c.ty, old, by, c.overflow)?;
-                    write_field(s, c.offset, c.ty, new);
+                    write(s, c, old, new);
                     Some(new)
                 }
             }
         })
-        .collect()
+        .collect();
+    (results, wrote, changed)
 }
 
 fn reply_fields(r: &mut ReplyBuf, results: &[Option<i64>]) {
@@ -502,14 +528,22 @@ fn bitfield_generic(ctx: &mut ExecCtx, args: &Args, read_only: bool) {
             reply_fields(r, &results);
         });
     };
-    let ran = write_string(ctx, args.get(1), |s| {
+    let key = args.get(1);
+    let ran = write_string(ctx, key, |s| {
         let need = (last_written / 8 + 1) as usize;
-        if s.len() < need {
+        let grown = s.len() < need;
+        if grown {
             s.resize(need, 0);
         }
-        run_fields(s, &cmds)
+        let (results, wrote, changed) = run_fields(s, &cmds);
+        (results, wrote, grown || changed)
     });
-    if let Ok(results) = ran {
+    if let Ok((results, wrote, changed)) = ran {
+        // As in Redis: a write that OVERFLOW FAIL did not cancel, on a new or longer string
+        // or changing a value.
+        if wrote && changed {
+            ctx.notify(class::STRING, "setbit", key);
+        }
         reply_fields(ctx.reply, &results);
     }
 }

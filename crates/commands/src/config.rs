@@ -407,6 +407,7 @@ impl Config {
             Self::param(name).ok_or_else(|| format!("unknown configuration parameter '{name}'"))?;
         let v = validate(param, value).map_err(|e| format!("'{name}': {e}"))?;
         self.store(param.name, v);
+        self.note_flags(param, value);
         self.refresh_atomics();
         Ok(())
     }
@@ -429,10 +430,11 @@ impl Config {
             let v = validate(param, value).map_err(|e| {
                 format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}")
             })?;
-            staged.push((param.name, v));
+            staged.push((param, v, value));
         }
-        for (k, v) in staged {
-            self.store(k, v);
+        for (param, v, value) in staged {
+            self.store(param.name, v);
+            self.note_flags(param, value);
         }
         self.refresh_atomics();
         Ok(())
@@ -499,6 +501,15 @@ impl Config {
         }
     }
 
+    /// `notify-keyspace-events` as flags, read from the value given: the text kept for CONFIG
+    /// GET is Redis's, which leaves out `n` next to `A`, so it cannot be read back.
+    fn note_flags(&self, param: &Param, value: &str) {
+        if matches!(param.kind, Kind::KeyspaceEvents) {
+            let flags = damselfly_storage::notify::parse_flags(value).unwrap_or(0);
+            self.notify_flags.store(flags, Ordering::Relaxed);
+        }
+    }
+
     fn refresh_atomics(&self) {
         let r = Ordering::Relaxed;
         self.generation.fetch_add(1, Ordering::Release);
@@ -525,11 +536,6 @@ impl Config {
             .store(!self.get("requirepass").is_empty(), r);
         self.busy_reply_ms
             .store(self.get_u64("busy-reply-threshold"), r);
-        let events = self.get("notify-keyspace-events");
-        self.notify_flags.store(
-            damselfly_storage::notify::parse_flags(&events).unwrap_or(0),
-            r,
-        );
         let locking = match self.get("script-shard-locking").as_str() {
             "all" => ScriptLocking::All,
             "strict" => ScriptLocking::Strict,

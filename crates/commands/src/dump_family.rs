@@ -6,6 +6,7 @@ use damselfly_persistence::digest::{value_digest, DatasetDigest, Digest};
 use damselfly_persistence::dump;
 use damselfly_persistence::rdb::WriteOptions;
 use damselfly_protocol::number::parse_i64;
+use damselfly_storage::notify::class;
 use damselfly_storage::Shard;
 
 use crate::{errors, Args, ExecCtx};
@@ -101,14 +102,19 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
     } else {
         ttl
     };
+    // REPLACE deletes the old value as Redis's dbDelete does (without an expiry check, so a
+    // key past its deadline goes silently too); the value is then added as a new key.
+    let replaced = opts.replace && ctx.shard.remove(ctx.db, key).is_some();
     if deadline != 0 && deadline <= now {
         // A deadline already past: REPLACE still deletes the old key, and the reply is OK.
-        if opts.replace && ctx.shard.remove(ctx.db, key).is_some() {
+        if replaced {
             ctx.propagate(&[b"DEL", key]);
+            ctx.notify(class::GENERIC, "del", key);
         }
         return ctx.reply.ok();
     }
     ctx.shard.set(ctx.db, key, value, deadline as u64);
+    ctx.notify(class::GENERIC, "restore", key);
     if deadline != ttl {
         // The journal gets the deadline, not the time left.
         let at = deadline.to_string();

@@ -4,6 +4,7 @@
 //! shards run on the coordinator's gathered copy.
 
 use damselfly_storage::hll::{self, Corrupt};
+use damselfly_storage::notify::class;
 use damselfly_storage::{Kind, Value};
 
 use crate::{errors, Args, ExecCtx};
@@ -36,6 +37,7 @@ pub fn pfadd(ctx: &mut ExecCtx, args: &Args) {
             }
             hll::changed(&mut h);
             ctx.shard.set(ctx.db, key, Value::Str(h), 0);
+            ctx.notify(class::STRING, "pfadd", key);
             return ctx.reply.int(1);
         }
         Some(v) => match hll_bytes(v) {
@@ -58,7 +60,12 @@ pub fn pfadd(ctx: &mut ExecCtx, args: &Args) {
         Ok(updated)
     });
     match added {
-        Some(Ok(updated)) => ctx.reply.int(i64::from(updated)),
+        Some(Ok(updated)) => {
+            if updated {
+                ctx.notify(class::STRING, "pfadd", key);
+            }
+            ctx.reply.int(i64::from(updated))
+        }
         Some(Err(c)) => ctx.error(corrupt(c)),
         None => ctx.reply.int(0),
     }
@@ -136,7 +143,11 @@ pub fn pfmerge(ctx: &mut ExecCtx, args: &Args) {
         }
     };
     match stored {
-        Ok(()) => ctx.reply.ok(),
+        Ok(()) => {
+            // PFMERGE announces itself as PFADD, as in Redis.
+            ctx.notify(class::STRING, "pfadd", dst);
+            ctx.reply.ok()
+        }
         Err(c) => ctx.error(corrupt(c)),
     }
 }

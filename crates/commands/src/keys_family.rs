@@ -5,6 +5,7 @@
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
+use damselfly_storage::notify::class;
 use damselfly_storage::{Shard, Value, SCAN_SHARD_BITS};
 
 use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
@@ -15,6 +16,7 @@ pub fn del(ctx: &mut ExecCtx, args: &Args) {
     let mut n = 0;
     for key in args.iter().skip(1) {
         if ctx.shard.delete(ctx.db, key, ctx.now) {
+            ctx.notify(class::GENERIC, "del", key);
             n += 1;
         }
     }
@@ -32,8 +34,9 @@ pub fn exists(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn type_cmd(ctx: &mut ExecCtx, args: &Args) {
+    // A read, as in Redis: a missing key is a miss (and a `keymiss` event).
     let name = ctx
-        .lookup_write(args.get(1))
+        .lookup_read(args.get(1))
         .map_or("none", |e| e.value.type_name());
     ctx.reply.simple(name);
 }
@@ -81,7 +84,13 @@ pub fn memory(ctx: &mut ExecCtx, args: &Args) {
             return ctx.error(errors::SYNTAX);
         }
     }
-    match ctx.lookup_write(args.get(2)).map(|e| e.mem_size()) {
+    // As Redis, straight from the table: a key past its deadline is measured, not expired
+    // (nor announced as expired).
+    match ctx.shard.dbs[ctx.db]
+        .table
+        .get(args.get(2))
+        .map(|e| e.mem_size())
+    {
         Some(n) => ctx.reply.int(n as i64),
         None => ctx.reply.null(),
     }
@@ -173,13 +182,16 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
         return;
     }
     if when <= ctx.now as i64 {
+        // A time already past deletes the key, announced as `del`.
         ctx.shard.remove(ctx.db, key);
         ctx.propagate(&[b"DEL", key]);
+        ctx.notify(class::GENERIC, "del", key);
     } else {
         ctx.shard
             .update(ctx.db, key, ctx.now, |e| e.expire_at = when as u64);
         // Absolute, so a replay sets the same deadline whenever it runs.
         ctx.propagate(&[b"PEXPIREAT", key, when.to_string().as_bytes()]);
+        ctx.notify(class::GENERIC, "expire", key);
     }
     ctx.reply.int(1);
 }
@@ -221,12 +233,16 @@ pub fn pexpiretime(ctx: &mut ExecCtx, args: &Args) {
 }
 
 pub fn persist(ctx: &mut ExecCtx, args: &Args) {
+    let key = args.get(1);
     let had_ttl = ctx
         .shard
-        .update(ctx.db, args.get(1), ctx.now, |e| {
+        .update(ctx.db, key, ctx.now, |e| {
             std::mem::replace(&mut e.expire_at, 0) != 0
         })
         .unwrap_or(false);
+    if had_ttl {
+        ctx.notify(class::GENERIC, "persist", key);
+    }
     ctx.reply.int(i64::from(had_ttl));
 }
 
@@ -426,6 +442,55 @@ impl Transfer {
             _ => reply.int(1),
         }
     }
+
+    /// Whether the source exists, looked up as Redis does: COPY reads it (a miss counts, and
+    /// is a `keymiss` event), the others look it up for writing. Both expire it if due.
+    pub fn source_exists(&self, shard: &mut Shard, src: &[u8], now: u64) -> bool {
+        match self.kind {
+            TransferKind::Copy => shard.get_counted(self.src_db, src, now).is_some(),
+            _ => shard.exists(self.src_db, src, now),
+        }
+    }
+
+    /// Whether the destination holds a live key, leaving one past its deadline in place:
+    /// [`Transfer::store`] expires it, so that it is announced only if the transfer gets
+    /// that far (the cross-shard path checks both keys at once, Redis the source first).
+    pub fn destination_taken(&self, shard: &Shard, dst: &[u8], now: u64) -> bool {
+        shard.dbs[self.dst_db]
+            .table
+            .get(dst)
+            .is_some_and(|e| e.expire_at == 0 || e.expire_at > now)
+    }
+
+    /// Writes the value under the destination as Redis does: the destination is looked up
+    /// for writing (expired if due), any old value deleted, and the value added as a new key
+    /// (`new`, even over an old value).
+    pub fn store(&self, shard: &mut Shard, dst: &[u8], value: Value, expire_at: u64, now: u64) {
+        shard.expire_if_needed(self.dst_db, dst, now);
+        shard.remove(self.dst_db, dst);
+        shard.set(self.dst_db, dst, value, expire_at);
+    }
+
+    /// The source's event once the value has moved: `rename_from` or `move_from` (COPY
+    /// names only its destination).
+    pub fn announce_source(&self, shard: &mut Shard, src: &[u8]) {
+        let event = match self.kind {
+            TransferKind::Rename | TransferKind::RenameNx => "rename_from",
+            TransferKind::Move => "move_from",
+            TransferKind::Copy => return,
+        };
+        shard.notify.record(class::GENERIC, event, self.src_db, src);
+    }
+
+    /// The destination's event: `rename_to`, `copy_to` or `move_to`.
+    pub fn announce_destination(&self, shard: &mut Shard, dst: &[u8]) {
+        let event = match self.kind {
+            TransferKind::Rename | TransferKind::RenameNx => "rename_to",
+            TransferKind::Move => "move_to",
+            TransferKind::Copy => "copy_to",
+        };
+        shard.notify.record(class::GENERIC, event, self.dst_db, dst);
+    }
 }
 
 const SAME_OBJECT: &str = "ERR source and destination objects are the same";
@@ -446,7 +511,7 @@ pub fn transfer(ctx: &mut ExecCtx, args: &Args) {
         Err(e) => return ctx.error(e),
     };
     let (src, dst) = t.keys(args);
-    if !ctx.shard.exists(t.src_db, src, ctx.now) {
+    if !t.source_exists(ctx.shard, src, ctx.now) {
         return t.reply_missing(ctx.reply);
     }
     if src == dst && t.src_db == t.dst_db {
@@ -462,7 +527,11 @@ pub fn transfer(ctx: &mut ExecCtx, args: &Args) {
     let Some((value, expire_at)) = take_value(ctx.shard, &t, src, ctx.now) else {
         return t.reply_missing(ctx.reply);
     };
-    ctx.shard.set(t.dst_db, dst, value, expire_at);
+    // Redis's order: the destination is added (`new`), then the source's event, then the
+    // destination's.
+    t.store(ctx.shard, dst, value, expire_at, ctx.now);
+    t.announce_source(ctx.shard, src);
+    t.announce_destination(ctx.shard, dst);
     t.reply_done(ctx.reply);
 }
 

@@ -7,6 +7,7 @@
 use std::cmp::Ordering;
 
 use damselfly_protocol::number::{parse_f64, parse_i64};
+use damselfly_storage::notify::class;
 use damselfly_storage::{List, Value};
 
 use crate::{errors, Args, ExecCtx};
@@ -284,7 +285,16 @@ fn run(ctx: &mut ExecCtx, args: &Args, read_only: bool) {
                     fill,
                 );
             }
-            ctx.store(dst, Value::List(Box::new(list)));
+            if out.is_empty() {
+                // As Redis's dbDelete: a key past its deadline but not yet removed goes too.
+                if ctx.shard.remove(ctx.db, dst).is_some() {
+                    ctx.notify(class::GENERIC, "del", dst);
+                }
+            } else {
+                ctx.shard.expire_if_needed(ctx.db, dst, ctx.now);
+                ctx.shard.set(ctx.db, dst, Value::List(Box::new(list)), 0);
+                ctx.notify(class::LIST, "sortstore", dst);
+            }
             // The stored list itself: elements that compare equal may come out in another
             // order from a replica of the source with another layout.
             ctx.propagate(&[b"DEL", dst]);

@@ -3,6 +3,8 @@
 //! t_string.c.
 
 use damselfly_protocol::number::parse_i64;
+use damselfly_protocol::ReplyBuf;
+use damselfly_storage::notify::class;
 use damselfly_storage::{Kind, Value};
 
 use crate::long_double::{incr_by_float, IncrFloatError};
@@ -87,8 +89,19 @@ fn expire_millis(ctx: &mut ExecCtx, raw: &[u8], flags: u32, name: &str) -> Optio
     Some(ms as u64)
 }
 
+/// Writes a string value as a bulk reply; false (writing nothing) for another type.
+fn reply_string(reply: &mut ReplyBuf, value: &Value) -> bool {
+    match value {
+        Value::Int(i) => reply.bulk_i64(*i),
+        Value::Str(s) => reply.bulk(s),
+        _ => return false,
+    }
+    true
+}
+
 /// Writes the value of a string key (or null); false after a WRONGTYPE error (or, with
-/// `wrong_is_null`, a null for a key of another type, as MGET does).
+/// `wrong_is_null`, a null for a key of another type, as MGET does). A read: a miss counts,
+/// and is a `keymiss` event, as Redis's lookupKeyRead.
 fn reply_value_or(ctx: &mut ExecCtx, key: &[u8], wrong_is_null: bool) -> bool {
     let ExecCtx {
         shard,
@@ -97,30 +110,18 @@ fn reply_value_or(ctx: &mut ExecCtx, key: &[u8], wrong_is_null: bool) -> bool {
         now,
         ..
     } = ctx;
-    let hit = match shard.get(*db, key, *now).map(|e| &e.value) {
-        None => {
-            reply.null();
-            false
+    match shard.get_counted(*db, key, *now) {
+        None => reply.null(),
+        Some(e) => {
+            if !reply_string(reply, &e.value) {
+                if !wrong_is_null {
+                    reply.error(errors::WRONGTYPE);
+                    return false;
+                }
+                reply.null();
+            }
         }
-        Some(Value::Int(i)) => {
-            reply.bulk_i64(*i);
-            true
-        }
-        Some(Value::Str(s)) => {
-            reply.bulk(s);
-            true
-        }
-        Some(_) if wrong_is_null => {
-            reply.null();
-            true
-        }
-        Some(_) => {
-            shard.note_lookup(*db, key, true);
-            reply.error(errors::WRONGTYPE);
-            return false;
-        }
-    };
-    shard.note_lookup(*db, key, hit);
+    }
     true
 }
 
@@ -166,6 +167,10 @@ fn set_generic(
         when = existing.unwrap_or(0);
     }
     ctx.shard.set(ctx.db, key, Value::from_bytes(val), when);
+    ctx.notify(class::STRING, "set", key);
+    if expire.is_some() {
+        ctx.notify(class::GENERIC, "expire", key);
+    }
     // Replayed later, a relative expiry would count from the wrong moment.
     if flags & (EX | PX) != 0 {
         ctx.propagate(&[b"SET", key, val, b"PXAT", when.to_string().as_bytes()]);
@@ -182,11 +187,8 @@ pub fn set(ctx: &mut ExecCtx, args: &Args) {
         ctx.error(errors::SYNTAX);
         return;
     };
-    // A string is "GET"-checked for WRONGTYPE before the write, as in Redis.
-    if flags & SET_GET != 0 && is_wrong_type(ctx, args.get(1)) {
-        ctx.wrongtype();
-        return;
-    }
+    // With GET, set_generic reads the old value (a WRONGTYPE error then) after checking the
+    // expire time, as Redis does.
     let expire = exp.map(|i| args.get(i));
     set_generic(ctx, args.get(1), args.get(2), flags, expire, "set", OK_NULL);
 }
@@ -255,7 +257,9 @@ pub fn getdel(ctx: &mut ExecCtx, args: &Args) {
         return;
     }
     reply_value(ctx, key);
-    ctx.shard.remove(ctx.db, key);
+    if ctx.shard.remove(ctx.db, key).is_some() {
+        ctx.notify(class::GENERIC, "del", key);
+    }
 }
 
 pub fn getex(ctx: &mut ExecCtx, args: &Args) {
@@ -264,14 +268,11 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
         return;
     };
     let key = args.get(1);
-    if ctx.lookup_write(key).is_none() {
-        ctx.shard.stats.keyspace_misses += 1;
-        ctx.reply.null();
-        return;
-    }
-    if is_wrong_type(ctx, key) {
-        ctx.wrongtype();
-        return;
+    // A read, as Redis's lookupKeyReadOrReply: a miss counts and is a `keymiss` event.
+    match ctx.lookup_read(key) {
+        None => return ctx.reply.null(),
+        Some(e) if e.value.kind() != Kind::String => return ctx.wrongtype(),
+        Some(_) => {}
     }
     let mut when = None;
     if let Some(i) = exp {
@@ -280,19 +281,28 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
             None => return,
         }
     }
-    reply_value(ctx, key);
+    if let Some(e) = ctx.shard.dbs[ctx.db].table.get(key) {
+        reply_string(ctx.reply, &e.value);
+    }
     match when {
         Some(ms) if flags & (EXAT | PXAT) != 0 && ms <= ctx.now => {
             ctx.shard.remove(ctx.db, key);
             ctx.propagate(&[b"DEL", key]);
+            ctx.notify(class::GENERIC, "del", key);
         }
         Some(ms) => {
             ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = ms);
             ctx.propagate(&[b"PEXPIREAT", key, ms.to_string().as_bytes()]);
+            ctx.notify(class::GENERIC, "expire", key);
         }
         None if flags & PERSIST != 0 => {
-            ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = 0);
-            ctx.propagate(&[b"PERSIST", key]);
+            let table = &ctx.shard.dbs[ctx.db].table;
+            let had_ttl = table.get(key).is_some_and(|e| e.expire_at != 0);
+            if had_ttl {
+                ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = 0);
+                ctx.propagate(&[b"PERSIST", key]);
+                ctx.notify(class::GENERIC, "persist", key);
+            }
         }
         None => {}
     }
@@ -312,10 +322,17 @@ pub fn mset(ctx: &mut ExecCtx, args: &Args) {
         return;
     }
     for i in (1..args.len()).step_by(2) {
-        ctx.shard
-            .set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
+        set_string(ctx, args.get(i), args.get(i + 1));
     }
     ctx.reply.ok();
+}
+
+/// MSET's and MSETNX's write of one key, as Redis's setKey: a key past its deadline expires
+/// first (so it is announced as expired, then new), then `set`.
+fn set_string(ctx: &mut ExecCtx, key: &[u8], value: &[u8]) {
+    ctx.shard.expire_if_needed(ctx.db, key, ctx.now);
+    ctx.shard.set(ctx.db, key, Value::from_bytes(value), 0);
+    ctx.notify(class::STRING, "set", key);
 }
 
 /// MSETNX when all keys live on this shard: all set or none.
@@ -332,8 +349,7 @@ pub fn msetnx(ctx: &mut ExecCtx, args: &Args) {
         return;
     }
     for i in (1..args.len()).step_by(2) {
-        ctx.shard
-            .set(ctx.db, args.get(i), Value::from_bytes(args.get(i + 1)), 0);
+        set_string(ctx, args.get(i), args.get(i + 1));
     }
     ctx.reply.int(1);
 }
@@ -350,6 +366,7 @@ pub fn append(ctx: &mut ExecCtx, args: &Args) {
     let (key, tail) = (args.get(1), args.get(2));
     let Some(entry) = ctx.lookup_write(key) else {
         ctx.shard.set(ctx.db, key, Value::from_bytes(tail), 0);
+        ctx.notify(class::STRING, "append", key);
         ctx.reply.int(tail.len() as i64);
         return;
     };
@@ -369,6 +386,7 @@ pub fn append(ctx: &mut ExecCtx, args: &Args) {
             raw.len()
         })
         .unwrap_or(0);
+    ctx.notify(class::STRING, "append", key);
     ctx.reply.int(new_len as i64);
 }
 
@@ -387,16 +405,18 @@ pub fn getrange(ctx: &mut ExecCtx, args: &Args) {
         ctx.error(errors::NOT_INT);
         return;
     };
-    if start < 0 && end < 0 && start > end {
-        ctx.reply.bulk(b"");
-        return;
-    }
     let Some(entry) = ctx.lookup_read(args.get(1)) else {
         ctx.reply.bulk(b"");
         return;
     };
     if entry.value.kind() != Kind::String {
         return ctx.wrongtype();
+    }
+    // Checked once the key is read, as Redis does (a missing key is a miss, another type
+    // WRONGTYPE).
+    if start < 0 && end < 0 && start > end {
+        ctx.reply.bulk(b"");
+        return;
     }
     let bytes = entry.value.to_bytes();
     let len = bytes.len() as i64;
@@ -442,6 +462,7 @@ pub fn setrange(ctx: &mut ExecCtx, args: &Args) {
             v.extend_from_slice(value);
             let n = v.len();
             ctx.shard.set(ctx.db, key, Value::Str(v), 0);
+            ctx.notify(class::STRING, "setrange", key);
             ctx.reply.int(n as i64);
         }
         Some(e) => {
@@ -469,6 +490,7 @@ pub fn setrange(ctx: &mut ExecCtx, args: &Args) {
                     raw.len()
                 })
                 .unwrap_or(0);
+            ctx.notify(class::STRING, "setrange", key);
             ctx.reply.int(n as i64);
         }
     }
@@ -498,6 +520,7 @@ fn incr_generic(ctx: &mut ExecCtx, key: &[u8], by: i64) {
     } else {
         ctx.shard.set(ctx.db, key, Value::Int(new), 0);
     }
+    ctx.notify(class::STRING, "incrby", key);
     ctx.reply.int(new);
 }
 
@@ -538,6 +561,7 @@ pub fn incrbyfloat(ctx: &mut ExecCtx, args: &Args) {
             } else {
                 ctx.shard.set(ctx.db, key, value, 0);
             }
+            ctx.notify(class::STRING, "incrbyfloat", key);
             // The result, not the increment: replaying float arithmetic is Redis's reason too.
             ctx.propagate(&[b"SET", key, &text, b"KEEPTTL"]);
             ctx.reply.bulk(&text);

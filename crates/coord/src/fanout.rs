@@ -15,11 +15,15 @@ use damselfly_storage::{shard_for_key, Shard, Value};
 use rand::seq::SliceRandom;
 
 use crate::connection::Connection;
+use crate::messages::{HopFn, ShardMsg};
 use crate::tx::ShardWork;
 use crate::worker::Worker;
 
 /// Keys with their values and deadlines as one shard holds them (None: missing).
 type Gathered = Vec<(Vec<u8>, Option<(Value, u64)>)>;
+
+/// Keys with their places in a command (MSETNX's checks).
+type Indexed = Vec<(usize, Vec<u8>)>;
 
 /// What a command context over the gather path's scratch shard shares.
 #[derive(Clone, Copy)]
@@ -138,11 +142,14 @@ impl Connection {
         } else if merge == Merge::Gather {
             self.gather(idx, args, &positions, own).await;
         } else if merge == Merge::MsetNx {
-            let exists = lookup(b"exists").expect("exists is in the table");
-            let replies = self.call_shards(exists, split(b"exists"), false).await;
-            match sum_replies(&replies) {
-                Err(e) => self.raw_error(&e),
-                Ok(0) => {
+            let keys = positions
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| (i, args.get(p).to_vec()))
+                .collect();
+            match self.msetnx_blocked(db, keys).await {
+                None => self.reply_error("ERR shard unavailable"),
+                Some(false) => {
                     let mset = lookup(b"mset").expect("mset is in the table");
                     let replies = self.call_shards(mset, split(b"mset"), own).await;
                     match replies.iter().find(|r| is_error(r)) {
@@ -150,7 +157,7 @@ impl Connection {
                         None => self.out.int(1),
                     }
                 }
-                Ok(_) => self.out.int(0),
+                Some(true) => self.out.int(0),
             }
         } else {
             let name: &'static [u8] = spec.name.as_bytes();
@@ -166,6 +173,83 @@ impl Connection {
         self.record_fanout(idx, started, errors_before);
     }
 
+    /// Whether one of MSETNX's keys exists. Redis looks the keys up for writing in order
+    /// (no keyspace miss) and stops at the first that exists, expiring those before it that
+    /// are past their deadline: the keys are peeked at on their shards at once, then only
+    /// those are expired. None when a shard is unreachable.
+    async fn msetnx_blocked(&mut self, db: usize, keys: Indexed) -> Option<bool> {
+        self.flush_remote().await;
+        let n = self.worker.num_shards();
+        let mut by_shard: Vec<(usize, Indexed)> = Vec::new();
+        for (i, key) in keys {
+            let shard = shard_for_key(&key, n);
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, keys)) => keys.push((i, key)),
+                None => by_shard.push((shard, vec![(i, key)])),
+            }
+        }
+        // Per key: its index, whether it is live, whether it is there past its deadline.
+        type Seen = Vec<(usize, bool, bool)>;
+        let peeks: Vec<(usize, ShardWork<Seen>)> = by_shard
+            .iter()
+            .map(|(shard, keys)| {
+                let keys = keys.clone();
+                let work: ShardWork<Seen> = Box::new(move |w: &Worker| {
+                    let now = w.now_ms();
+                    let shard = w.shard.borrow();
+                    let table = &shard.dbs[db].table;
+                    keys.iter()
+                        .map(|(i, k)| match table.get(k) {
+                            None => (*i, false, false),
+                            Some(e) => {
+                                let expired = e.expire_at != 0 && e.expire_at <= now;
+                                (*i, !expired, expired)
+                            }
+                        })
+                        .collect()
+                });
+                (*shard, work)
+            })
+            .collect();
+        let tx = self.tx.as_mut()?;
+        let mut seen = Vec::new();
+        for part in tx.hops(peeks, false).await {
+            seen.extend(part?);
+        }
+        let Some(first_live) = seen.iter().filter(|k| k.1).map(|k| k.0).min() else {
+            // All are looked up: MSET's part expires those past their deadline.
+            return Some(false);
+        };
+        let expire: Vec<(usize, ShardWork<()>)> = by_shard
+            .into_iter()
+            .filter_map(|(shard, keys)| {
+                let keys: Vec<Vec<u8>> = keys
+                    .into_iter()
+                    .filter(|(i, _)| *i < first_live && seen.iter().any(|k| k.0 == *i && k.2))
+                    .map(|(_, k)| k)
+                    .collect();
+                if keys.is_empty() {
+                    return None;
+                }
+                let work: ShardWork<()> = Box::new(move |w: &Worker| {
+                    w.sync_limits();
+                    let now = w.now_ms();
+                    let mut shard = w.shard.borrow_mut();
+                    for k in &keys {
+                        shard.expire_if_needed(db, k, now);
+                    }
+                    drop(shard);
+                    w.publish_notifications();
+                });
+                Some((shard, work))
+            })
+            .collect();
+        if !expire.is_empty() {
+            tx.hops(expire, false).await;
+        }
+        Some(true)
+    }
+
     /// RENAME, RENAMENX or COPY between keys on two shards, inside the transaction: check
     /// both keys, take (or clone) the source's value on its shard, store it on the other.
     async fn transfer(&mut self, t: Transfer, args: &Args<'_>, own: bool) {
@@ -179,17 +263,22 @@ impl Connection {
             return self.reply_error("ERR shard unavailable");
         };
         if !t.replace {
-            let exists = |db: usize, key: Vec<u8>| -> ShardWork<bool> {
-                Box::new(move |w: &Worker| w.shard.borrow_mut().exists(db, &key, w.now_ms()))
-            };
+            // Both keys at once. Redis looks at the destination only when the source exists,
+            // so the destination is only peeked at here: a key there past its deadline is
+            // expired (and announced) by the store below.
+            let key = src.clone();
+            let source: ShardWork<bool> = Box::new(move |w: &Worker| {
+                w.sync_limits();
+                let found = t.source_exists(&mut w.shard.borrow_mut(), &key, w.now_ms());
+                w.publish_notifications();
+                found
+            });
+            let key = dst.clone();
+            let destination: ShardWork<bool> = Box::new(move |w: &Worker| {
+                t.destination_taken(&w.shard.borrow(), &key, w.now_ms())
+            });
             let found = tx
-                .hops(
-                    vec![
-                        (src_shard, exists(t.src_db, src.clone())),
-                        (dst_shard, exists(t.dst_db, dst.clone())),
-                    ],
-                    false,
-                )
+                .hops(vec![(src_shard, source), (dst_shard, destination)], false)
                 .await;
             match (found[0], found[1]) {
                 (Some(false), _) => return t.reply_missing(&mut self.out),
@@ -203,11 +292,22 @@ impl Connection {
             .hop(
                 src_shard,
                 move |w: &Worker| {
+                    w.sync_limits();
                     let now = w.now_ms();
-                    let taken = take_value(&mut w.shard.borrow_mut(), &t, &key, now);
+                    let mut shard = w.shard.borrow_mut();
+                    // Without the check above, the source is looked up here.
+                    let found = !t.replace || t.source_exists(&mut shard, &key, now);
+                    let taken = found
+                        .then(|| take_value(&mut shard, &t, &key, now))
+                        .flatten();
+                    if taken.is_some() {
+                        t.announce_source(&mut shard, &key);
+                    }
+                    drop(shard);
                     if taken.is_some() && !t.keeps_source() {
                         w.journal_value(t.src_db, &key, None);
                     }
+                    w.publish_notifications();
                     taken
                 },
                 false,
@@ -223,8 +323,13 @@ impl Connection {
             .hop(
                 dst_shard,
                 move |w: &Worker| {
+                    w.sync_limits();
                     w.journal_value(t.dst_db, &dst, Some((&value, expire_at)));
-                    w.shard.borrow_mut().set(t.dst_db, &dst, value, expire_at);
+                    let mut shard = w.shard.borrow_mut();
+                    t.store(&mut shard, &dst, value, expire_at, w.now_ms());
+                    t.announce_destination(&mut shard, &dst);
+                    drop(shard);
+                    w.publish_notifications();
                 },
                 own,
             )
@@ -266,14 +371,20 @@ impl Connection {
         let mut scratch = Shard::new(1);
         self.worker.sync_limits();
         scratch.limits = self.worker.shard.borrow().limits;
+        let now = self.worker.now_ms();
         let mut stamps = Vec::new();
+        // Keys copied past their deadline: those the handler expires are expired on their
+        // shards too.
+        let mut expiring = Vec::new();
         for (key, found) in gathered {
             stamps.push((scratch.watch(0, &key, 0), key.clone()));
             if let Some((value, expire_at)) = found {
+                if expire_at != 0 && expire_at <= now {
+                    expiring.push(key.clone());
+                }
                 scratch.set(0, &key, value, expire_at);
             }
         }
-        let now = self.worker.now_ms();
         let max_bulk_len = self
             .worker
             .cluster
@@ -288,14 +399,19 @@ impl Connection {
         };
         if more_keys {
             // SORT's patterns: copy the keys they reach too (read only, never written back).
+            // Read at time 0, so that nothing expires before the handler looks.
             let mut ignored = ReplyBuf::new(false);
+            let frozen = ScratchBase { now: 0, ..base };
             let wanted =
-                sort_family::referenced_keys(&mut base.ctx(&mut scratch, &mut ignored), args);
+                sort_family::referenced_keys(&mut frozen.ctx(&mut scratch, &mut ignored), args);
             let Some(fetched) = self.fetch_keys(db, wanted, own && !writes).await else {
                 return self.reply_error("ERR shard unavailable");
             };
             for (key, found) in fetched {
                 if let (Some((value, expire_at)), None) = (found, scratch.get(0, &key, 0)) {
+                    if expire_at != 0 && expire_at <= now {
+                        expiring.push(key.clone());
+                    }
                     scratch.set(0, &key, value, expire_at);
                 }
             }
@@ -310,6 +426,10 @@ impl Connection {
             e.db = db;
         }
         self.worker.publish_events(scratch.notify.flags, events);
+        expiring.retain(|k| scratch.dbs[0].table.get(k).is_none());
+        if !expiring.is_empty() {
+            self.expire_on_shards(db, expiring, now).await;
+        }
         if !writes {
             return;
         }
@@ -353,6 +473,39 @@ impl Connection {
             .collect();
         if !stores.is_empty() {
             tx.hops(stores, own).await;
+        }
+    }
+
+    /// Expires keys on their shards, silently: the gathered copy announced them (a key
+    /// written since, so no longer past its deadline, stays).
+    async fn expire_on_shards(&mut self, db: usize, keys: Vec<Vec<u8>>, now: u64) {
+        let n = self.worker.num_shards();
+        let mut waits = Vec::new();
+        for shard in 0..n {
+            let here: Vec<Vec<u8>> = keys
+                .iter()
+                .filter(|k| shard_for_key(k, n) == shard)
+                .cloned()
+                .collect();
+            if here.is_empty() {
+                continue;
+            }
+            let f: HopFn = Box::new(move |w: &Worker| {
+                let mut shard = w.shard.borrow_mut();
+                let flags = std::mem::take(&mut shard.notify.flags);
+                for k in &here {
+                    shard.expire_if_needed(db, k, now);
+                }
+                shard.notify.flags = flags;
+                Box::new(()) as Box<dyn std::any::Any + Send>
+            });
+            waits.push(
+                self.worker
+                    .ask(shard, |origin, slot| ShardMsg::Run { f, origin, slot }),
+            );
+        }
+        for wait in waits {
+            wait.await;
         }
     }
 

@@ -376,7 +376,7 @@ impl Shard {
 
     /// Removes `key` if its deadline has passed. Without volatile keys in the database (the
     /// common case) this costs no lookup, so reads and writes probe the table once.
-    fn expire_if_needed(&mut self, db: usize, key: &[u8], now: u64) {
+    pub fn expire_if_needed(&mut self, db: usize, key: &[u8], now: u64) {
         if self.dbs[db].volatile == 0 {
             return;
         }
