@@ -532,26 +532,17 @@ impl Connection {
         let reads: Vec<(usize, ShardWork<Gathered>)> = by_shard
             .into_iter()
             .map(|(shard, keys)| {
+                // Keys past their deadline are copied as they are: the handler meets them as
+                // Redis's command would, expiring (and announcing) those it looks up.
                 let work: ShardWork<Gathered> = Box::new(move |w: &Worker| {
-                    // The notification settings too: this shard may have run no command since
-                    // they changed.
-                    w.sync_limits();
-                    let now = w.now_ms();
-                    let mut shard = w.shard.borrow_mut();
-                    let found = keys
-                        .into_iter()
+                    let shard = w.shard.borrow();
+                    let table = &shard.dbs[db].table;
+                    keys.into_iter()
                         .map(|k| {
-                            let found = shard
-                                .get(db, &k, now)
-                                .map(|e| (e.value.clone(), e.expire_at));
+                            let found = table.get(&k).map(|e| (e.value.clone(), e.expire_at));
                             (k, found)
                         })
-                        .collect();
-                    drop(shard);
-                    // A key found past its deadline expired here: announced now, before the
-                    // command's own events (as Redis's lookup expires it first).
-                    w.publish_notifications();
-                    found
+                        .collect()
                 });
                 (shard, work)
             })
