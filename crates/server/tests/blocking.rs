@@ -9,24 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{bulk, info_field, Backend, Raw, Server};
+use common::{bulk, wait_blocked, Backend, Raw, Server};
 use damselfly_storage::shard_for_key;
-
-/// Waits until the server reports `n` blocked clients.
-fn wait_blocked(raw: &mut Raw, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = info_field(raw, "clients", "blocked_clients");
-        if now.as_deref() == Some(n.to_string().as_str()) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "blocked_clients stayed {now:?}, want {n}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Two keys owned by different shards of a two-thread server.
 fn keys_on_two_shards(prefix: &str) -> (String, String) {

@@ -8,10 +8,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
 
 use common::notify::{differences, events_agree, Listener};
-use common::{encode, info_field, Backend, Raw, Server};
+use common::{encode, wait_blocked, Backend, Raw, Server};
 use damselfly_storage::shard_for_key;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -463,22 +462,6 @@ struct Side {
     listener: Listener,
     blockers: Vec<Raw>,
     blocked: usize,
-}
-
-/// Waits until `raw`'s server counts `n` blocked clients.
-fn wait_blocked(raw: &mut Raw, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = info_field(raw, "clients", "blocked_clients");
-        if now.as_deref() == Some(n.to_string().as_str()) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "blocked_clients stayed {now:?}, want {n}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 impl Side {

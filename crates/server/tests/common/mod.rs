@@ -714,6 +714,22 @@ pub fn fill_every_type(c: &mut Raw) {
     c.cmd(&["SELECT", "0"]);
 }
 
+/// Waits until `raw`'s server counts `n` blocked clients.
+pub fn wait_blocked(raw: &mut Raw, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = info_field(raw, "clients", "blocked_clients");
+        if now.as_deref() == Some(n.to_string().as_str()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "blocked_clients stayed {now:?}, want {n}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Sends each command to both servers and asserts equal replies, listing every difference.
 /// `HELLO` replies differ by design (server name, version, id) and are not compared.
 pub fn assert_same(redis: &mut Raw, ours: &mut Raw, cmds: &[Vec<String>]) {
