@@ -131,11 +131,11 @@ pub mod flags {
         (SKIP_SLOWLOG, "skip_slowlog"),
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
-        (MAY_REPLICATE, "may_replicate"),
         (SENTINEL, "sentinel"),
         (NO_MULTI, "no_multi"),
         (ALLOW_BUSY, "allow_busy"),
     ];
+    // MAY_REPLICATE is internal: Redis 7.0's COMMAND INFO does not print it.
 }
 
 use flags::*;
@@ -378,8 +378,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("unsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Stops listening to messages posted to channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::Channel))),
     cmd!("punsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Stops listening to messages published to channels that match one or more patterns.", Coordinator, C(CoordCmd::Unsubscribe(Kind::Pattern))),
     cmd!("sunsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, "@pubsub @slow", "pubsub", "7.0.0", "Stops listening to messages posted to shard channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::ShardChannel))),
-    cmd!("publish", 3, PUBSUB | LOADING | STALE | FAST, NO_KEYS, "@pubsub @fast", "pubsub", "2.0.0", "Posts a message to a channel.", Coordinator, C(CoordCmd::Publish { sharded: false })),
-    cmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST, ONE_KEY, "@pubsub @fast", "pubsub", "7.0.0", "Post a message to a shard channel", Coordinator, C(CoordCmd::Publish { sharded: true })),
+    cmd!("publish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, NO_KEYS, "@pubsub @fast", "pubsub", "2.0.0", "Posts a message to a channel.", Coordinator, C(CoordCmd::Publish { sharded: false })),
+    cmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, ONE_KEY, "@pubsub @fast", "pubsub", "7.0.0", "Post a message to a shard channel", Coordinator, C(CoordCmd::Publish { sharded: true })),
     cmd!("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Listens for all requests received by the server in real-time.", Coordinator, C(CoordCmd::Monitor)),
     cmd!("pubsub", -2, 0, NO_KEYS, "@slow", "pubsub", "2.8.0", "A container for Pub/Sub commands.", Coordinator, C(CoordCmd::Pubsub)),
     cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),

@@ -412,6 +412,7 @@ impl Connection {
         // A protocol error past the stop is found again when parsing gets there.
         let protocol_error = protocol_error.filter(|_| stopped_at.is_none());
         if let Some(e) = protocol_error {
+            self.pushes_before_closing();
             self.refuse(&format!("ERR {e}"));
             tracing::debug!(client = self.info.id, "protocol error: {e}");
             self.closing = true;
@@ -595,6 +596,9 @@ impl Connection {
         };
         if let Some(refusal) = self.pubsub_refusal(pubsub_context) {
             return self.refuse_before_run(idx, &refusal);
+        }
+        if let Some(refusal) = self.monitor_refusal(spec) {
+            return self.refuse_before_run(idx, refusal);
         }
         if let Some(multi) = &mut self.multi {
             let runs_now = matches!(

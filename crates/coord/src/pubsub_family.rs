@@ -25,7 +25,7 @@ use damselfly_pubsub::{
 use damselfly_storage::notify::{class, Event};
 use futures_channel::oneshot;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, ReplyMode};
 use crate::messages::ShardMsg;
 use crate::worker::Worker;
 
@@ -207,14 +207,19 @@ impl Connection {
     /// Moves pushed messages waiting for this client to the end of `into` (under CLIENT
     /// REPLY OFF they are dropped, as Redis drops every reply then).
     pub fn take_pushes(&mut self, into: &mut Vec<u8>) {
-        if let Some(inbox) = &self.pubsub.inbox {
-            if self.reply_mode == crate::connection::ReplyMode::Off {
-                inbox.take(&mut Vec::new());
-                return;
-            }
-            self.worker.stats.borrow_mut().net_output_bytes += inbox.len() as u64;
-            inbox.take(into);
-        }
+        let before = into.len();
+        drain_inbox(self.pubsub.inbox.as_deref(), self.reply_mode, into);
+        self.worker.stats.borrow_mut().net_output_bytes += (into.len() - before) as u64;
+    }
+
+    /// Before the reply that closes the connection (a protocol error): the pushes waiting go
+    /// first, as Redis wrote each when it came, and none may follow it.
+    pub(crate) fn pushes_before_closing(&mut self) {
+        drain_inbox(
+            self.pubsub.inbox.as_deref(),
+            self.reply_mode,
+            &mut self.out.buf,
+        );
     }
 
     /// In Pub/Sub mode (subscribed to anything): the pubsub output-limit class applies.
@@ -489,6 +494,14 @@ impl Connection {
         })
     }
 
+    /// Redis makes a MONITOR client a replica, and a replica may not touch the keyspace:
+    /// every read, write or replicated command is refused.
+    pub(crate) fn monitor_refusal(&self, spec: &CommandSpec) -> Option<&'static str> {
+        const KEYSPACE: u32 = flags::WRITE | flags::READONLY | flags::MAY_REPLICATE;
+        (spec.flags & KEYSPACE != 0 && self.pubsub.subs.len(Kind::Monitor) > 0)
+            .then_some("ERR Replica can't interact with the keyspace")
+    }
+
     pub(crate) fn pubsub_cmd(&mut self, args: &Args<'_>) {
         let sub = args.get(1).to_ascii_lowercase();
         if !well_formed(args) {
@@ -532,5 +545,14 @@ impl Connection {
             }
             _ => out.int(directory.patterns() as i64),
         }
+    }
+}
+
+/// Moves an inbox's pushes to `into`, or drops them under CLIENT REPLY OFF.
+fn drain_inbox(inbox: Option<&Inbox>, mode: ReplyMode, into: &mut Vec<u8>) {
+    match inbox {
+        Some(inbox) if mode == ReplyMode::Off => inbox.take(&mut Vec::new()),
+        Some(inbox) => inbox.take(into),
+        None => {}
     }
 }

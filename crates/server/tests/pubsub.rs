@@ -628,18 +628,81 @@ fn monitor_matches_redis(backend: Backend) {
         // The last command's line ends the comparison.
         let mut lines = Vec::new();
         loop {
-            let line = String::from_utf8_lossy(&monitor.reply()).into_owned();
-            // `+<time> [<db> <addr>] ...`: the time and the port differ between servers.
-            let (_, rest) = line.split_once(' ').expect("a timestamp");
-            let (origin, words) = rest.split_once("] ").expect("an origin");
-            let origin = origin.split(':').next().unwrap_or_default().to_string();
-            let done = words.starts_with("\"DEL\"");
-            lines.push(format!("{origin}] {words}"));
+            let line = monitor_line(&monitor.reply()).expect("a monitor line");
+            let done = line.contains("] \"DEL\"");
+            lines.push(line);
             if done {
                 break;
             }
         }
         outputs.push(lines);
+    }
+    assert_eq!(outputs[1], outputs[0]);
+}
+
+/// A MONITOR line as `[<db> <address without port>] <words>`, for comparing servers (the time
+/// and the port differ); None for any other reply.
+fn monitor_line(reply: &[u8]) -> Option<String> {
+    let line = std::str::from_utf8(reply)
+        .ok()?
+        .strip_prefix('+')?
+        .trim_end();
+    let (time, rest) = line.split_once(' ')?;
+    time.parse::<f64>().ok()?;
+    let (origin, words) = rest.split_once("] ")?;
+    let origin = origin.split(':').next().unwrap_or_default();
+    Some(format!("{origin}] {words}"))
+}
+
+/// To Redis a MONITOR client is a replica, which may not touch the keyspace: reads, writes,
+/// PUBLISH and scripts are refused (inside MULTI too), the rest runs and is shown to it.
+fn monitor_client_is_kept_from_the_keyspace(backend: Backend) {
+    let redis = Server::redis();
+    let ours = Server::start_with(backend, 2, &[]);
+    let script: &[&[&str]] = &[
+        &["GET", "k"],
+        &["SET", "k", "w"],
+        &["DBSIZE"],
+        &["PUBLISH", "c", "m"],
+        &["EVAL", "return 1", "0"],
+        &["EVAL_RO", "return 1", "0"],
+        &["FCALL", "f", "0"],
+        &["PING"],
+        &["ECHO", "x"],
+        &["SELECT", "1"],
+        &["MULTI"],
+        &["PING"],
+        &["EXEC"],
+        &["MULTI"],
+        &["INCR", "k"],
+        &["EXEC"],
+        &["ECHO", "end"],
+    ];
+    let mut outputs = Vec::new();
+    for server in [&redis, &ours] {
+        let mut c = server.raw();
+        assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["MONITOR"]), b"+OK\r\n");
+        for cmd in script {
+            c.send(&common::encode(cmd));
+        }
+        let (mut replies, mut lines) = (Vec::new(), Vec::new());
+        // The client's own lines may come before or after its replies: ECHO end's line is last.
+        loop {
+            let reply = c.reply();
+            match monitor_line(&reply) {
+                Some(line) => {
+                    let done = line.ends_with("\"ECHO\" \"end\"");
+                    lines.push(line);
+                    if done {
+                        break;
+                    }
+                }
+                None => replies.push(String::from_utf8_lossy(&reply).into_owned()),
+            }
+        }
+        outputs.push((replies, lines));
+        assert_eq!(server.raw().cmd(&["GET", "k"]), b"$1\r\nv\r\n");
     }
     assert_eq!(outputs[1], outputs[0]);
 }
@@ -701,5 +764,6 @@ backend_tests!(
     reset_leaves_subscriptions,
     client_reply_modes,
     monitor_matches_redis,
+    monitor_client_is_kept_from_the_keyspace,
     client_pause,
 );

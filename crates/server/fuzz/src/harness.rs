@@ -244,10 +244,25 @@ impl Harness {
                     "the sentinel ECHO",
                 );
                 // Sent only now, in a round of its own, so that a stall here (something the
-                // program left held) is told apart from a stall among its commands.
+                // program left held) is told apart from a stall among its commands. A MONITOR
+                // client may not touch the keyspace (Redis makes it a replica): RESET first.
+                let monitoring = program
+                    .commands
+                    .iter()
+                    .any(|cmd| cmd[0].eq_ignore_ascii_case(b"monitor"));
                 wire.clear();
+                if monitoring {
+                    encode_multibulk(&mut wire, &[b"RESET"]);
+                }
                 encode_multibulk(&mut wire, &[b"FLUSHALL"]);
                 conn.w.write_all(&wire).expect("write FLUSHALL");
+                if monitoring {
+                    expect(
+                        read(&|| "the closing RESET".into()),
+                        Reply::Line(b'+', b"RESET".to_vec()),
+                        "the closing RESET",
+                    );
+                }
                 let got = read(&|| "the closing FLUSHALL (the program left something held)".into());
                 expect(
                     got,

@@ -76,14 +76,31 @@ fn int(body: &[u8]) -> Result<i64, ReadError> {
     })
 }
 
-/// Reads one reply; `>` push messages before it are skipped (they are not replies).
+/// Reads one reply; `>` push messages and MONITOR lines before it are skipped (they are not
+/// replies).
 pub fn read_reply(r: &mut impl BufRead) -> Result<Reply, ReadError> {
     loop {
-        let reply = read_value(r, 0)?;
-        if let Some(reply) = reply {
-            return Ok(reply);
+        match read_value(r, 0)? {
+            Some(Reply::Line(b'+', line)) if is_monitor_line(&line) => {}
+            Some(reply) => return Ok(reply),
+            None => {}
         }
     }
+}
+
+/// `<seconds>.<micros> [<db> ...`: what MONITOR sends. No command's status reply looks like
+/// it (a script could return one, but the fuzzer writes no Lua).
+fn is_monitor_line(line: &[u8]) -> bool {
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    let mut words = line.splitn(2, |&b| b == b' ');
+    let (Some(time), Some(rest)) = (words.next(), words.next()) else {
+        return false;
+    };
+    let mut parts = time.splitn(2, |&b| b == b'.');
+    let (Some(secs), Some(micros)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    digits(secs) && digits(micros) && rest.starts_with(b"[")
 }
 
 /// None for a push message.
