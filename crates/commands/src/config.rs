@@ -194,6 +194,7 @@ pub static PARAMS: &[Param] = &[
     ),
     p("hz", "10", Kind::Int { min: 1, max: 500 }, true, A),
     p("notify-keyspace-events", "", Kind::KeyspaceEvents, true, Y),
+    p("tracking-table-max-keys", "1000000", NONNEG, true, A),
     p("hash-max-listpack-entries", "128", NONNEG, true, Y),
     p("hash-max-listpack-value", "64", NONNEG, true, Y),
     p("hash-max-ziplist-entries", "128", NONNEG, true, Y),

@@ -7,6 +7,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use damselfly_pubsub::{Inbox, TrackingState};
+
 use crate::blocking::Waiter;
 
 /// One connected client, shared between its connection and the thread's registry.
@@ -34,6 +36,12 @@ pub struct ClientInfo {
     /// Channels, patterns and shard channels subscribed to (CLIENT LIST `sub=`, `psub=`,
     /// `ssub=`, flag `P`).
     pub subscriptions: Cell<[usize; 3]>,
+    /// In MONITOR mode (CLIENT LIST flag `O`).
+    pub monitor: Cell<bool>,
+    /// Where pushed messages (Pub/Sub, MONITOR, invalidations) wait for the connection.
+    pub inbox: Rc<Inbox>,
+    /// CLIENT TRACKING's settings while it is on.
+    pub tracking: RefCell<Option<TrackingState>>,
 }
 
 impl ClientInfo {
@@ -58,6 +66,9 @@ impl ClientInfo {
             multi: Cell::new(-1),
             blocked: RefCell::new(None),
             subscriptions: Cell::new([0; 3]),
+            monitor: Cell::new(false),
+            inbox: Inbox::new(id, false),
+            tracking: RefCell::new(None),
         }
     }
 
@@ -67,7 +78,7 @@ impl ClientInfo {
         let idle = now.duration_since(self.last_active.get()).as_secs();
         let subs = self.subscriptions.get();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -83,15 +94,27 @@ impl ClientInfo {
             self.multi.get(),
             self.query_buf.get(),
             self.last_command_name(),
+            self.redirect(),
             self.resp.get(),
             String::from_utf8_lossy(&self.lib_name.borrow()),
             String::from_utf8_lossy(&self.lib_ver.borrow()),
         )
     }
 
+    /// CLIENT LIST's `redir`: the REDIRECT client while tracking (0 for none), else -1.
+    pub fn redirect(&self) -> i64 {
+        match &*self.tracking.borrow() {
+            Some(t) => t.redirect.map_or(0, |r| r.client as i64),
+            None => -1,
+        }
+    }
+
     /// CLIENT LIST's flags, in Redis's order.
     fn flags(&self) -> String {
         let mut flags = String::new();
+        if self.monitor.get() {
+            flags.push('O');
+        }
         if self.subscriptions.get().iter().any(|&n| n > 0) {
             flags.push('P');
         }
@@ -100,6 +123,15 @@ impl ClientInfo {
         }
         if self.blocked.borrow().is_some() {
             flags.push('b');
+        }
+        if let Some(t) = &*self.tracking.borrow() {
+            flags.push('t');
+            if t.broken_redirect {
+                flags.push('R');
+            }
+            if t.bcast {
+                flags.push('B');
+            }
         }
         if flags.is_empty() {
             flags.push('N');
@@ -165,6 +197,17 @@ impl Registry {
 
     pub fn remove(&mut self, id: u64) {
         self.clients.remove(&id);
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Rc<ClientInfo>> {
+        self.clients.get(&id)
+    }
+
+    /// The clients with CLIENT TRACKING on.
+    pub fn tracking(&self) -> impl Iterator<Item = &Rc<ClientInfo>> {
+        self.clients
+            .values()
+            .filter(|c| c.tracking.borrow().is_some())
     }
 
     pub fn len(&self) -> usize {

@@ -173,6 +173,7 @@ impl Connection {
     pub(crate) async fn reset_cmd(&mut self) {
         self.reset();
         self.leave_all().await;
+        self.tracking_off().await;
         self.out.simple("RESET");
     }
 
@@ -202,9 +203,7 @@ impl Connection {
     pub(crate) fn set_protocol(&mut self, version: u8) {
         self.info.resp.set(version);
         self.out.resp3 = version == 3;
-        if let Some(inbox) = &self.pubsub.inbox {
-            inbox.set_resp3(version == 3);
-        }
+        self.info.inbox.set_resp3(version == 3);
     }
 
     pub(crate) async fn client(&mut self, args: &Args<'_>) {
@@ -217,7 +216,9 @@ impl Connection {
             b"setinfo" => n == 4,
             b"list" | b"kill" => n >= 2,
             b"unblock" => n == 3 || n == 4,
-            b"help" => n == 2,
+            b"help" | b"getredir" | b"trackinginfo" => n == 2,
+            b"caching" => n == 3,
+            b"tracking" => n >= 3,
             _ => true,
         };
         if !arity_ok(args.len()) {
@@ -272,6 +273,10 @@ impl Connection {
             b"list" => self.client_list(args).await,
             b"kill" => self.client_kill(args).await,
             b"unblock" => self.client_unblock(args).await,
+            b"tracking" => self.client_tracking(args).await,
+            b"caching" => self.client_caching(args),
+            b"getredir" => self.client_getredir(),
+            b"trackinginfo" => self.client_trackinginfo(),
             b"no-evict" | b"no-touch" => {
                 if args.is(2, "on") || args.is(2, "off") {
                     self.out.ok();

@@ -303,11 +303,10 @@ impl Connection {
     /// it as Redis does.
     pub fn output_within_limits(&mut self, unsent: u64) -> bool {
         let limit = self.output_limit();
-        if let Some(inbox) = &self.pubsub.inbox {
-            inbox.set_limit(usize::try_from(limit.saturating_sub(unsent)).unwrap_or(usize::MAX));
-        }
+        let inbox = &self.info.inbox;
+        inbox.set_limit(usize::try_from(limit.saturating_sub(unsent)).unwrap_or(usize::MAX));
         let over = self.over_output_limit
-            || self.pubsub.inbox.as_ref().is_some_and(|i| i.overflowed())
+            || inbox.overflowed()
             || unsent > limit
             || self.over_soft_limit_too_long(unsent);
         if over {
@@ -399,6 +398,9 @@ impl Connection {
         if !self.over_output_limit {
             self.flush_remote().await;
         }
+        // Changes made on this thread's shard outside a command context (a fan-out's local
+        // part) owe their invalidations now.
+        self.worker.send_invalidations();
         self.cmds = cmds;
         self.rbuf = rbuf;
         self.aux = aux;
@@ -516,6 +518,15 @@ impl Connection {
 
     /// Runs one command, its reply kept or dropped as CLIENT REPLY says.
     async fn dispatch(&mut self, args: &Args<'_>) {
+        self.dispatch_in_mode(args).await;
+        let caching = self.info.tracking.borrow().as_ref().map(|t| t.caching);
+        if let Some(Some(_)) = caching {
+            self.after_command_caching(args.get(0));
+        }
+    }
+
+    /// Runs a command under CLIENT REPLY's mode.
+    async fn dispatch_in_mode(&mut self, args: &Args<'_>) {
         let before = self.reply_mode;
         if before == ReplyMode::On {
             self.dispatch_one(args).await;
@@ -765,7 +776,9 @@ impl Connection {
             && self.worker.may_run_now(spec, db, args)
         {
             self.out.resp3 = self.resp3();
-            self.worker.exec(spec, db, args, &mut self.out, true);
+            let caller = self.caller();
+            self.worker
+                .exec(spec, db, args, &mut self.out, true, caller);
             self.worker.serve_blocked();
             return;
         }
@@ -774,6 +787,7 @@ impl Connection {
             db,
             resp3: self.resp3(),
             record: true,
+            caller: self.caller(),
             first: 0,
             nargs: 0,
         };
@@ -914,6 +928,7 @@ impl Connection {
         self.flush_remote().await;
         let db = self.info.db.get();
         let resp3 = self.resp3();
+        let caller = self.caller();
         let hops = parts
             .iter()
             .map(|(shard, args)| {
@@ -923,6 +938,7 @@ impl Connection {
                     db,
                     resp3,
                     record: false,
+                    caller,
                     first: 0,
                     nargs: 0,
                 };
@@ -994,6 +1010,7 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.abandon_block();
         self.drop_subscriptions();
+        self.drop_tracking();
         self.unwatch_all();
         self.worker.clients.borrow_mut().remove(self.info.id);
         self.worker.cluster.release_client();

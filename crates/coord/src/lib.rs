@@ -26,6 +26,7 @@ mod reply_slots;
 mod scripting;
 mod server_family;
 mod snapshots;
+mod tracking_family;
 pub mod tx;
 pub mod worker;
 

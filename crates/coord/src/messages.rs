@@ -7,6 +7,7 @@ use std::any::Any;
 
 use damselfly_commands::stats::ThreadStats;
 use damselfly_protocol::Span;
+use damselfly_storage::tracking::Caller;
 use damselfly_storage::ShardStats;
 use futures_channel::oneshot;
 
@@ -27,6 +28,8 @@ pub struct RemoteCmd {
     pub record: bool,
     pub first: usize,
     pub nargs: usize,
+    /// The client it runs for, for CLIENT TRACKING.
+    pub caller: Caller,
 }
 
 impl RemoteCmd {
@@ -38,6 +41,7 @@ impl RemoteCmd {
             db: 0,
             resp3: false,
             record: true,
+            caller: Caller::default(),
             first: 0,
             nargs: 0,
         }
@@ -151,6 +155,8 @@ pub struct ThreadReport {
     pub dirty: u64,
     /// Bytes the thread's Lua VM uses (0 while a run has it, or before the first script).
     pub lua_memory: usize,
+    /// (tracking clients here, tracked keys, tracked items) for CLIENT TRACKING.
+    pub tracking: (usize, usize, usize),
 }
 
 /// One shard's journal, for INFO persistence.

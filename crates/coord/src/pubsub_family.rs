@@ -33,6 +33,8 @@ use crate::worker::Worker;
 pub(crate) struct ThreadPubSub {
     pub directory: Directory,
     pub subscribers: Subscribers,
+    /// Every client's CLIENT TRACKING BCAST prefixes.
+    pub bcast: crate::tracking_family::BcastDirectory,
     /// Scratch for the threads a message goes to.
     targets: Vec<bool>,
 }
@@ -42,6 +44,7 @@ impl ThreadPubSub {
         ThreadPubSub {
             directory: Directory::new(threads),
             subscribers: Subscribers::default(),
+            bcast: Default::default(),
             targets: vec![false; threads],
         }
     }
@@ -51,8 +54,6 @@ impl ThreadPubSub {
 #[derive(Default)]
 pub(crate) struct ConnPubSub {
     pub subs: ClientSubscriptions,
-    /// Made at the first subscription; messages wait here until the I/O loop writes them.
-    pub inbox: Option<Rc<Inbox>>,
     /// During a script run, what it publishes waits here until the run is final: a run that
     /// is taken back and run again must not publish twice.
     pub held: Option<Vec<Message>>,
@@ -189,37 +190,23 @@ const PUBSUB_HELP: &[&str] = &[
 ];
 
 impl Connection {
-    /// This client's inbox, made at its first subscription.
-    fn inbox(&mut self) -> Rc<Inbox> {
-        let resp3 = self.info.resp.get() == 3;
-        let id = self.info.id;
-        self.pubsub
-            .inbox
-            .get_or_insert_with(|| Inbox::new(id, resp3))
-            .clone()
-    }
-
-    /// The inbox the I/O loop waits on beside the socket, once the client has one.
-    pub fn push_inbox(&self) -> Option<Rc<Inbox>> {
-        self.pubsub.inbox.clone()
+    /// The inbox the I/O loop waits on beside the socket.
+    pub fn push_inbox(&self) -> Rc<Inbox> {
+        self.info.inbox.clone()
     }
 
     /// Moves pushed messages waiting for this client to the end of `into` (under CLIENT
     /// REPLY OFF they are dropped, as Redis drops every reply then).
     pub fn take_pushes(&mut self, into: &mut Vec<u8>) {
         let before = into.len();
-        drain_inbox(self.pubsub.inbox.as_deref(), self.reply_mode, into);
+        drain_inbox(&self.info.inbox, self.reply_mode, into);
         self.worker.stats.borrow_mut().net_output_bytes += (into.len() - before) as u64;
     }
 
     /// Before the reply that closes the connection (a protocol error): the pushes waiting go
     /// first, as Redis wrote each when it came, and none may follow it.
     pub(crate) fn pushes_before_closing(&mut self) {
-        drain_inbox(
-            self.pubsub.inbox.as_deref(),
-            self.reply_mode,
-            &mut self.out.buf,
-        );
+        drain_inbox(&self.info.inbox, self.reply_mode, &mut self.out.buf);
     }
 
     /// In Pub/Sub mode (subscribed to anything): the pubsub output-limit class applies.
@@ -244,14 +231,12 @@ impl Connection {
     /// published to itself precedes the PUBLISH reply, as in Redis.
     fn pushes_now(&mut self) {
         if !self.pubsub.after_reply {
-            if let Some(inbox) = &self.pubsub.inbox {
-                inbox.take(&mut self.out.buf);
-            }
+            self.info.inbox.take(&mut self.out.buf);
         }
     }
 
     pub(crate) async fn subscribe(&mut self, kind: Kind, args: &Args<'_>) {
-        let inbox = self.inbox();
+        let inbox = self.info.inbox.clone();
         let mut changes = Vec::new();
         for name in args.iter().skip(1) {
             if self.pubsub.subs.insert(kind, name) {
@@ -269,8 +254,9 @@ impl Connection {
 
     /// MONITOR: from now on this client receives a line for every command run.
     pub(crate) async fn monitor(&mut self) {
-        let inbox = self.inbox();
+        let inbox = self.info.inbox.clone();
         if self.pubsub.subs.insert(Kind::Monitor, b"") {
+            self.info.monitor.set(true);
             self.worker
                 .pubsub
                 .borrow_mut()
@@ -359,6 +345,9 @@ impl Connection {
     fn leave(&mut self, kind: Kind, name: &[u8]) -> Option<Change> {
         if !self.pubsub.subs.remove(kind, name) {
             return None;
+        }
+        if kind == Kind::Monitor {
+            self.info.monitor.set(false);
         }
         self.worker
             .pubsub
@@ -549,10 +538,10 @@ impl Connection {
 }
 
 /// Moves an inbox's pushes to `into`, or drops them under CLIENT REPLY OFF.
-fn drain_inbox(inbox: Option<&Inbox>, mode: ReplyMode, into: &mut Vec<u8>) {
-    match inbox {
-        Some(inbox) if mode == ReplyMode::Off => inbox.take(&mut Vec::new()),
-        Some(inbox) => inbox.take(into),
-        None => {}
+fn drain_inbox(inbox: &Inbox, mode: ReplyMode, into: &mut Vec<u8>) {
+    if mode == ReplyMode::Off {
+        inbox.take(&mut Vec::new());
+    } else {
+        inbox.take(into);
     }
 }

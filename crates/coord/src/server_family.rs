@@ -795,10 +795,11 @@ impl Connection {
         );
         section("Server", &s, &mut out);
         let s = format!(
-            "connected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\nclients_in_timeout_table:0\r\n",
+            "connected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\nclients_in_timeout_table:0\r\n",
             cluster.connected_clients.load(Ordering::Relaxed),
             cluster.config.maxclients.load(Ordering::Relaxed),
             cluster.blocked_clients.load(Ordering::Relaxed),
+            reports.iter().map(|r| r.tracking.0).sum::<usize>(),
         );
         section("Clients", &s, &mut out);
         let maxmemory = cluster.config.get_u64("maxmemory");
@@ -814,7 +815,7 @@ impl Connection {
         section("Memory", &s, &mut out);
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,
@@ -823,6 +824,9 @@ impl Connection {
             channels,
             patterns,
             shard_channels,
+            reports.iter().map(|r| r.tracking.1).sum::<usize>(),
+            reports.iter().map(|r| r.tracking.2).sum::<usize>(),
+            self.worker.tracking_prefixes(),
             stats.total_error_replies,
             stats.multi_shard_txs,
             stats.tx_retries,

@@ -13,6 +13,7 @@ use damselfly_commands::table::{Handler, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::tracking::Caller;
 use damselfly_storage::{now_ms, Shard, ShardStats};
 
 use crate::blocking::{BlockedKeys, Wake};
@@ -238,7 +239,15 @@ impl Worker {
     }
 
     /// Runs a shard command on this thread's shard, writing its reply to `reply`.
-    pub fn exec(&self, spec: usize, db: usize, args: &Args, reply: &mut ReplyBuf, record: bool) {
+    pub fn exec(
+        &self,
+        spec: usize,
+        db: usize,
+        args: &Args,
+        reply: &mut ReplyBuf,
+        record: bool,
+        caller: Caller,
+    ) {
         let Handler::Shard(f) = COMMANDS[spec].handler else {
             reply.error("ERR command cannot run on a shard");
             return;
@@ -255,7 +264,9 @@ impl Worker {
         let errors_before = reply.error_offsets.len();
         crash::running(COMMANDS[spec].name);
         let words = COMMANDS[spec].is_write().then_some(args);
+        self.shard.borrow_mut().tracking.caller = caller;
         self.with_ctx(db, reply, words, |ctx| f(ctx, args));
+        self.end_tracked_call(spec, args);
         crash::idle();
         if record {
             let mut stats = self.stats.borrow_mut();
@@ -301,9 +312,13 @@ impl Worker {
             self.journal_effects(&mut shard, db, words, effects, changed);
         }
         let notified = shard.notify.pending();
+        let invalidated = shard.tracking.pending();
         drop(shard);
         if notified {
             self.publish_notifications();
+        }
+        if invalidated {
+            self.send_invalidations();
         }
         r
     }
@@ -312,6 +327,7 @@ impl Worker {
     /// wrote.
     pub fn handle(&self, msg: ShardMsg) {
         self.handle_message(msg);
+        self.send_invalidations();
         self.serve_blocked();
         self.journal_flush();
     }
@@ -627,7 +643,7 @@ impl Worker {
         reply.resp3 = c.resp3;
         let spans = &batch.spans[c.first..c.first + c.nargs];
         let args = Args::new(&batch.data, spans);
-        self.exec(c.spec, c.db, &args, reply, c.record);
+        self.exec(c.spec, c.db, &args, reply, c.record, c.caller);
     }
 
     /// Runs a whole batch (a transaction's hop: its intents are held).
@@ -670,6 +686,7 @@ impl Worker {
     }
 
     pub fn report(&self) -> ThreadReport {
+        let tracking = self.tracking_counts();
         let shard = self.shard.borrow();
         ThreadReport {
             shard_id: self.id,
@@ -687,6 +704,7 @@ impl Worker {
             journal: self.journal_report(),
             dirty: shard.dirty,
             lua_memory: self.scripting.used_memory(),
+            tracking,
         }
     }
 
@@ -734,6 +752,8 @@ impl Worker {
                 .set(self.peak_memory.get().max(shard.used_memory()));
         }
         self.publish_notifications();
+        self.send_invalidations();
+        self.limit_tracking_table();
         let timeout = self.cluster.config.timeout_secs.load(Ordering::Relaxed);
         self.clients.borrow().close_idle(timeout);
         // A safety net under the wake-up rule: should a signal ever be missed (an event loop

@@ -95,11 +95,7 @@ async fn wait_blocked<R: ConnRead, S: Future<Output = ()>>(
         });
         // Messages pushed meanwhile (a RESP3 subscriber) wait for the reply, within the
         // output limit.
-        let pushed = poll_fn(|cx| {
-            inbox
-                .as_ref()
-                .map_or(Poll::Pending, |i| i.poll_beyond(pushed_bytes, cx))
-        });
+        let pushed = poll_fn(|cx| inbox.poll_beyond(pushed_bytes, cx));
         match race(
             race3(
                 poll_fn(|cx| conn.poll_wake(cx)),
@@ -223,7 +219,7 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         }
         // Messages pushed to the client (Pub/Sub) wake the loop too; the next turn takes them.
         let inbox = conn.push_inbox();
-        let pushed = poll_fn(|cx| inbox.as_ref().map_or(Poll::Pending, |i| i.poll_ready(cx)));
+        let pushed = poll_fn(|cx| inbox.poll_ready(cx));
         if sent == pending.len() {
             pending.clear();
             sent = 0;

@@ -11,16 +11,20 @@
 //! A connection keeps its own [`ClientSubscriptions`] (what it is subscribed to, for its
 //! replies, UNSUBSCRIBE without arguments, and clean-up when it goes away).
 //!
+//! CLIENT TRACKING's invalidations use the inboxes too ([`TrackingState`]).
+//!
 //! MONITOR rides the same fan-out: a monitoring client is a subscription of its own kind,
 //! and each command's [`monitor_line`] is a message to every monitor.
 
 mod directory;
 mod local;
 mod monitor;
+mod tracking;
 
 pub use directory::Directory;
 pub use local::{ClientSubscriptions, Inbox, Subscribers};
 pub use monitor::monitor_line;
+pub use tracking::{Redirect, TrackingState, INVALIDATE_CHANNEL};
 
 /// What a subscription names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -39,18 +39,26 @@ impl Inbox {
         self.out.borrow_mut().resp3 = resp3;
     }
 
+    pub fn resp3(&self) -> bool {
+        self.out.borrow().resp3
+    }
+
     /// Appends a push of bulk strings and wakes the connection.
     pub fn push(&self, words: &[&[u8]]) {
-        if self.full() {
-            return;
-        }
-        {
-            let mut out = self.out.borrow_mut();
+        self.push_with(|out| {
             out.push(words.len());
             for w in words {
                 out.bulk(w);
             }
+        });
+    }
+
+    /// Appends what `encode` writes in the client's protocol and wakes the connection.
+    pub(crate) fn push_with(&self, encode: impl FnOnce(&mut ReplyBuf)) {
+        if self.full() {
+            return;
         }
+        encode(&mut self.out.borrow_mut());
         self.wake();
     }
 

@@ -13,6 +13,7 @@ pub mod pack;
 pub mod set;
 pub mod shard;
 pub mod table;
+pub mod tracking;
 pub mod undo;
 pub mod value;
 pub mod zset;

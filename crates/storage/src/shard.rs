@@ -7,6 +7,7 @@ use std::collections::BinaryHeap;
 use crate::limits::EncodingLimits;
 use crate::notify::{class, Notifications};
 use crate::table::{Entry, Table};
+use crate::tracking::Tracking;
 use crate::undo::{Saved, UndoLog};
 use crate::value::{Kind, Value};
 
@@ -127,6 +128,8 @@ pub struct Shard {
     undo: Option<UndoLog>,
     /// Keyspace notifications: the configured classes and the events not yet published.
     pub notify: Notifications,
+    /// Client-side caching: who read which key, and the invalidations owed.
+    pub tracking: Tracking,
 }
 
 /// What [`Shard::rollback`] restored, for the journal.
@@ -163,6 +166,7 @@ impl Shard {
             expired_log: None,
             undo: None,
             notify: Notifications::default(),
+            tracking: Tracking::default(),
         }
     }
 
@@ -400,6 +404,7 @@ impl Shard {
         let e = self.dbs[db].table.get_mut(key)?;
         self.dirty += 1;
         Self::touch(&mut self.watched[db], key);
+        self.tracking.changed(key);
         let before = e.mem_size();
         let had_ttl = e.expire_at;
         let r = f(e);
@@ -442,6 +447,7 @@ impl Shard {
         let r = f(e);
         let (after, now_ttl) = (e.mem_size(), e.expire_at);
         Self::touch(&mut self.watched[db], key);
+        self.tracking.changed(key);
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
         self.track_ttl_change(db, key, had_ttl, now_ttl);
         self.note_write(db, key);
@@ -472,6 +478,7 @@ impl Shard {
         };
         self.used_memory += entry.mem_size();
         Self::touch(&mut self.watched[db], key);
+        self.tracking.changed(key);
         let old = self.dbs[db].table.insert(entry);
         if old.is_none() {
             self.notify.record(class::NEW, "new", db, key);
@@ -491,6 +498,7 @@ impl Shard {
         let old = self.dbs[db].table.remove(key)?;
         self.dirty += 1;
         Self::touch(&mut self.watched[db], key);
+        self.tracking.changed(key);
         self.used_memory -= old.mem_size().min(self.used_memory);
         if old.expire_at != 0 {
             self.dbs[db].volatile -= 1;
@@ -519,6 +527,7 @@ impl Shard {
             undo.save_db(db, entries);
         }
         self.dirty += 1;
+        self.tracking.flushed();
         for (key, w) in self.watched[db].iter_mut() {
             if let Some(e) = self.dbs[db].table.get(key) {
                 w.version += 1;

@@ -7,6 +7,7 @@
 //! (the shard's undo log) and hands the run back to the connection, which runs it the general
 //! way (`super`), locking every shard.
 
+use damselfly_storage::tracking::Caller;
 use std::sync::Arc;
 
 use damselfly_commands::table::{Handler, Route, COMMANDS};
@@ -40,6 +41,8 @@ pub(super) struct HereJob {
     pub watch: Arc<RunWatch>,
     /// The script cache generation (which VM the thread must use).
     pub generation: u64,
+    /// The client running it: what its calls read is tracked for it.
+    pub caller: Caller,
 }
 
 pub(super) enum HereResult {
@@ -127,7 +130,7 @@ impl Worker {
                         return None;
                     }
                     let mut reply = ReplyBuf::new(resp3);
-                    self.exec(idx, job.db, &args, &mut reply, true);
+                    self.exec(idx, job.db, &args, &mut reply, true, job.caller);
                     Ok(reply.buf)
                 }
             };

@@ -179,6 +179,7 @@ impl Connection {
                 .then(|| call.keys.iter().map(|k| k.to_vec()).collect()),
             watch: self.run_watch(call, args),
             generation: self.worker.cluster.scripts.generation(),
+            caller: self.caller(),
         };
         let mode = Mode::for_write(!call.read_only);
         let Some(own) = self
