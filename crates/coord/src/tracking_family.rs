@@ -24,7 +24,7 @@ use crate::worker::Worker;
 type ForThread = Vec<(u64, Option<Box<[u8]>>, u64)>;
 
 /// Changed keys under BCAST prefixes, with the clients that changed them.
-type Broadcast = std::sync::Arc<Vec<(Box<[u8]>, u64)>>;
+type ChangedKeys = Vec<(Box<[u8]>, u64)>;
 
 /// A thread's replica of every BCAST prefix: clients per thread registered for it.
 #[derive(Default)]
@@ -34,7 +34,7 @@ pub(crate) struct BcastDirectory {
 
 impl BcastDirectory {
     /// Threads with a client whose prefix matches one of `keys`.
-    fn threads_for(&self, keys: &[(Box<[u8]>, u64)], threads: usize) -> Vec<bool> {
+    fn threads_for(&self, keys: &ChangedKeys, threads: usize) -> Vec<bool> {
         let mut to = vec![false; threads];
         for (prefix, counts) in &self.prefixes {
             if keys.iter().any(|(k, _)| k.starts_with(prefix)) {
@@ -92,7 +92,7 @@ impl Worker {
         } else {
             self.pubsub.borrow().bcast.threads_for(&broadcast, threads)
         };
-        let broadcast: Broadcast = std::sync::Arc::new(broadcast);
+        let broadcast = std::sync::Arc::new(broadcast);
         for (t, list) in per_thread.into_iter().enumerate() {
             let bcast = to_bcast[t].then(|| broadcast.clone());
             if list.is_empty() && bcast.is_none() {
@@ -116,14 +116,14 @@ impl Worker {
 
     /// Delivers invalidations to this thread's clients: per key to table-mode clients, per
     /// prefix to BCAST clients; NOLOOP clients skip what they changed themselves.
-    fn deliver_invalidations(&self, list: ForThread, broadcast: Option<&Vec<(Box<[u8]>, u64)>>) {
+    fn deliver_invalidations(&self, list: ForThread, broadcast: Option<&ChangedKeys>) {
         for (id, key, writer) in list {
             let Some(info) = self.clients.borrow().get(id).cloned() else {
                 continue;
             };
             let wanted = info.tracking.borrow().as_ref().is_some_and(|t| {
                 // A flush reaches every tracking client, BCAST ones too.
-                key.is_none() || (!t.bcast && !(t.noloop && writer == id))
+                key.is_none() || !(t.bcast || t.noloop && writer == id)
             });
             if wanted {
                 let keys = key.as_ref().map(|k| vec![&k[..]]);

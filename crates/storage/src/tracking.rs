@@ -185,11 +185,13 @@ mod tests {
 
     #[test]
     fn only_tracking_callers_are_remembered() {
-        let mut t = Tracking::default();
-        t.caller = Caller {
-            client: 3,
-            thread: 0,
-            tracks: false,
+        let mut t = Tracking {
+            caller: Caller {
+                client: 3,
+                thread: 0,
+                tracks: false,
+            },
+            ..Tracking::default()
         };
         t.remember(b"k");
         assert_eq!(t.keys(), 0);
