@@ -201,14 +201,15 @@ impl Worker {
         true
     }
 
-    /// A client's REDIRECT client is gone: flagged, and told once (RESP3 only).
+    /// A client's REDIRECT client is gone: flagged, and told (RESP3 only) in place of each
+    /// invalidation it misses, as Redis does.
     fn redirect_broken(&self, id: u64) {
         let Some(info) = self.clients.borrow().get(id).cloned() else {
             return;
         };
         let mut tracking = info.tracking.borrow_mut();
         if let Some(t) = tracking.as_mut() {
-            if let (Some(r), false) = (t.redirect, t.broken_redirect) {
+            if let Some(r) = t.redirect {
                 t.broken_redirect = true;
                 info.inbox.push_broken_redirect(r.client);
             }
@@ -246,7 +247,8 @@ impl Worker {
         if max == 0 {
             return;
         }
-        let share = usize::try_from(max.div_ceil(self.num_shards() as u64)).unwrap_or(usize::MAX);
+        // Rounded down, so the shards together stay within the limit.
+        let share = usize::try_from(max / self.num_shards() as u64).unwrap_or(usize::MAX);
         self.shard.borrow_mut().tracking.limit(share);
         self.send_invalidations();
     }
@@ -357,7 +359,8 @@ impl Connection {
         let mut state = self.info.tracking.borrow_mut().take().unwrap_or_default();
         let mut added = Vec::new();
         if o.bcast {
-            if state.prefixes.is_empty() && o.prefixes.is_empty() {
+            // BCAST without PREFIX registers the empty prefix, even beside others.
+            if o.prefixes.is_empty() {
                 o.prefixes.push(Box::default());
             }
             for p in o.prefixes {
@@ -366,6 +369,7 @@ impl Connection {
                     added.push(p);
                 }
             }
+            state.prefixes.sort();
         }
         state.redirect = redirect;
         state.bcast = o.bcast;

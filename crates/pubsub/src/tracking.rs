@@ -19,11 +19,11 @@ pub struct TrackingState {
     pub optin: bool,
     pub optout: bool,
     pub noloop: bool,
-    /// BCAST prefixes (the empty prefix when none was given), in registration order.
+    /// BCAST prefixes (the empty prefix when none was given), sorted as Redis lists them.
     pub prefixes: Vec<Box<[u8]>>,
     /// CLIENT CACHING YES/NO, for the next command only.
     pub caching: Option<bool>,
-    /// The redirect client was found gone (reported once).
+    /// The redirect client was found gone.
     pub broken_redirect: bool,
 }
 
@@ -44,8 +44,8 @@ impl TrackingState {
             (self.bcast, "bcast"),
             (self.optin, "optin"),
             (self.optout, "optout"),
-            (self.caching == Some(true), "caching-yes"),
-            (self.caching == Some(false), "caching-no"),
+            (self.optin && self.caching == Some(true), "caching-yes"),
+            (self.optout && self.caching == Some(false), "caching-no"),
             (self.noloop, "noloop"),
             (self.broken_redirect, "broken_redirect"),
         ] {
