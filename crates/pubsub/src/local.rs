@@ -128,6 +128,14 @@ impl Inbox {
         self.out.borrow().len()
     }
 
+    /// Everything waiting, taken (tests).
+    #[cfg(test)]
+    pub(crate) fn drained(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.take(&mut out);
+        out
+    }
+
     pub fn is_empty(&self) -> bool {
         self.out.borrow().is_empty()
     }
@@ -285,12 +293,6 @@ impl ClientSubscriptions {
 mod tests {
     use super::*;
 
-    fn drained(inbox: &Inbox) -> Vec<u8> {
-        let mut out = Vec::new();
-        inbox.take(&mut out);
-        out
-    }
-
     #[test]
     fn messages_reach_channel_then_pattern_subscribers_in_their_protocols() {
         let (a, b) = (Inbox::new(1, false), Inbox::new(2, true));
@@ -309,14 +311,14 @@ mod tests {
         };
         subs.deliver(&msg(false));
         assert_eq!(
-            drained(&a),
+            a.drained(),
             b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n\
               *4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
         );
         assert!(b.is_empty());
         subs.deliver(&msg(true));
         assert_eq!(
-            drained(&b),
+            b.drained(),
             b">3\r\n$8\r\nsmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
         );
         subs.remove(Kind::Pattern, b"n*", 1);

@@ -115,34 +115,28 @@ impl Inbox {
 mod tests {
     use super::*;
 
-    fn drained(inbox: &Inbox) -> Vec<u8> {
-        let mut out = Vec::new();
-        inbox.take(&mut out);
-        out
-    }
-
     #[test]
     fn invalidations_in_each_form() {
         let resp3 = Inbox::new(1, true);
         assert!(resp3.push_invalidation(Some(&[b"k"]), false));
         assert_eq!(
-            drained(&resp3),
+            resp3.drained(),
             b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
         );
         assert!(resp3.push_invalidation(None, false));
-        assert_eq!(drained(&resp3), b">2\r\n$10\r\ninvalidate\r\n_\r\n");
+        assert_eq!(resp3.drained(), b">2\r\n$10\r\ninvalidate\r\n_\r\n");
         let resp2 = Inbox::new(2, false);
         assert!(!resp2.push_invalidation(Some(&[b"k"]), false));
         assert!(resp2.push_invalidation(Some(&[b"a", b"b"]), true));
         assert_eq!(
-            drained(&resp2),
+            resp2.drained(),
             b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n"
         );
         resp2.push_broken_redirect(5);
-        assert!(drained(&resp2).is_empty());
+        assert!(resp2.drained().is_empty());
         resp3.push_broken_redirect(5);
         assert_eq!(
-            drained(&resp3),
+            resp3.drained(),
             b">2\r\n$21\r\ntracking-redir-broken\r\n:5\r\n"
         );
     }

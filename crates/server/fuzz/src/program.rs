@@ -149,6 +149,16 @@ const WORDS: &[&str] = &[
     "FREQ",
     "IDLETIME",
     "REFCOUNT",
+    "ON",
+    "OFF",
+    "YES",
+    "NO",
+    "BCAST",
+    "PREFIX",
+    "OPTIN",
+    "OPTOUT",
+    "NOLOOP",
+    "REDIRECT",
     "ID",
     "NAME",
     "SETNAME",
@@ -205,7 +215,19 @@ const VALUES: &[&str] = &[
 fn subcommands(name: &str) -> &'static [&'static str] {
     match name {
         "client" => &[
-            "ID", "GETNAME", "SETNAME", "INFO", "LIST", "NO-EVICT", "NO-TOUCH", "SETINFO", "HELP",
+            "ID",
+            "GETNAME",
+            "SETNAME",
+            "INFO",
+            "LIST",
+            "NO-EVICT",
+            "NO-TOUCH",
+            "SETINFO",
+            "HELP",
+            "TRACKING",
+            "CACHING",
+            "GETREDIR",
+            "TRACKINGINFO",
         ],
         "config" => &["GET", "REWRITE", "HELP"],
         "debug" => &["ERROR", "HELP", "POPULATE"],
@@ -398,7 +420,7 @@ fn allowed(name: &str, args: &[Vec<u8>]) -> bool {
         "config" => !matches!(sub(args).as_slice(), b"set" | b"resetstat"),
         "client" => !matches!(
             sub(args).as_slice(),
-            b"kill" | b"pause" | b"unpause" | b"unblock" | b"reply" | b"tracking"
+            b"kill" | b"pause" | b"unpause" | b"unblock" | b"reply"
         ),
         "debug" => match sub(args).as_slice() {
             b"error" | b"help" => true,
