@@ -43,16 +43,6 @@ impl Inbox {
         self.out.borrow().resp3
     }
 
-    /// Appends a push of bulk strings and wakes the connection.
-    pub fn push(&self, words: &[&[u8]]) {
-        self.push_with(|out| {
-            out.push(words.len());
-            for w in words {
-                out.bulk(w);
-            }
-        });
-    }
-
     /// Appends what `encode` writes in the client's protocol and wakes the connection.
     pub(crate) fn push_with(&self, encode: impl FnOnce(&mut ReplyBuf)) {
         if self.full() {
@@ -62,7 +52,7 @@ impl Inbox {
         self.wake();
     }
 
-    /// Appends bytes already encoded (a MONITOR line) and wakes the connection.
+    /// Appends bytes already encoded (a message, a MONITOR line) and wakes the connection.
     pub fn push_raw(&self, bytes: &[u8]) {
         if self.full() {
             return;
@@ -196,8 +186,8 @@ impl Subscribers {
         match msg.audience {
             Audience::Channel => {}
             Audience::ShardChannel => {
-                for inbox in self.shard_channels.get(channel).into_iter().flatten() {
-                    inbox.push(&[b"smessage", channel, payload]);
+                if let Some(inboxes) = self.shard_channels.get(channel) {
+                    push_to_all(inboxes, &[b"smessage", channel, payload]);
                 }
                 return;
             }
@@ -208,16 +198,32 @@ impl Subscribers {
                 return;
             }
         }
-        for inbox in self.channels.get(channel).into_iter().flatten() {
-            inbox.push(&[b"message", channel, payload]);
+        if let Some(inboxes) = self.channels.get(channel) {
+            push_to_all(inboxes, &[b"message", channel, payload]);
         }
         for (pattern, inboxes) in self.patterns.iter() {
             if glob_match(pattern, channel, false) {
-                for inbox in inboxes {
-                    inbox.push(&[b"pmessage", pattern, channel, payload]);
-                }
+                push_to_all(inboxes, &[b"pmessage", pattern, channel, payload]);
             }
         }
+    }
+}
+
+/// Pushes the same bulk strings to every inbox, encoded once per protocol rather than once
+/// per subscriber (a channel may have thousands).
+fn push_to_all(inboxes: &[Rc<Inbox>], words: &[&[u8]]) {
+    let mut encoded: [Option<Vec<u8>>; 2] = [None, None];
+    for inbox in inboxes {
+        let resp3 = inbox.resp3();
+        let bytes = encoded[usize::from(resp3)].get_or_insert_with(|| {
+            let mut out = ReplyBuf::new(resp3);
+            out.push(words.len());
+            for w in words {
+                out.bulk(w);
+            }
+            out.buf
+        });
+        inbox.push_raw(bytes);
     }
 }
 
