@@ -66,13 +66,17 @@ pub(crate) struct ConnPubSub {
 impl Worker {
     /// Publishes a message from this thread: delivered here directly, sent to every other
     /// thread with a recipient. Returns how many clients receive it.
-    pub fn publish(&self, msg: Message) -> u64 {
+    pub fn publish(&self, mut msg: Message) -> u64 {
         let mut ps = self.pubsub.borrow_mut();
         let ps = &mut *ps;
         ps.targets.fill(false);
-        let count = ps
-            .directory
-            .recipients(msg.audience, &msg.channel, &mut ps.targets);
+        msg.patterns.clear();
+        let count = ps.directory.recipients(
+            msg.audience,
+            &msg.channel,
+            &mut ps.targets,
+            &mut msg.patterns,
+        );
         if count == 0 {
             return 0;
         }
@@ -102,7 +106,8 @@ impl Worker {
     fn recipients(&self, audience: Audience, channel: &[u8]) -> u64 {
         let mut ps = self.pubsub.borrow_mut();
         let ps = &mut *ps;
-        ps.directory.recipients(audience, channel, &mut ps.targets)
+        ps.directory
+            .recipients(audience, channel, &mut ps.targets, &mut Vec::new())
     }
 
     /// Applies subscription changes made on another thread (or this one).
@@ -135,20 +140,15 @@ impl Worker {
             if flags & class::KEYSPACE != 0 {
                 let mut channel = format!("__keyspace@{}__:", e.db).into_bytes();
                 channel.extend_from_slice(&e.key);
-                self.publish(Message {
-                    audience: Audience::Channel,
-                    channel: channel.into(),
-                    payload: e.event.as_bytes().into(),
-                });
+                self.publish(Message::new(
+                    Audience::Channel,
+                    channel.into(),
+                    e.event.as_bytes().into(),
+                ));
             }
             if flags & class::KEYEVENT != 0 {
-                self.publish(Message {
-                    audience: Audience::Channel,
-                    channel: format!("__keyevent@{}__:{}", e.db, e.event)
-                        .into_bytes()
-                        .into(),
-                    payload: e.key,
-                });
+                let channel = format!("__keyevent@{}__:{}", e.db, e.event).into_bytes();
+                self.publish(Message::new(Audience::Channel, channel.into(), e.key));
             }
         }
     }
@@ -286,11 +286,9 @@ impl Connection {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
         let words: Vec<&[u8]> = args.iter().collect();
-        self.worker.publish(Message {
-            audience: Audience::Monitor,
-            channel: Box::default(),
-            payload: monitor_line(micros, self.info.db.get(), &origin, &words).into(),
-        });
+        let line = monitor_line(micros, self.info.db.get(), &origin, &words);
+        self.worker
+            .publish(Message::new(Audience::Monitor, Box::default(), line.into()));
     }
 
     pub(crate) async fn unsubscribe(&mut self, kind: Kind, args: &Args<'_>) {
@@ -433,11 +431,7 @@ impl Connection {
         } else {
             Audience::Channel
         };
-        let msg = Message {
-            audience,
-            channel: args.get(1).into(),
-            payload: args.get(2).into(),
-        };
+        let msg = Message::new(audience, args.get(1).into(), args.get(2).into());
         let count = match &mut self.pubsub.held {
             Some(held) => {
                 let count = self.worker.recipients(audience, &msg.channel);

@@ -107,7 +107,13 @@ impl Directory {
 
     /// How many clients receive a message published on `channel` (PUBLISH's reply: a client
     /// counts once per matching subscription), marking in `threads` each thread that has one.
-    pub fn recipients(&self, audience: Audience, channel: &[u8], threads: &mut [bool]) -> u64 {
+    pub fn recipients(
+        &self,
+        audience: Audience,
+        channel: &[u8],
+        threads: &mut [bool],
+        matched: &mut Vec<Box<[u8]>>,
+    ) -> u64 {
         match audience {
             Audience::Channel => {}
             Audience::ShardChannel => {
@@ -130,6 +136,7 @@ impl Directory {
             if glob_match(pattern, channel, false) {
                 c.mark(threads);
                 total += c.total;
+                matched.push(pattern.into());
             }
         }
         total
@@ -201,11 +208,19 @@ mod tests {
         d.apply(&change(Kind::Pattern, "x*", 1, true));
         d.apply(&change(Kind::ShardChannel, "news", 1, true));
         let mut threads = [false; 3];
-        assert_eq!(d.recipients(Audience::Channel, b"news", &mut threads), 3);
+        assert_eq!(
+            d.recipients(Audience::Channel, b"news", &mut threads, &mut Vec::new()),
+            3
+        );
         assert_eq!(threads, [true, false, true]);
         let mut threads = [false; 3];
         assert_eq!(
-            d.recipients(Audience::ShardChannel, b"news", &mut threads),
+            d.recipients(
+                Audience::ShardChannel,
+                b"news",
+                &mut threads,
+                &mut Vec::new()
+            ),
             1
         );
         assert_eq!(threads, [false, true, false]);
@@ -220,7 +235,12 @@ mod tests {
         assert_eq!(d.channel_count(false), 0);
         assert_eq!(d.patterns(), 1);
         let mut threads = [false; 3];
-        assert_eq!(d.recipients(Audience::Channel, b"xy", &mut threads), 1);
+        let mut matched = Vec::new();
+        assert_eq!(
+            d.recipients(Audience::Channel, b"xy", &mut threads, &mut matched),
+            1
+        );
+        assert_eq!(matched, [b"x*".as_slice().into()]);
         assert_eq!(threads, [false, true, false]);
         // A removal nobody added changes nothing.
         d.apply(&change(Kind::Pattern, "zz", 0, false));

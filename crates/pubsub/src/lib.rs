@@ -86,6 +86,20 @@ pub struct Message {
     pub audience: Audience,
     pub channel: Box<[u8]>,
     pub payload: Box<[u8]>,
+    /// The patterns the channel matches, as the publishing thread's directory found them:
+    /// receiving threads look these up rather than match every pattern again.
+    pub patterns: Vec<Box<[u8]>>,
+}
+
+impl Message {
+    pub fn new(audience: Audience, channel: Box<[u8]>, payload: Box<[u8]>) -> Message {
+        Message {
+            audience,
+            channel,
+            payload,
+            patterns: Vec::new(),
+        }
+    }
 }
 
 type Map<V> = std::collections::HashMap<Box<[u8]>, V, ahash::RandomState>;
@@ -132,6 +146,11 @@ impl<V> Named<V> {
             self.at.insert(moved.clone(), at);
         }
         Some(v)
+    }
+
+    fn get(&self, name: &[u8]) -> Option<&V> {
+        let at = *self.at.get(name)?;
+        Some(&self.items[at].1)
     }
 
     fn contains(&self, name: &[u8]) -> bool {

@@ -7,7 +7,6 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 use damselfly_protocol::ReplyBuf;
-use damselfly_storage::glob::glob_match;
 
 use crate::{Audience, Kind, Map, Message, Named};
 
@@ -179,7 +178,8 @@ impl Subscribers {
         }
     }
 
-    /// Pushes `msg` to every client here subscribed to its channel or a matching pattern,
+    /// Pushes `msg` to every client here subscribed to its channel or to one of the patterns
+    /// the publisher matched,
     /// in Redis's order: channel subscribers, then each matching pattern's.
     pub fn deliver(&self, msg: &Message) {
         let (channel, payload) = (&*msg.channel, &*msg.payload);
@@ -201,8 +201,8 @@ impl Subscribers {
         if let Some(inboxes) = self.channels.get(channel) {
             push_to_all(inboxes, &[b"message", channel, payload]);
         }
-        for (pattern, inboxes) in self.patterns.iter() {
-            if glob_match(pattern, channel, false) {
+        for pattern in &msg.patterns {
+            if let Some(inboxes) = self.patterns.get(pattern) {
                 push_to_all(inboxes, &[b"pmessage", pattern, channel, payload]);
             }
         }
@@ -314,6 +314,8 @@ mod tests {
             },
             channel: (*b"news").into(),
             payload: (*b"hi").into(),
+            // What the publishing thread's directory matched.
+            patterns: vec![(*b"n*").into(), (*b"x*").into()],
         };
         subs.deliver(&msg(false));
         assert_eq!(
