@@ -7,10 +7,11 @@
 use std::time::Instant;
 
 use damselfly_commands::keys_family::{take_value, Transfer};
-use damselfly_commands::table::{lookup, Handler, Merge, COMMANDS};
+use damselfly_commands::table::{flags, lookup, Handler, Merge, COMMANDS};
 use damselfly_commands::{errors, sort_family, Args, ExecCtx};
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
+use damselfly_storage::tracking::Caller;
 use damselfly_storage::{shard_for_key, Shard, Value};
 use rand::seq::SliceRandom;
 
@@ -362,8 +363,10 @@ impl Connection {
         }
         let writes = spec.is_write();
         let more_keys = spec.reads_unknown_keys(args);
+        // A tracking client's read registers its keys where they live, as it reads them.
+        let reader = Some(self.caller()).filter(|c| c.tracks && spec.flags & flags::READONLY != 0);
         let Some(gathered) = self
-            .fetch_keys(db, keys, own && !writes && !more_keys)
+            .fetch_keys(db, keys, own && !writes && !more_keys, reader)
             .await
         else {
             return self.reply_error("ERR shard unavailable");
@@ -404,7 +407,8 @@ impl Connection {
             let frozen = ScratchBase { now: 0, ..base };
             let wanted =
                 sort_family::referenced_keys(&mut frozen.ctx(&mut scratch, &mut ignored), args);
-            let Some(fetched) = self.fetch_keys(db, wanted, own && !writes).await else {
+            // As in Redis, only the command's own keys are tracked, not those its patterns reach.
+            let Some(fetched) = self.fetch_keys(db, wanted, own && !writes, None).await else {
                 return self.reply_error("ERR shard unavailable");
             };
             for (key, found) in fetched {
@@ -511,11 +515,13 @@ impl Connection {
 
     /// Clones keys' values (with their deadlines) from their shards, as hops of the current
     /// transaction; `conclude` releases it with them. None when a shard is unreachable.
+    /// The keys are remembered there for `reader` (CLIENT TRACKING) when given.
     async fn fetch_keys(
         &mut self,
         db: usize,
         keys: Vec<Vec<u8>>,
         conclude: bool,
+        reader: Option<Caller>,
     ) -> Option<Gathered> {
         let n = self.worker.num_shards();
         let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
@@ -535,6 +541,12 @@ impl Connection {
                 // Keys past their deadline are copied as they are: the handler meets them as
                 // Redis's command would, expiring (and announcing) those it looks up.
                 let work: ShardWork<Gathered> = Box::new(move |w: &Worker| {
+                    if let Some(reader) = reader {
+                        let tracking = &mut w.shard.borrow_mut().tracking;
+                        for k in &keys {
+                            tracking.remember_for(reader, k);
+                        }
+                    }
                     let shard = w.shard.borrow();
                     let table = &shard.dbs[db].table;
                     keys.into_iter()

@@ -495,6 +495,22 @@ fn default_mode_invalidates_keys_read(backend: Backend, threads: usize) {
         r.expect("SET key:0 after a re-read", &keys(&["key:0"]));
         w.ok(&["SET", "key:0", "and again"]);
         r.expect_none("a second SET key:0 without a re-read");
+
+        // A read of keys on several shards (gathered in one place to run) tracks each one.
+        let set = |i: usize| format!("set:{i}");
+        let home = damselfly_storage::shard_for_key(set(0).as_bytes(), threads);
+        let away = (1..64)
+            .map(set)
+            .find(|k| damselfly_storage::shard_for_key(k.as_bytes(), threads) != home)
+            .expect("a set on another shard");
+        assert_eq!(w.cmd(&["SADD", &set(0), "a"]), b":1\r\n");
+        assert_eq!(w.cmd(&["SADD", &away, "b"]), b":1\r\n");
+        assert_eq!(r.cmd(&["SINTERCARD", "2", &set(0), &away]), b":0\r\n");
+        r.expect_none("SINTERCARD's read");
+        assert_eq!(w.cmd(&["SADD", &away, "c"]), b":1\r\n");
+        r.expect("SADD to the other shard's set", &keys(&[away.as_str()]));
+        assert_eq!(w.cmd(&["SADD", &set(0), "d"]), b":1\r\n");
+        r.expect("SADD to the first set", &keys(&["set:0"]));
     }
 }
 

@@ -59,11 +59,16 @@ pub struct Pending {
 impl Tracking {
     /// Remembers that the caller read `key` (when it tracks).
     pub fn remember(&mut self, key: &[u8]) {
+        self.remember_for(self.caller, key);
+    }
+
+    /// Remembers that `caller` read `key` (when it tracks).
+    pub fn remember_for(&mut self, caller: Caller, key: &[u8]) {
         let Caller {
             client,
             thread,
             tracks,
-        } = self.caller;
+        } = caller;
         if !tracks {
             return;
         }
