@@ -34,7 +34,6 @@ BIN=target/release/damselfly
 [ -x "$BIN" ] || cargo build --release -q
 # shellcheck source=benches/servers.sh
 source benches/servers.sh
-cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 
 SERVERS=(redis)
 start redis redis-server --save '' --appendonly no || exit 1

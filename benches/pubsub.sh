@@ -45,8 +45,6 @@ for s in redis damselfly; do
   fi
 done
 
-TICKS=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 # name | damselfly-bench pubsub arguments
@@ -59,23 +57,17 @@ SCENARIOS=(
 )
 
 echo "damselfly $(git rev-parse --short HEAD), $(redis-server --version | awk '{print $3}'), $(nproc) CPUs, ${ROUNDS} rounds of ${SECONDS_PER} s, Damselfly --threads $THREADS" >&2
-RESULTS=$WORK/results
-: >"$RESULTS"
-for round in $(seq "$ROUNDS"); do
-  for s in "${SCENARIOS[@]}"; do
-    name=${s%%|*}; args=${s#*|}
-    for server in redis damselfly; do
-      before=$(cpu_ticks "${PID[$server]}")
-      # shellcheck disable=SC2086
-      line=$("$LOAD" pubsub --port "${PORT[$server]}" --seconds "$SECONDS_PER" $args)
-      after=$(cpu_ticks "${PID[$server]}")
-      all=$(field delivered_all "$line")
-      us=$(python3 -c "print(($after - $before) / $TICKS / max($all, 1) * 1e6)")
-      echo "$name|$server|$(field delivered_per_sec "$line")|$(field p99_us "$line")|$us|$(field lost "$line")|$(field disconnected "$line")|$line" >>"$RESULTS"
-      echo "round $round: $name / $server: $line cpu_us_per_msg=$us" >&2
-    done
-  done
-done
+# Delivered/s, p99, CPU per delivered message, lost, disconnected, and the tool's whole line.
+measure() { # server args
+  local before after line us
+  before=$(cpu_ticks "${PID[$1]}")
+  # shellcheck disable=SC2086
+  line=$("$LOAD" pubsub --port "${PORT[$1]}" --seconds "$SECONDS_PER" $2)
+  after=$(cpu_ticks "${PID[$1]}")
+  us=$(python3 -c "print(($after - $before) / $TICKS / max($(field delivered_all "$line"), 1) * 1e6)")
+  echo "$(field delivered_per_sec "$line")|$(field p99_us "$line")|$us|$(field lost "$line")|$(field disconnected "$line")|$line"
+}
+each_run measure
 
 python3 - "$RESULTS" <<'PY'
 import sys, statistics, collections

@@ -48,9 +48,6 @@ done
 sha() { printf '%s' "$1" | sha1sum | cut -d' ' -f1; }
 SET_SHA=$(sha "$SET_LUA"); GET_SHA=$(sha "$GET_LUA"); TWO_SHA=$(sha "$TWO_LUA"); ARGV_SHA=$(sha "$ARGV_LUA")
 
-TICKS=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 RB="-c 50 -r 100000 -n $REQUESTS"
 # name | kind (rb: redis-benchmark arguments, load: damselfly-bench load arguments)
 SCENARIOS=(
@@ -67,30 +64,26 @@ SCENARIOS=(
 )
 
 echo "damselfly $(git rev-parse --short HEAD), $(redis-server --version | awk '{print $3}'), $(nproc) CPUs, ${ROUNDS} rounds, Damselfly --threads $THREADS" >&2
-RESULTS=$WORK/results
-: >"$RESULTS"
-for round in $(seq "$ROUNDS"); do
-  for s in "${SCENARIOS[@]}"; do
-    name=${s%%|*}; rest=${s#*|}; kind=${rest%%|*}; args=${rest#*|}
-    for server in redis damselfly; do
-      before=$(cpu_ticks "${PID[$server]}")
-      if [ "$kind" = rb ]; then
-        # shellcheck disable=SC2086
-        out=$(redis-benchmark -p "${PORT[$server]}" -q $args | tr '\r' '\n' | grep 'requests per second' | tail -1)
-        rps=$(echo "$out" | sed -E 's/.*: ([0-9.]+) requests per second.*/\1/')
-        calls=$REQUESTS
-      else
-        line=$(eval "$LOAD load --port ${PORT[$server]} --clients 50 --seconds $SECONDS_PER $args")
-        rps=$(echo "$line" | tr ' ' '\n' | sed -n 's/^ops_per_sec=//p')
-        calls=$(python3 -c "print(int(float('$rps') * ($SECONDS_PER + 1)))")
-      fi
-      after=$(cpu_ticks "${PID[$server]}")
-      us=$(python3 -c "print(($after - $before) / $TICKS / $calls * 1e6)")
-      echo "$name|$server|$rps|$us" >>"$RESULTS"
-      echo "round $round: $name / $server: $rps/s, $us us CPU per call" >&2
-    done
-  done
-done
+# Calls per second and server CPU per call: `rb` rows run redis-benchmark, `load` rows the
+# load tool.
+measure() { # server "kind|args"
+  local kind=${2%%|*} args=${2#*|} before after out rps calls us
+  before=$(cpu_ticks "${PID[$1]}")
+  if [ "$kind" = rb ]; then
+    # shellcheck disable=SC2086
+    out=$(redis-benchmark -p "${PORT[$1]}" -q $args | tr '\r' '\n' | grep 'requests per second' | tail -1)
+    rps=$(echo "$out" | sed -E 's/.*: ([0-9.]+) requests per second.*/\1/')
+    calls=$REQUESTS
+  else
+    out=$(eval "$LOAD load --port ${PORT[$1]} --clients 50 --seconds $SECONDS_PER $args")
+    rps=$(echo "$out" | tr ' ' '\n' | sed -n 's/^ops_per_sec=//p')
+    calls=$(python3 -c "print(int(float('$rps') * ($SECONDS_PER + 1)))")
+  fi
+  after=$(cpu_ticks "${PID[$1]}")
+  us=$(python3 -c "print(($after - $before) / $TICKS / $calls * 1e6)")
+  echo "$rps|$us"
+}
+each_run measure
 
 python3 - "$RESULTS" <<'PY'
 import sys, statistics, collections

@@ -3,7 +3,8 @@
 # PORT[NAME], SOCK[NAME] and PID[NAME]; start_redis_and_damselfly THREADS builds the release
 # binaries and starts both servers as `redis` and `damselfly` (BIN and LOAD name the server
 # and the load tool, under $CARGO_TARGET_DIR when it is set). Everything started is killed
-# when the script exits.
+# when the script exits. cpu_ticks PID reads a process's CPU time (user + system, in TICKS
+# per second); each_run MEASURE runs the SCENARIOS for ROUNDS rounds.
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -27,4 +28,26 @@ start_redis_and_damselfly() { # threads
   LOAD=${CARGO_TARGET_DIR:-target}/release/damselfly-bench
   start redis redis-server --save '' --appendonly no || exit 1
   start damselfly "$BIN" --threads "$1" --loglevel warning --save "" --dir "$WORK" || exit 1
+}
+
+TICKS=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# each_run MEASURE: for ROUNDS rounds, each "name|rest" of SCENARIOS on redis, then damselfly
+# (taking turns), runs `MEASURE SERVER REST`, which prints one line, and appends
+# "name|server|line" to $RESULTS, showing progress on stderr.
+each_run() {
+  RESULTS=$WORK/results
+  : >"$RESULTS"
+  local round s name server line
+  for round in $(seq "$ROUNDS"); do
+    for s in "${SCENARIOS[@]}"; do
+      name=${s%%|*}
+      for server in redis damselfly; do
+        line=$("$1" "$server" "${s#*|}")
+        echo "$name|$server|$line" >>"$RESULTS"
+        echo "round $round: $name / $server: $line" >&2
+      done
+    done
+  done
 }

@@ -45,18 +45,8 @@ SCENARIOS=(
 )
 
 echo "damselfly $(git rev-parse --short HEAD), $(redis-server --version | awk '{print $3}'), $(nproc) CPUs, $CLIENTS clients, ${SECONDS_PER}s x $ROUNDS rounds, Damselfly --threads $THREADS" >&2
-RESULTS=$WORK/results
-: >"$RESULTS"
-for round in $(seq "$ROUNDS"); do
-  for s in "${SCENARIOS[@]}"; do
-    name=${s%%|*}; args=${s#*|}
-    for server in redis damselfly; do
-      line=$(eval "$LOAD load --port ${PORT[$server]} --clients $CLIENTS --seconds $SECONDS_PER $args")
-      echo "$name|$server|$line" >>"$RESULTS"
-      echo "round $round: $name / $server: $line" >&2
-    done
-  done
-done
+measure() { eval "$LOAD load --port ${PORT[$1]} --clients $CLIENTS --seconds $SECONDS_PER $2"; }
+each_run measure
 
 python3 - "$RESULTS" <<'EOF'
 import sys, statistics, collections
