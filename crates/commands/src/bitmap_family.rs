@@ -5,7 +5,7 @@
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::notify::class;
-use damselfly_storage::{Kind, Value};
+use damselfly_storage::{Kind, Value, ValueRef};
 
 use crate::ctx::WrongType;
 use crate::{errors, Args, ExecCtx};
@@ -18,11 +18,11 @@ fn read_string(ctx: &mut ExecCtx, key: &[u8], f: impl FnOnce(Option<&[u8]>, &mut
     match ctx
         .shard
         .get_counted(ctx.db, key, ctx.now)
-        .map(|e| &e.value)
+        .map(|e| e.value())
     {
         None => f(None, reply),
-        Some(Value::Str(s)) => f(Some(s), reply),
-        Some(v @ Value::Int(_)) => f(Some(&v.to_bytes()), reply),
+        Some(ValueRef::Str(s)) => f(Some(s), reply),
+        Some(v @ ValueRef::Int(_)) => f(Some(&v.to_bytes()), reply),
         Some(_) => reply.error(errors::WRONGTYPE),
     }
 }
@@ -34,7 +34,7 @@ fn write_string<R>(
     key: &[u8],
     f: impl FnOnce(&mut Vec<u8>) -> R,
 ) -> Result<R, WrongType> {
-    match ctx.lookup_write(key).map(|e| e.value.kind()) {
+    match ctx.lookup_write(key).map(|e| e.value().kind()) {
         Some(Kind::String) => {}
         Some(_) => {
             ctx.wrongtype();
@@ -45,9 +45,9 @@ fn write_string<R>(
         }
     }
     let mut f = Some(f);
-    let r = ctx.shard.update(ctx.db, key, ctx.now, |e| {
-        f.take().map(|f| f(e.value.make_raw()))
-    });
+    let r = ctx
+        .shard
+        .update(ctx.db, key, ctx.now, |e| f.take().map(|f| f(e.make_raw())));
     r.flatten().ok_or(WrongType)
 }
 
@@ -245,7 +245,7 @@ pub fn bitop(ctx: &mut ExecCtx, args: &Args) {
     }
     let mut sources: Vec<Option<Vec<u8>>> = Vec::with_capacity(args.len() - 3);
     for i in 3..args.len() {
-        match ctx.lookup_read(args.get(i)).map(|e| &e.value) {
+        match ctx.lookup_read(args.get(i)).map(|e| e.value()) {
             None => sources.push(None),
             Some(v) if v.kind() == Kind::String => sources.push(Some(v.to_bytes())),
             Some(_) => return ctx.wrongtype(),

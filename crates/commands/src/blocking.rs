@@ -138,7 +138,7 @@ pub fn spec(args: &Args, now: u64) -> Option<BlockSpec> {
 /// True when serving `op` from `key` would succeed now: the key holds a collection of the
 /// right type (collections are never empty) and, for a move, the destination can take a list.
 pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
-    let kind_of = |ctx: &mut ExecCtx, k: &[u8]| ctx.lookup_write(k).map(|e| e.value.kind());
+    let kind_of = |ctx: &mut ExecCtx, k: &[u8]| ctx.lookup_write(k).map(|e| e.value().kind());
     if kind_of(ctx, key) != Some(op.kind()) {
         return false;
     }

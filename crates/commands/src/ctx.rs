@@ -57,6 +57,18 @@ impl<'a> ExecCtx<'a> {
         self.shard.get_counted(self.db, key, self.now)
     }
 
+    /// Looks a key up for reading without recording an access (Redis's LOOKUP_NOTOUCH: TYPE,
+    /// TTL and EXISTS look at a key without using it); counts hits and misses.
+    pub fn inspect(&mut self, key: &[u8]) -> Option<&Entry> {
+        self.shard.inspect(self.db, key, self.now)
+    }
+
+    /// Looks at a key without counting or recording an access (OBJECT, MEMORY USAGE).
+    pub fn peek(&mut self, key: &[u8]) -> Option<&Entry> {
+        self.shard.expire_if_needed(self.db, key, self.now);
+        self.shard.dbs[self.db].table.get(key)
+    }
+
     /// Looks a key up for writing (lazy expiry, no hit/miss counting).
     pub fn lookup_write(&mut self, key: &[u8]) -> Option<&Entry> {
         self.shard.get(self.db, key, self.now)
@@ -73,7 +85,7 @@ impl<'a> ExecCtx<'a> {
         let value = self
             .shard
             .get_counted(self.db, key, self.now)
-            .map(|e| &e.value);
+            .map(Entry::value);
         match value {
             None => missing(self.reply),
             Some(v) => match T::of(v) {
@@ -96,8 +108,8 @@ impl<'a> ExecCtx<'a> {
         let done = self
             .shard
             .update_kind(self.db, key, self.now, T::KIND, |e| {
-                let r = T::of_mut(&mut e.value).map(|c| f(c, reply, &limits));
-                (r, e.value.is_empty_collection())
+                let r = e.collection_mut::<T>().map(|c| f(c, reply, &limits));
+                (r, e.value().is_empty_collection())
             });
         match done {
             Err(_) => {
@@ -170,7 +182,7 @@ impl<'a> ExecCtx<'a> {
         match self
             .shard
             .get(self.db, key, self.now)
-            .map(|e| e.value.kind())
+            .map(|e| e.value().kind())
         {
             None => Some(false),
             Some(k) if k == kind => Some(true),

@@ -19,7 +19,7 @@ pub fn dump(ctx: &mut ExecCtx, args: &Args) {
     let opts = WriteOptions::for_limits(&ctx.limits());
     match ctx
         .lookup_read(args.get(1))
-        .map(|e| dump::encode(&e.value, &opts))
+        .map(|e| dump::encode(e.value(), &opts))
     {
         Some(payload) => ctx.reply.bulk(&payload),
         None => ctx.reply.null(),
@@ -164,7 +164,7 @@ pub fn shard_digest(shard: &Shard) -> DatasetDigest {
     let mut digest = DatasetDigest::new();
     for (db, d) in shard.dbs.iter().enumerate() {
         for e in d.table.iter() {
-            digest.add(db as u64, &e.key, &e.value, e.expire_at != 0);
+            digest.add(db as u64, &e.key(), e.value(), e.expire_at() != 0);
         }
     }
     digest
@@ -179,7 +179,7 @@ pub fn value_digests(shard: &Shard, db: usize, keys: &[Vec<u8>]) -> Vec<Digest> 
                 .table
                 .get(k)
                 .map_or_else(Digest::default, |e| {
-                    value_digest(&e.value, e.expire_at != 0)
+                    value_digest(e.value(), e.expire_at() != 0)
                 })
         })
         .collect()
@@ -216,11 +216,11 @@ mod tests {
 
     /// The DUMP payload of a string.
     fn payload(text: &[u8]) -> Vec<u8> {
-        dump::encode(&Value::from_bytes(text), &WriteOptions::default())
+        dump::encode(Value::from_bytes(text).as_ref(), &WriteOptions::default())
     }
 
     fn deadline(shard: &Shard, key: &[u8]) -> Option<u64> {
-        shard.dbs[0].table.get(key).map(|e| e.expire_at)
+        shard.dbs[0].table.get(key).map(|e| e.expire_at())
     }
 
     #[test]
@@ -337,8 +337,11 @@ mod tests {
             );
             // The copy has no deadline: its digest differs exactly by the expire marker.
             let original = shard.dbs[0].table.get(key).unwrap();
-            assert_eq!(b[0], value_digest(&original.value, false));
-            assert_eq!(a[0], value_digest(&original.value, original.expire_at != 0));
+            assert_eq!(b[0], value_digest(original.value(), false));
+            assert_eq!(
+                a[0],
+                value_digest(original.value(), original.expire_at() != 0)
+            );
         }
         assert_eq!(run(&mut shard, dump, &[b"dump", b"nosuch"]), b"$-1\r\n");
     }
@@ -348,10 +351,10 @@ mod tests {
         let mut shard = Shard::new(2);
         shard.set(1, b"gone", Value::from_bytes(b"v"), 1);
         let mut alone = DatasetDigest::new();
-        alone.add(1, b"gone", &Value::from_bytes(b"v"), true);
+        alone.add(1, b"gone", Value::from_bytes(b"v").as_ref(), true);
         assert_eq!(shard_digest(&shard), alone);
         let d = value_digests(&shard, 1, &[b"gone".to_vec(), b"missing".to_vec()]);
-        assert_eq!(d[0], value_digest(&Value::from_bytes(b"v"), true));
+        assert_eq!(d[0], value_digest(Value::from_bytes(b"v").as_ref(), true));
         assert_eq!(d[1], Digest::default());
         assert!(shard.dbs[1].table.get(b"gone").is_some(), "left in place");
     }

@@ -4,7 +4,7 @@
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::notify::class;
-use damselfly_storage::{Hash, Value};
+use damselfly_storage::{Hash, ValueRef};
 use rand::seq::index::sample;
 use rand::Rng;
 
@@ -165,9 +165,9 @@ fn current_field(
     key: &[u8],
     field: &[u8],
 ) -> Result<Option<Vec<u8>>, WrongType> {
-    match ctx.lookup_write(key).map(|e| &e.value) {
+    match ctx.lookup_write(key).map(|e| e.value()) {
         None => Ok(None),
-        Some(Value::Hash(h)) => Ok(h.get(field).map(<[u8]>::to_vec)),
+        Some(ValueRef::Hash(h)) => Ok(h.get(field).map(<[u8]>::to_vec)),
         Some(_) => {
             ctx.wrongtype();
             Err(WrongType)

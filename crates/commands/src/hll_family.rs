@@ -5,7 +5,7 @@
 
 use damselfly_storage::hll::{self, Corrupt};
 use damselfly_storage::notify::class;
-use damselfly_storage::{Kind, Value};
+use damselfly_storage::{Kind, Value, ValueRef};
 
 use crate::{errors, Args, ExecCtx};
 
@@ -13,9 +13,9 @@ const NOT_HLL: &str = "WRONGTYPE Key is not a valid HyperLogLog string value.";
 const CORRUPT: &str = "INVALIDOBJ Corrupted HLL object detected";
 
 /// The HyperLogLog bytes of a value, or the error Redis gives for anything else.
-fn hll_bytes(v: &Value) -> Result<&[u8], &'static str> {
+fn hll_bytes(v: ValueRef<'_>) -> Result<&[u8], &'static str> {
     match v {
-        Value::Str(s) if hll::is_valid(s) => Ok(s),
+        ValueRef::Str(s) if hll::is_valid(s) => Ok(s),
         v if v.kind() != Kind::String => Err(errors::WRONGTYPE),
         _ => Err(NOT_HLL),
     }
@@ -28,7 +28,7 @@ fn corrupt(_: Corrupt) -> &'static str {
 pub fn pfadd(ctx: &mut ExecCtx, args: &Args) {
     let (key, elements) = (args.get(1), || args.iter().skip(2));
     let max_bytes = ctx.limits().hll_sparse_max_bytes;
-    match ctx.lookup_write(key).map(|e| &e.value) {
+    match ctx.lookup_write(key).map(|e| e.value()) {
         None => {
             let mut h = hll::new_hll();
             for element in elements() {
@@ -49,7 +49,7 @@ pub fn pfadd(ctx: &mut ExecCtx, args: &Args) {
     }
     // Edited in place, as Redis does: elements added before a corruption is found stay.
     let added = ctx.shard.update(ctx.db, key, ctx.now, |e| {
-        let h = e.value.make_raw();
+        let h = e.make_raw();
         let mut updated = false;
         for element in elements() {
             updated |= hll::add(h, element, max_bytes)?;
@@ -74,7 +74,7 @@ pub fn pfadd(ctx: &mut ExecCtx, args: &Args) {
 /// Raises `max` to the registers of the HyperLogLog under `key` (missing: nothing); whether
 /// it is dense. Err(reply) for another type or a corrupt value.
 fn merge_key(ctx: &mut ExecCtx, key: &[u8], max: &mut [u8]) -> Result<bool, &'static str> {
-    match ctx.lookup_read(key).map(|e| &e.value) {
+    match ctx.lookup_read(key).map(|e| e.value()) {
         None => Ok(false),
         Some(v) => {
             let h = hll_bytes(v)?;
@@ -95,7 +95,7 @@ pub fn pfcount(ctx: &mut ExecCtx, args: &Args) {
         return ctx.reply.int(hll::count_registers(&max) as i64);
     }
     let key = args.get(1);
-    let counted = match ctx.lookup_read(key).map(|e| &e.value) {
+    let counted = match ctx.lookup_read(key).map(|e| e.value()) {
         None => return ctx.reply.int(0),
         Some(v) => match hll_bytes(v) {
             Err(e) => return ctx.error(e),
@@ -109,7 +109,7 @@ pub fn pfcount(ctx: &mut ExecCtx, args: &Args) {
         Ok(card) => {
             // As in Redis, counting refreshes the cache stored in the value.
             ctx.shard.update(ctx.db, key, ctx.now, |e| {
-                hll::set_cached(e.value.make_raw(), card)
+                hll::set_cached(e.make_raw(), card)
             });
             ctx.reply.int(card as i64);
         }
@@ -132,7 +132,7 @@ pub fn pfmerge(ctx: &mut ExecCtx, args: &Args) {
     // The destination was among the sources, so it is missing or a valid HyperLogLog.
     let stored = match ctx
         .shard
-        .update(ctx.db, dst, ctx.now, |e| write(e.value.make_raw()))
+        .update(ctx.db, dst, ctx.now, |e| write(e.make_raw()))
     {
         Some(r) => r,
         None => {

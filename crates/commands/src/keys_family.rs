@@ -6,7 +6,7 @@ use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
 use damselfly_storage::notify::class;
-use damselfly_storage::{Shard, Value, SCAN_SHARD_BITS};
+use damselfly_storage::{evict, Shard, Value, ValueRef, SCAN_SHARD_BITS};
 
 use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
@@ -23,8 +23,18 @@ pub fn del(ctx: &mut ExecCtx, args: &Args) {
     ctx.reply.int(n);
 }
 
-/// EXISTS and TOUCH: how many keys exist, counting repeats.
+/// EXISTS: how many keys exist, counting repeats. Looking does not count as an access.
 pub fn exists(ctx: &mut ExecCtx, args: &Args) {
+    let n = args
+        .iter()
+        .skip(1)
+        .filter(|k| ctx.inspect(k).is_some())
+        .count();
+    ctx.reply.int(n as i64);
+}
+
+/// TOUCH: EXISTS that records an access to each key (LRU clock, LFU counter).
+pub fn touch(ctx: &mut ExecCtx, args: &Args) {
     let n = args
         .iter()
         .skip(1)
@@ -36,36 +46,83 @@ pub fn exists(ctx: &mut ExecCtx, args: &Args) {
 pub fn type_cmd(ctx: &mut ExecCtx, args: &Args) {
     // A read, as in Redis: a missing key is a miss (and a `keymiss` event).
     let name = ctx
-        .lookup_read(args.get(1))
-        .map_or("none", |e| e.value.type_name());
+        .inspect(args.get(1))
+        .map_or("none", |e| e.value().type_name());
     ctx.reply.simple(name);
 }
 
-/// OBJECT ENCODING and OBJECT HELP. The LRU/LFU subcommands are not offered: Damselfly keeps
-/// no per-key access clock (docs/commands.md).
+const OBJECT_HELP: [&str; 15] = [
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+];
+
+const FREQ_NOT_TRACKED: &str = "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.";
+const IDLETIME_NOT_TRACKED: &str = "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.";
+
+const IDLETIME_NOT_TRACKED_CLOCK: &str =
+    "ERR The allkeys-clock maxmemory policy is selected, idle time not tracked.";
+
+/// Redis's refcount of a shared object: the integers 0..9999 are shared unless an LRU or
+/// LFU policy with a memory limit needs per-key access information.
+const SHARED_REFCOUNT: i64 = i32::MAX as i64;
+
+/// OBJECT ENCODING | FREQ | IDLETIME | REFCOUNT | HELP. Looking does not count as an access.
 pub fn object(ctx: &mut ExecCtx, args: &Args) {
     if args.len() == 2 && args.is(1, "help") {
-        let lines: [&[u8]; 5] = [
-            b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            b"ENCODING <key>",
-            b"    Return the kind of internal representation used in order to store the value",
-            b"HELP",
-            b"    Print this help.",
-        ];
-        ctx.reply.array(lines.len());
-        for l in lines {
-            ctx.reply.simple(std::str::from_utf8(l).unwrap_or_default());
+        ctx.reply.array(OBJECT_HELP.len());
+        for l in OBJECT_HELP {
+            ctx.reply.simple(l);
         }
         return;
     }
-    if args.len() == 3 && args.is(1, "encoding") {
-        let enc = ctx.lookup_write(args.get(2)).map(|e| e.value.encoding());
-        return match enc {
-            Some(e) => ctx.reply.bulk(e.as_bytes()),
-            None => ctx.reply.null(),
-        };
+    let Some(sub) = ["encoding", "freq", "idletime", "refcount"]
+        .into_iter()
+        .find(|s| args.is(1, s))
+    else {
+        return ctx.error(&errors::unknown_subcommand("object", args.get(1)));
+    };
+    if args.len() != 3 {
+        return ctx.error(&errors::wrong_arity(&format!("object|{sub}")));
     }
-    ctx.error(&errors::unknown_subcommand("object", args.get(1)));
+    let (cfg, now) = (ctx.shard.eviction, ctx.now);
+    let Some(e) = ctx.peek(args.get(2)) else {
+        return ctx.reply.null();
+    };
+    match sub {
+        "encoding" => {
+            let enc = e.encoding();
+            ctx.reply.bulk(enc.as_bytes())
+        }
+        "freq" if !cfg.policy.is_lfu() => ctx.error(FREQ_NOT_TRACKED),
+        "freq" => {
+            let n = evict::lfu_count(e.access(), now, cfg.lfu_decay_time);
+            ctx.reply.int(n as i64)
+        }
+        "idletime" if cfg.policy.is_lfu() => ctx.error(IDLETIME_NOT_TRACKED),
+        "idletime" if cfg.policy.is_clock() => ctx.error(IDLETIME_NOT_TRACKED_CLOCK),
+        "idletime" => {
+            let idle = evict::idle_seconds(e.access(), now);
+            ctx.reply.int(idle as i64)
+        }
+        _ => {
+            let shared = matches!(e.value(), ValueRef::Int(0..=9999))
+                && !(cfg.maxmemory > 0 && cfg.policy.tracks_access());
+            ctx.reply.int(if shared { SHARED_REFCOUNT } else { 1 })
+        }
+    }
 }
 
 /// MEMORY USAGE key [SAMPLES n]: the bytes the key, its value and their bookkeeping take.
@@ -172,7 +229,7 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
         ctx.reply.int(0);
         return;
     };
-    let current = entry.expire_at;
+    let current = entry.expire_at();
     let refused = (flags & NX != 0 && current != 0)
         || (flags & XX != 0 && current == 0)
         || (flags & GT != 0 && (current == 0 || when <= current as i64))
@@ -188,7 +245,7 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
         ctx.notify(class::GENERIC, "del", key);
     } else {
         ctx.shard
-            .update(ctx.db, key, ctx.now, |e| e.expire_at = when as u64);
+            .update(ctx.db, key, ctx.now, |e| e.set_expire_at(when as u64));
         // Absolute, so a replay sets the same deadline whenever it runs.
         ctx.propagate(&[b"PEXPIREAT", key, when.to_string().as_bytes()]);
         ctx.notify(class::GENERIC, "expire", key);
@@ -199,15 +256,15 @@ fn expire_generic(ctx: &mut ExecCtx, args: &Args, absolute: bool, unit: Unit, na
 /// The TTL family: remaining or absolute expiry, in seconds or milliseconds.
 fn ttl_generic(ctx: &mut ExecCtx, args: &Args, millis: bool, absolute: bool) {
     let now = ctx.now;
-    let Some(entry) = ctx.lookup_read(args.get(1)) else {
+    let Some(entry) = ctx.inspect(args.get(1)) else {
         ctx.reply.int(-2);
         return;
     };
-    if entry.expire_at == 0 {
+    if entry.expire_at() == 0 {
         ctx.reply.int(-1);
         return;
     }
-    let expire = entry.expire_at as i64;
+    let expire = entry.expire_at() as i64;
     let ttl = if absolute {
         expire
     } else {
@@ -237,7 +294,9 @@ pub fn persist(ctx: &mut ExecCtx, args: &Args) {
     let had_ttl = ctx
         .shard
         .update(ctx.db, key, ctx.now, |e| {
-            std::mem::replace(&mut e.expire_at, 0) != 0
+            let had = e.expire_at() != 0;
+            e.set_expire_at(0);
+            had
         })
         .unwrap_or(false);
     if had_ttl {
@@ -254,9 +313,9 @@ pub fn keys(ctx: &mut ExecCtx, args: &Args) {
     let matched: Vec<&[u8]> = ctx.shard.dbs[ctx.db]
         .table
         .iter()
-        .filter(|e| e.expire_at == 0 || e.expire_at > now)
-        .filter(|e| all || glob_match(pattern, &e.key, false))
-        .map(|e| &*e.key)
+        .filter(|e| e.expire_at() == 0 || e.expire_at() > now)
+        .filter(|e| all || glob_match(pattern, &e.key(), false))
+        .map(|e| &*e.key())
         .collect();
     ctx.reply.array(matched.len());
     for k in matched {
@@ -272,12 +331,12 @@ pub fn randomkey(ctx: &mut ExecCtx, _args: &Args) {
         let Some(e) = ctx.shard.dbs[ctx.db].table.random_entry(&mut rng) else {
             break;
         };
-        if e.expire_at != 0 && e.expire_at <= ctx.now {
-            let key = e.key.clone();
+        if e.expire_at() != 0 && e.expire_at() <= ctx.now {
+            let key = e.key().to_vec();
             ctx.shard.delete(ctx.db, &key, ctx.now);
             continue;
         }
-        let key = e.key.clone();
+        let key = e.key().to_vec();
         ctx.reply.bulk(&key);
         return;
     }
@@ -309,7 +368,7 @@ pub fn scan(ctx: &mut ExecCtx, args: &Args) {
     } else {
         let pos = cursor & ((1u64 << pos_bits) - 1);
         let next_pos = ctx.shard.dbs[ctx.db].table.scan(pos, opts.count, |e| {
-            found.push((e.key.clone(), e.expire_at, e.value.type_name()));
+            found.push((e.key().into(), e.expire_at(), e.value().type_name()));
         });
         if next_pos != 0 {
             ((shard as u64) << pos_bits) | next_pos
@@ -459,7 +518,7 @@ impl Transfer {
         shard.dbs[self.dst_db]
             .table
             .get(dst)
-            .is_some_and(|e| e.expire_at == 0 || e.expire_at > now)
+            .is_some_and(|e| e.expire_at() == 0 || e.expire_at() > now)
     }
 
     /// Writes the value under the destination as Redis does: the destination is looked up
@@ -539,11 +598,12 @@ pub fn transfer(ctx: &mut ExecCtx, args: &Args) {
 pub fn take_value(shard: &mut Shard, t: &Transfer, src: &[u8], now: u64) -> Option<(Value, u64)> {
     if t.keeps_source() {
         let e = shard.get(t.src_db, src, now)?;
-        Some((e.value.clone(), e.expire_at))
+        Some((e.value().to_owned(), e.expire_at()))
     } else {
         shard.get(t.src_db, src, now)?;
         let e = shard.remove(t.src_db, src)?;
-        Some((e.value, e.expire_at))
+        let expire_at = e.expire_at();
+        Some((e.into_value(), expire_at))
     }
 }
 

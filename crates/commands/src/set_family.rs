@@ -6,7 +6,7 @@ use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::notify::class;
 use damselfly_storage::set::Member;
-use damselfly_storage::{Kind, Set, Value};
+use damselfly_storage::{Kind, Set, Value, ValueRef};
 use rand::Rng;
 
 use crate::hash_family::{parse_rand_count, random_picks};
@@ -88,7 +88,7 @@ pub fn spop(ctx: &mut ExecCtx, args: &Args) {
         None
     };
     if count == Some(0) {
-        return match ctx.lookup_write(args.get(1)).map(|e| e.value.kind()) {
+        return match ctx.lookup_write(args.get(1)).map(|e| e.value().kind()) {
             Some(k) if k != Kind::Set => ctx.wrongtype(),
             _ => ctx.reply.set(0),
         };
@@ -173,8 +173,8 @@ pub fn srandmember(ctx: &mut ExecCtx, args: &Args) {
 
 pub fn smove(ctx: &mut ExecCtx, args: &Args) {
     let (src, dst, m) = (args.get(1), args.get(2), args.get(3));
-    let src_kind = ctx.lookup_write(src).map(|e| e.value.kind());
-    let dst_kind = ctx.lookup_write(dst).map(|e| e.value.kind());
+    let src_kind = ctx.lookup_write(src).map(|e| e.value().kind());
+    let dst_kind = ctx.lookup_write(dst).map(|e| e.value().kind());
     match (src_kind, dst_kind) {
         (None, _) => return ctx.reply.int(0),
         (Some(k), _) if k != Kind::Set => return ctx.wrongtype(),
@@ -182,8 +182,7 @@ pub fn smove(ctx: &mut ExecCtx, args: &Args) {
         _ => {}
     }
     if src == dst {
-        let found =
-            matches!(ctx.lookup_write(src).map(|e| &e.value), Some(Value::Set(s)) if s.contains(m));
+        let found = matches!(ctx.lookup_write(src).map(|e| e.value()), Some(ValueRef::Set(s)) if s.contains(m));
         return ctx.reply.int(i64::from(found));
     }
     let removed = ctx.write_as(src, |s: &mut Set, _, _| s.remove(m));
@@ -212,13 +211,13 @@ fn load_sets(ctx: &mut ExecCtx, keys: &[&[u8]], op: SetOp) -> Option<Vec<Option<
     let mut sets = Vec::with_capacity(keys.len());
     let mut empty_inter = false;
     for key in keys {
-        match ctx.lookup_read(key).map(|e| &e.value) {
+        match ctx.lookup_read(key).map(|e| e.value()) {
             None => {
                 sets.push(None);
                 empty_inter |= op == SetOp::Inter;
             }
-            Some(Value::Set(_)) if empty_inter => sets.push(None),
-            Some(Value::Set(s)) => sets.push(Some((**s).clone())),
+            Some(ValueRef::Set(_)) if empty_inter => sets.push(None),
+            Some(ValueRef::Set(s)) => sets.push(Some(s.clone())),
             Some(_) => {
                 ctx.wrongtype();
                 return None;

@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 
 use damselfly_protocol::number::{parse_f64, parse_i64};
 use damselfly_storage::notify::class;
-use damselfly_storage::{List, Value};
+use damselfly_storage::{List, Value, ValueRef};
 
 use crate::{errors, Args, ExecCtx};
 
@@ -119,20 +119,20 @@ fn lookup_pattern(ctx: &mut ExecCtx, pattern: &[u8], element: &[u8]) -> Option<V
         return Some(element.to_vec());
     }
     let (key, field) = substitute(pattern, element)?;
-    match (ctx.lookup_read(&key).map(|e| &e.value), field) {
-        (Some(Value::Hash(h)), Some(f)) => h.get(&f).map(<[u8]>::to_vec),
-        (Some(v @ (Value::Str(_) | Value::Int(_))), None) => Some(v.to_bytes()),
+    match (ctx.lookup_read(&key).map(|e| e.value()), field) {
+        (Some(ValueRef::Hash(h)), Some(f)) => h.get(&f).map(<[u8]>::to_vec),
+        (Some(v @ (ValueRef::Str(_) | ValueRef::Int(_))), None) => Some(v.to_bytes()),
         _ => None,
     }
 }
 
 /// The elements to sort, in the value's own order. None after WRONGTYPE.
 fn elements(ctx: &mut ExecCtx, key: &[u8]) -> Option<(Vec<Vec<u8>>, bool)> {
-    match ctx.lookup_read(key).map(|e| &e.value) {
+    match ctx.lookup_read(key).map(|e| e.value()) {
         None => Some((Vec::new(), false)),
-        Some(Value::List(l)) => Some((l.iter().map(|e| e.to_vec()).collect(), false)),
-        Some(Value::Set(s)) => Some((s.iter().map(|m| m.to_vec()).collect(), true)),
-        Some(Value::ZSet(z)) => Some((z.all().into_iter().map(|(m, _)| m).collect(), false)),
+        Some(ValueRef::List(l)) => Some((l.iter().map(|e| e.to_vec()).collect(), false)),
+        Some(ValueRef::Set(s)) => Some((s.iter().map(|m| m.to_vec()).collect(), true)),
+        Some(ValueRef::ZSet(z)) => Some((z.all().into_iter().map(|(m, _)| m).collect(), false)),
         Some(_) => {
             ctx.wrongtype();
             None

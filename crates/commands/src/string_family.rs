@@ -5,7 +5,7 @@
 use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::notify::class;
-use damselfly_storage::{Kind, Value};
+use damselfly_storage::{Kind, Value, ValueRef};
 
 use crate::long_double::{incr_by_float, IncrFloatError};
 use crate::{errors, Args, ExecCtx};
@@ -90,10 +90,10 @@ fn expire_millis(ctx: &mut ExecCtx, raw: &[u8], flags: u32, name: &str) -> Optio
 }
 
 /// Writes a string value as a bulk reply; false (writing nothing) for another type.
-fn reply_string(reply: &mut ReplyBuf, value: &Value) -> bool {
+fn reply_string(reply: &mut ReplyBuf, value: ValueRef<'_>) -> bool {
     match value {
-        Value::Int(i) => reply.bulk_i64(*i),
-        Value::Str(s) => reply.bulk(s),
+        ValueRef::Int(i) => reply.bulk_i64(i),
+        ValueRef::Str(s) => reply.bulk(s),
         _ => return false,
     }
     true
@@ -113,7 +113,7 @@ fn reply_value_or(ctx: &mut ExecCtx, key: &[u8], wrong_is_null: bool) -> bool {
     match shard.get_counted(*db, key, *now) {
         None => reply.null(),
         Some(e) => {
-            if !reply_string(reply, &e.value) {
+            if !reply_string(reply, e.value()) {
                 if !wrong_is_null {
                     reply.error(errors::WRONGTYPE);
                     return false;
@@ -153,7 +153,7 @@ fn set_generic(
     if flags & SET_GET != 0 && !reply_value(ctx, key) {
         return;
     }
-    let existing = ctx.lookup_write(key).map(|e| e.expire_at);
+    let existing = ctx.lookup_write(key).map(|e| e.expire_at());
     if (flags & SET_NX != 0 && existing.is_some()) || (flags & SET_XX != 0 && existing.is_none()) {
         if flags & SET_GET == 0 {
             match replies.1 {
@@ -195,7 +195,7 @@ pub fn set(ctx: &mut ExecCtx, args: &Args) {
 
 fn is_wrong_type(ctx: &mut ExecCtx, key: &[u8]) -> bool {
     ctx.lookup_write(key)
-        .is_some_and(|e| e.value.kind() != Kind::String)
+        .is_some_and(|e| e.value().kind() != Kind::String)
 }
 
 pub fn setnx(ctx: &mut ExecCtx, args: &Args) {
@@ -271,7 +271,7 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
     // A read, as Redis's lookupKeyReadOrReply: a miss counts and is a `keymiss` event.
     match ctx.lookup_read(key) {
         None => return ctx.reply.null(),
-        Some(e) if e.value.kind() != Kind::String => return ctx.wrongtype(),
+        Some(e) if e.value().kind() != Kind::String => return ctx.wrongtype(),
         Some(_) => {}
     }
     let mut when = None;
@@ -282,7 +282,7 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
         }
     }
     if let Some(e) = ctx.shard.dbs[ctx.db].table.get(key) {
-        reply_string(ctx.reply, &e.value);
+        reply_string(ctx.reply, e.value());
     }
     match when {
         Some(ms) if flags & (EXAT | PXAT) != 0 && ms <= ctx.now => {
@@ -291,15 +291,17 @@ pub fn getex(ctx: &mut ExecCtx, args: &Args) {
             ctx.notify(class::GENERIC, "del", key);
         }
         Some(ms) => {
-            ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = ms);
+            ctx.shard
+                .update(ctx.db, key, ctx.now, |e| e.set_expire_at(ms));
             ctx.propagate(&[b"PEXPIREAT", key, ms.to_string().as_bytes()]);
             ctx.notify(class::GENERIC, "expire", key);
         }
         None if flags & PERSIST != 0 => {
             let table = &ctx.shard.dbs[ctx.db].table;
-            let had_ttl = table.get(key).is_some_and(|e| e.expire_at != 0);
+            let had_ttl = table.get(key).is_some_and(|e| e.expire_at() != 0);
             if had_ttl {
-                ctx.shard.update(ctx.db, key, ctx.now, |e| e.expire_at = 0);
+                ctx.shard
+                    .update(ctx.db, key, ctx.now, |e| e.set_expire_at(0));
                 ctx.propagate(&[b"PERSIST", key]);
                 ctx.notify(class::GENERIC, "persist", key);
             }
@@ -370,18 +372,18 @@ pub fn append(ctx: &mut ExecCtx, args: &Args) {
         ctx.reply.int(tail.len() as i64);
         return;
     };
-    if entry.value.type_name() != "string" {
+    if entry.value().type_name() != "string" {
         ctx.wrongtype();
         return;
     }
-    let len = entry.value.str_len() as u64;
+    let len = entry.value().str_len() as u64;
     if !check_len(ctx, len, tail.len() as u64) {
         return;
     }
     let new_len = ctx
         .shard
         .update(ctx.db, key, ctx.now, |e| {
-            let raw = e.value.make_raw();
+            let raw = e.make_raw();
             raw.extend_from_slice(tail);
             raw.len()
         })
@@ -393,8 +395,8 @@ pub fn append(ctx: &mut ExecCtx, args: &Args) {
 pub fn strlen(ctx: &mut ExecCtx, args: &Args) {
     let n = match ctx.lookup_read(args.get(1)) {
         None => 0,
-        Some(e) if e.value.kind() != Kind::String => return ctx.wrongtype(),
-        Some(e) => e.value.str_len(),
+        Some(e) if e.value().kind() != Kind::String => return ctx.wrongtype(),
+        Some(e) => e.value().str_len(),
     };
     ctx.reply.int(n as i64);
 }
@@ -409,7 +411,7 @@ pub fn getrange(ctx: &mut ExecCtx, args: &Args) {
         ctx.reply.bulk(b"");
         return;
     };
-    if entry.value.kind() != Kind::String {
+    if entry.value().kind() != Kind::String {
         return ctx.wrongtype();
     }
     // Checked once the key is read, as Redis does (a missing key is a miss, another type
@@ -418,7 +420,7 @@ pub fn getrange(ctx: &mut ExecCtx, args: &Args) {
         ctx.reply.bulk(b"");
         return;
     }
-    let bytes = entry.value.to_bytes();
+    let bytes = entry.value().to_bytes();
     let len = bytes.len() as i64;
     if start < 0 {
         start += len;
@@ -466,11 +468,11 @@ pub fn setrange(ctx: &mut ExecCtx, args: &Args) {
             ctx.reply.int(n as i64);
         }
         Some(e) => {
-            if e.value.type_name() != "string" {
+            if e.value().type_name() != "string" {
                 ctx.wrongtype();
                 return;
             }
-            let olen = e.value.str_len();
+            let olen = e.value().str_len();
             if value.is_empty() {
                 ctx.reply.int(olen as i64);
                 return;
@@ -481,7 +483,7 @@ pub fn setrange(ctx: &mut ExecCtx, args: &Args) {
             let n = ctx
                 .shard
                 .update(ctx.db, key, ctx.now, |e| {
-                    let raw = e.value.make_raw();
+                    let raw = e.make_raw();
                     let end = offset as usize + value.len();
                     if raw.len() < end {
                         raw.resize(end, 0);
@@ -497,10 +499,10 @@ pub fn setrange(ctx: &mut ExecCtx, args: &Args) {
 }
 
 fn incr_generic(ctx: &mut ExecCtx, key: &[u8], by: i64) {
-    let current = match ctx.lookup_write(key).map(|e| &e.value) {
+    let current = match ctx.lookup_write(key).map(|e| e.value()) {
         None => None,
-        Some(Value::Int(i)) => Some(*i),
-        Some(Value::Str(s)) => match parse_i64(s) {
+        Some(ValueRef::Int(i)) => Some(i),
+        Some(ValueRef::Str(s)) => match parse_i64(s) {
             Some(i) => Some(i),
             None => {
                 ctx.error(errors::NOT_INT);
@@ -516,7 +518,7 @@ fn incr_generic(ctx: &mut ExecCtx, key: &[u8], by: i64) {
     };
     if current.is_some() {
         ctx.shard
-            .update(ctx.db, key, ctx.now, |e| e.value = Value::Int(new));
+            .update(ctx.db, key, ctx.now, |e| e.set_value(Value::Int(new)));
     } else {
         ctx.shard.set(ctx.db, key, Value::Int(new), 0);
     }
@@ -552,12 +554,13 @@ pub fn incrbyfloat(ctx: &mut ExecCtx, args: &Args) {
     if is_wrong_type(ctx, key) {
         return ctx.wrongtype();
     }
-    let current = ctx.lookup_write(key).map(|e| e.value.to_bytes());
+    let current = ctx.lookup_write(key).map(|e| e.value().to_bytes());
     match incr_by_float(current.as_deref(), args.get(2)) {
         Ok(text) => {
             let value = Value::from_bytes(&text);
             if current.is_some() {
-                ctx.shard.update(ctx.db, key, ctx.now, |e| e.value = value);
+                ctx.shard
+                    .update(ctx.db, key, ctx.now, |e| e.set_value(value));
             } else {
                 ctx.shard.set(ctx.db, key, value, 0);
             }

@@ -390,7 +390,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("del", -2, WRITE, ALL_KEYS, "@keyspace @write @slow", "generic", "1.0.0", "Deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
     cmd!("unlink", -2, WRITE | FAST, ALL_KEYS, "@keyspace @write @fast", "generic", "4.0.0", "Asynchronously deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
     cmd!("exists", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "1.0.0", "Determines whether one or more keys exist.", Keys(Merge::Sum), S(keys::exists)),
-    cmd!("touch", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", Keys(Merge::Sum), S(keys::exists)),
+    cmd!("touch", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", Keys(Merge::Sum), S(keys::touch)),
     cmd!("type", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "1.0.0", "Determines the type of value stored at a key.", Key, S(keys::type_cmd)),
     cmd!("expire", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Sets the expiration time of a key in seconds.", Key, S(keys::expire)),
     cmd!("pexpire", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.6.0", "Sets the expiration time of a key in milliseconds.", Key, S(keys::pexpire)),

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use damselfly_protocol::number::{format_f64_17g, parse_f64, parse_i64};
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::notify::class;
-use damselfly_storage::{EncodingLimits, Kind, Value, ZSet};
+use damselfly_storage::{EncodingLimits, Kind, Value, ValueRef, ZSet};
 
 use crate::ctx::WrongType;
 use crate::hash_family::{parse_rand_args, random_picks};
@@ -565,9 +565,9 @@ fn range_generic(
         },
     };
     if let Some(dst) = dst {
-        let items = match ctx.lookup_read(args.get(src)).map(|e| &e.value) {
+        let items = match ctx.lookup_read(args.get(src)).map(|e| e.value()) {
             None => Vec::new(),
-            Some(Value::ZSet(z)) => select(z, &range, rev, req.offset, req.limit),
+            Some(ValueRef::ZSet(z)) => select(z, &range, rev, req.offset, req.limit),
             Some(_) => return ctx.wrongtype(),
         };
         // Redis sizes the destination by the result length when it knows it (rank ranges)
@@ -746,7 +746,7 @@ fn zpop(ctx: &mut ExecCtx, args: &Args, max: bool) {
         count_given: count.is_some(),
     };
     if count == Some(0) {
-        return match ctx.lookup_write(args.get(1)).map(|e| e.value.kind()) {
+        return match ctx.lookup_write(args.get(1)).map(|e| e.value().kind()) {
             Some(k) if k != Kind::ZSet => ctx.wrongtype(),
             _ => ctx.reply.array(0),
         };
@@ -882,10 +882,10 @@ fn load_sources(ctx: &mut ExecCtx, keys: &[&[u8]]) -> Option<Vec<Source>> {
     let mut out = Vec::with_capacity(keys.len());
     for key in keys {
         let mut members = HashMap::default();
-        match ctx.lookup_read(key).map(|e| &e.value) {
+        match ctx.lookup_read(key).map(|e| e.value()) {
             None => {}
-            Some(Value::ZSet(z)) => members.extend(z.all()),
-            Some(Value::Set(s)) => members.extend(s.iter().map(|m| (m.to_vec(), 1.0))),
+            Some(ValueRef::ZSet(z)) => members.extend(z.all()),
+            Some(ValueRef::Set(s)) => members.extend(s.iter().map(|m| (m.to_vec(), 1.0))),
             Some(_) => {
                 ctx.wrongtype();
                 return None;

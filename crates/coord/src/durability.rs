@@ -63,13 +63,13 @@ pub(crate) type TxTag = (u64, u32);
 impl Worker {
     /// Journals from now on into `appender` (start-up, or after a snapshot began a journal).
     pub fn start_journal(&self, appender: Appender) {
-        self.shard.borrow_mut().log_expired(true);
+        self.shard.borrow_mut().log_dropped(true);
         *self.journal.borrow_mut() = Some(ShardJournal::new(appender));
     }
 
     /// Stops journaling (CONFIG SET appendonly no); what was appended is written out.
     pub fn stop_journal(&self) {
-        self.shard.borrow_mut().log_expired(false);
+        self.shard.borrow_mut().log_dropped(false);
         if let Some(mut j) = self.journal.borrow_mut().take() {
             j.appender.flush();
             self.release_deferred(&mut j, true);
@@ -125,7 +125,7 @@ impl Worker {
         let db = db_u32(db);
         match value {
             Some((v, expire_at)) => {
-                let payload = dump::encode(v, &Default::default());
+                let payload = dump::encode(v.as_ref(), &Default::default());
                 let ttl = expire_at.to_string();
                 let args: [&[u8]; 6] = [
                     b"RESTORE",
@@ -339,7 +339,7 @@ impl Worker {
 /// Records a DEL for every key the shard removed because its deadline passed, before any
 /// record made after that removal.
 fn record_expired(j: &mut ShardJournal, shard: &mut Shard, tx: TxTag) {
-    for (db, key) in shard.take_expired() {
+    for (db, key) in shard.take_dropped() {
         j.appender.command(db_u32(db), tx, &[&b"DEL"[..], &key]);
     }
 }

@@ -203,7 +203,7 @@ impl Connection {
                         .map(|(i, k)| match table.get(k) {
                             None => (*i, false, false),
                             Some(e) => {
-                                let expired = e.expire_at != 0 && e.expire_at <= now;
+                                let expired = e.expire_at() != 0 && e.expire_at() <= now;
                                 (*i, !expired, expired)
                             }
                         })
@@ -443,7 +443,10 @@ impl Connection {
                 continue;
             }
             let shard = shard_for_key(&key, n);
-            let now_value = scratch.remove(0, &key).map(|e| (e.value, e.expire_at));
+            let now_value = scratch.remove(0, &key).map(|e| {
+                let expire_at = e.expire_at();
+                (e.into_value(), expire_at)
+            });
             match changed.iter_mut().find(|(s, _)| *s == shard) {
                 Some((_, keys)) => keys.push((key, now_value)),
                 None => changed.push((shard, vec![(key, now_value)])),
@@ -551,7 +554,8 @@ impl Connection {
                     let table = &shard.dbs[db].table;
                     keys.into_iter()
                         .map(|k| {
-                            let found = table.get(&k).map(|e| (e.value.clone(), e.expire_at));
+                            let found =
+                                table.get(&k).map(|e| (e.value().to_owned(), e.expire_at()));
                             (k, found)
                         })
                         .collect()

@@ -142,7 +142,8 @@ impl Worker {
         }
         for (db, d) in loaded.dbs.iter_mut().enumerate() {
             for e in std::mem::take(&mut d.table).into_entries() {
-                shard.set(db, &e.key, e.value, e.expire_at);
+                let key = e.key().to_vec();
+                shard.put(db, &key, e);
             }
         }
         shard.dirty = dirty;

@@ -19,7 +19,7 @@
 
 use damselfly_protocol::number::format_f64_17g;
 use damselfly_storage::set::Member;
-use damselfly_storage::{Kind, Value};
+use damselfly_storage::{Kind, ValueRef};
 
 /// A 20-byte digest.
 pub type Digest = [u8; 20];
@@ -53,17 +53,17 @@ fn type_number(kind: Kind) -> u32 {
 }
 
 /// `xorObjectDigest`: adds a value to `d`.
-fn add_value(d: &mut Digest, value: &Value, has_expire: bool) {
+fn add_value(d: &mut Digest, value: ValueRef<'_>, has_expire: bool) {
     mix(d, &type_number(value.kind()).to_be_bytes());
     let mut buf = Vec::new();
     match value {
-        Value::Int(_) | Value::Str(_) => mix(d, &value.to_bytes()),
-        Value::List(l) => {
+        ValueRef::Int(_) | ValueRef::Str(_) => mix(d, &value.to_bytes()),
+        ValueRef::List(l) => {
             for e in l.iter() {
                 mix(d, e);
             }
         }
-        Value::Set(s) => {
+        ValueRef::Set(s) => {
             for m in s.iter() {
                 match m {
                     Member::Int(i) => {
@@ -75,7 +75,7 @@ fn add_value(d: &mut Digest, value: &Value, has_expire: bool) {
                 }
             }
         }
-        Value::Hash(h) => {
+        ValueRef::Hash(h) => {
             for (f, v) in h.iter() {
                 let mut e = Digest::default();
                 mix(&mut e, f);
@@ -83,7 +83,7 @@ fn add_value(d: &mut Digest, value: &Value, has_expire: bool) {
                 xor(d, &e);
             }
         }
-        Value::ZSet(z) => {
+        ValueRef::ZSet(z) => {
             const CHUNK: usize = 1024;
             let mut start = 0;
             while start < z.len() {
@@ -105,14 +105,14 @@ fn add_value(d: &mut Digest, value: &Value, has_expire: bool) {
 }
 
 /// DEBUG DIGEST-VALUE for one key's value (a missing key's digest is all zeros).
-pub fn value_digest(value: &Value, has_expire: bool) -> Digest {
+pub fn value_digest(value: ValueRef<'_>, has_expire: bool) -> Digest {
     let mut d = Digest::default();
     add_value(&mut d, value, has_expire);
     d
 }
 
 /// The digest of a key and its value, as the dataset digest xors it in.
-pub fn key_digest(key: &[u8], value: &Value, has_expire: bool) -> Digest {
+pub fn key_digest(key: &[u8], value: ValueRef<'_>, has_expire: bool) -> Digest {
     let mut d = Digest::default();
     mix(&mut d, key);
     add_value(&mut d, value, has_expire);
@@ -133,7 +133,7 @@ impl DatasetDigest {
     }
 
     /// Adds one key of database `db`.
-    pub fn add(&mut self, db: u64, key: &[u8], value: &Value, has_expire: bool) {
+    pub fn add(&mut self, db: u64, key: &[u8], value: ValueRef<'_>, has_expire: bool) {
         let k = key_digest(key, value, has_expire);
         xor(self.dbs.entry(db).or_default(), &k);
     }
@@ -170,7 +170,7 @@ pub fn to_hex(d: &Digest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use damselfly_storage::{EncodingLimits, Hash, ZSet};
+    use damselfly_storage::{EncodingLimits, Hash, Value, ZSet};
 
     // Expected values come from redis-server 7.0.15 (DEBUG DIGEST-VALUE / DEBUG DIGEST after
     // the commands named in each case).
@@ -185,12 +185,12 @@ mod tests {
         let limits = EncodingLimits::default();
         // SET s hello
         assert_eq!(
-            to_hex(&value_digest(&Value::from_bytes(b"hello"), false)),
+            to_hex(&value_digest(Value::from_bytes(b"hello").as_ref(), false)),
             REDIS_STRING_HELLO
         );
         // SET n 123 (an integer-encoded string digests as its text)
         assert_eq!(
-            to_hex(&value_digest(&Value::from_bytes(b"123"), false)),
+            to_hex(&value_digest(Value::from_bytes(b"123").as_ref(), false)),
             REDIS_STRING_123
         );
         // HSET h a 1 b 2
@@ -198,18 +198,18 @@ mod tests {
         h.set(b"a", b"1", &limits);
         h.set(b"b", b"2", &limits);
         let hv = Value::Hash(Box::new(h));
-        assert_eq!(to_hex(&value_digest(&hv, false)), REDIS_HASH);
+        assert_eq!(to_hex(&value_digest(hv.as_ref(), false)), REDIS_HASH);
         // ZADD z 1.5 a 3 b; PEXPIRE z 100000
         let mut z = ZSet::default();
         z.insert(b"a", 1.5, &limits);
         z.insert(b"b", 3.0, &limits);
         let zv = Value::ZSet(Box::new(z));
-        assert_eq!(to_hex(&value_digest(&zv, true)), REDIS_ZSET_EXPIRE);
+        assert_eq!(to_hex(&value_digest(zv.as_ref(), true)), REDIS_ZSET_EXPIRE);
         // The dataset: SET s hello in db 0, HSET h a 1 b 2 in db 3.
         let mut all = DatasetDigest::new();
-        all.add(0, b"s", &Value::from_bytes(b"hello"), false);
+        all.add(0, b"s", Value::from_bytes(b"hello").as_ref(), false);
         let mut other_shard = DatasetDigest::new();
-        other_shard.add(3, b"h", &hv, false);
+        other_shard.add(3, b"h", hv.as_ref(), false);
         all.merge(&other_shard);
         assert_eq!(to_hex(&all.finish()), REDIS_DATASET);
     }

@@ -7,7 +7,7 @@
 //! FUNCTION DUMP payloads have the same footer around a FUNCTION2 record (the library's
 //! code as an RDB string) per library.
 
-use damselfly_storage::{EncodingLimits, Value};
+use damselfly_storage::{EncodingLimits, Value, ValueRef};
 
 use crate::crc64::crc64;
 use crate::error::Error;
@@ -22,7 +22,7 @@ pub const BAD_DATA: &str = "ERR Bad data format";
 
 /// The DUMP payload of `value`, encoded as redis-server 7.0 encodes it (compression and list
 /// node sizes from `opts`; `opts.checksum` does not apply, a payload always carries one).
-pub fn encode(value: &Value, opts: &WriteOptions) -> Vec<u8> {
+pub fn encode(value: ValueRef<'_>, opts: &WriteOptions) -> Vec<u8> {
     let mut out = vec![value_type(value)];
     let mut enc = Encoder::new(opts);
     // A Vec sink cannot fail.
@@ -158,7 +158,7 @@ mod tests {
             let payload = hex(c);
             assert!(verify(&payload), "{c}");
             let v = decode(&payload, &limits).unwrap();
-            assert_eq!(encode(&v, &opts), payload, "re-encoding {c}");
+            assert_eq!(encode(v.as_ref(), &opts), payload, "re-encoding {c}");
         }
     }
 
@@ -167,7 +167,7 @@ mod tests {
         let limits = EncodingLimits::default();
         let mut h = Hash::default();
         h.set(b"f", b"v", &limits);
-        let good = encode(&Value::Hash(Box::new(h)), &WriteOptions::default());
+        let good = encode(Value::Hash(Box::new(h)).as_ref(), &WriteOptions::default());
         assert!(decode(&good, &limits).is_ok());
         assert!(!verify(&good[..9]));
         for i in 0..good.len() {

@@ -267,8 +267,9 @@ impl RdbFileSink {
             }
             self.current = Some(db);
         }
-        let deadline = (e.expire_at != 0).then(|| i64::try_from(e.expire_at).unwrap_or(i64::MAX));
-        w.write_entry(&e.key, &e.value, deadline)?;
+        let deadline =
+            (e.expire_at() != 0).then(|| i64::try_from(e.expire_at()).unwrap_or(i64::MAX));
+        w.write_entry(e.key(), e.value(), deadline)?;
         self.entries += 1;
         Ok(())
     }
@@ -427,11 +428,7 @@ mod tests {
             )
             .unwrap(),
         );
-        let e = |k: &str, v: i64, at: u64| Entry {
-            key: k.as_bytes().into(),
-            value: Value::Int(v),
-            expire_at: at,
-        };
+        let e = |k: &str, v: i64, at: u64| Entry::new(k.as_bytes(), Value::Int(v), at);
         sink.save(0, &e("a", 1, 0));
         sink.save(1, &e("b", 2, 0));
         sink.save(0, &e("c", 3, 5000));

@@ -428,13 +428,13 @@ fn rdb_and_dump_match_redis_server() {
             .query(&mut c)
             .expect("DIGEST-VALUE");
         assert_eq!(
-            to_hex(&value_digest(value, expire.is_some())),
+            to_hex(&value_digest(value.as_ref(), expire.is_some())),
             theirs[0],
             "DIGEST-VALUE of {:?} ({})",
             String::from_utf8_lossy(key),
             value.encoding()
         );
-        ours.add(*db, key, value, expire.is_some());
+        ours.add(*db, key, value.as_ref(), expire.is_some());
         *encodings.entry(value.encoding()).or_insert(0) += 1;
     }
     assert_eq!(to_hex(&ours.finish()), redis_digest, "DEBUG DIGEST");
@@ -495,7 +495,7 @@ fn rdb_and_dump_match_redis_server() {
             "DUMP of {:?}",
             String::from_utf8_lossy(key)
         );
-        let mine = dump::encode(&value, &WriteOptions::default());
+        let mine = dump::encode(value.as_ref(), &WriteOptions::default());
         let enc: String = redis::cmd("OBJECT")
             .arg("ENCODING")
             .arg(key)
@@ -568,7 +568,7 @@ fn write_rdb(path: &Path, data: &Keyspace, opts: &WriteOptions, limits: &Encodin
         wr.select_db(db, keys.len() as u64, expires as u64)
             .expect("select");
         for ((_, key), (content, deadline)) in keys {
-            wr.write_entry(key, &build(content, limits), *deadline)
+            wr.write_entry(key, build(content, limits).as_ref(), *deadline)
                 .expect("entry");
         }
     }

@@ -7,7 +7,7 @@ use common::{build, logical, Logical, Score};
 use damselfly_persistence::digest::{value_digest, DatasetDigest};
 use damselfly_persistence::rdb::{Event, RdbReader, RdbWriter, WriteOptions};
 use damselfly_persistence::{dump, ErrorKind};
-use damselfly_storage::{EncodingLimits, Value};
+use damselfly_storage::{EncodingLimits, Entry, Value};
 use proptest::prelude::*;
 
 fn text(s: &str) -> Vec<u8> {
@@ -141,7 +141,7 @@ fn write(values: &[(u64, Vec<u8>, Value, Option<i64>)], opts: &WriteOptions) -> 
         let expires = keys.iter().filter(|v| v.3.is_some()).count() as u64;
         w.select_db(db, keys.len() as u64, expires).unwrap();
         for (_, k, v, t) in keys {
-            w.write_entry(k, v, *t).unwrap();
+            w.write_entry(k, v.as_ref(), *t).unwrap();
         }
     }
     w.finish().unwrap()
@@ -230,7 +230,7 @@ fn every_type_and_encoding_round_trips() {
         assert_eq!(got.aux[2].1, b"1700000000");
         // DUMP round trip of each value.
         for (_, k, v, _) in &data {
-            let back = dump::decode(&dump::encode(v, &opts), &limits).unwrap();
+            let back = dump::decode(&dump::encode(v.as_ref(), &opts), &limits).unwrap();
             assert_eq!(
                 logical(&back),
                 logical(v),
@@ -272,9 +272,12 @@ fn reading_follows_damselflys_limits() {
     let mut b = DatasetDigest::new();
     for (orig, back) in data.iter().zip(&got.entries) {
         assert_eq!(logical(&orig.2), logical(&back.2));
-        assert_eq!(value_digest(&orig.2, true), value_digest(&back.2, true));
-        a.add(orig.0, &orig.1, &orig.2, orig.3.is_some());
-        b.add(back.0, &back.1, &back.2, back.3.is_some());
+        assert_eq!(
+            value_digest(orig.2.as_ref(), true),
+            value_digest(back.2.as_ref(), true)
+        );
+        a.add(orig.0, &orig.1, orig.2.as_ref(), orig.3.is_some());
+        b.add(back.0, &back.1, back.2.as_ref(), back.3.is_some());
     }
     assert_eq!(a.finish(), b.finish());
     let by_name = |n: &str| &got.entries.iter().find(|e| e.1 == n.as_bytes()).unwrap().2;
@@ -288,7 +291,7 @@ fn truncation_at_every_offset_is_an_error() {
     let limits = EncodingLimits::default();
     let data: Vec<_> = dataset(&limits)
         .into_iter()
-        .filter(|v| v.2.mem_size() < 4000)
+        .filter(|v| Entry::new(&v.1, v.2.clone(), 0).mem_size() < 4000)
         .collect();
     let file = write(&data, &WriteOptions::default());
     assert!(read(&file, limits).is_ok());
@@ -305,7 +308,7 @@ fn flipped_bytes_are_errors() {
     let limits = EncodingLimits::default();
     let data: Vec<_> = dataset(&limits)
         .into_iter()
-        .filter(|v| v.2.mem_size() < 4000)
+        .filter(|v| Entry::new(&v.1, v.2.clone(), 0).mem_size() < 4000)
         .collect();
     let file = write(&data, &WriteOptions::default());
     let mut checksum_errors = 0;
@@ -395,8 +398,8 @@ proptest! {
         for (a, b) in data.iter().zip(&got.entries) {
             prop_assert_eq!((a.0, &a.1, a.3), (b.0, &b.1, b.3));
             prop_assert_eq!(logical(&a.2), logical(&b.2));
-            prop_assert_eq!(value_digest(&a.2, false), value_digest(&b.2, false));
-            let back = dump::decode(&dump::encode(&a.2, &opts), &limits).unwrap();
+            prop_assert_eq!(value_digest(a.2.as_ref(), false), value_digest(b.2.as_ref(), false));
+            let back = dump::decode(&dump::encode(a.2.as_ref(), &opts), &limits).unwrap();
             prop_assert_eq!(logical(&back), logical(&a.2));
         }
     }

@@ -87,7 +87,7 @@ fn export(dir: &Path, out: &Path) -> Result<u64, String> {
                         current_db = Some(e.db);
                     }
                     writer
-                        .write_entry(&e.key, &e.value, e.expire_ms)
+                        .write_entry(&e.key, e.value.as_ref(), e.expire_ms)
                         .map_err(fail)?;
                     keys += 1;
                 }

@@ -459,8 +459,8 @@ fn route(
                     let gone: Vec<Box<[u8]>> = s.dbs[db]
                         .table
                         .iter()
-                        .filter(|e| expired(e.expire_at))
-                        .map(|e| e.key.clone())
+                        .filter(|e| expired(e.expire_at()))
+                        .map(|e| e.key().into())
                         .collect();
                     for key in gone {
                         s.remove(db, &key);
@@ -475,8 +475,9 @@ fn route(
         for db in 0..databases {
             let table = std::mem::take(&mut old.dbs[db].table);
             for e in table.into_entries() {
-                if !expired(e.expire_at) {
-                    shards[shard_for_key(&e.key, threads)].set(db, &e.key, e.value, e.expire_at);
+                if !expired(e.expire_at()) {
+                    let key = e.key().to_vec();
+                    shards[shard_for_key(&key, threads)].put(db, &key, e);
                 }
             }
         }
@@ -530,11 +531,11 @@ fn write_base(
     for (db, d) in shard.dbs.iter().enumerate() {
         let db = u32::try_from(db).unwrap_or(u32::MAX);
         for e in d.table.iter() {
-            let payload = dump::encode(&e.value, &Default::default());
-            let at = e.expire_at.to_string();
+            let payload = dump::encode(e.value(), &Default::default());
+            let at = e.expire_at().to_string();
             let args: [&[u8]; 6] = [
                 b"RESTORE",
-                &e.key,
+                e.key(),
                 at.as_bytes(),
                 &payload,
                 b"REPLACE",

@@ -6,33 +6,20 @@
 use crate::dict::{Dict, KeyOf};
 use crate::limits::EncodingLimits;
 use crate::pack::Pack;
+use crate::varint;
 
 /// A dictionary item: varint field length, field, value.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Field;
 
 fn split_item(item: &[u8]) -> (&[u8], &[u8]) {
-    let (mut len, mut shift, mut p) = (0usize, 0, 0);
-    loop {
-        let b = item[p];
-        len |= ((b & 0x7f) as usize) << shift;
-        p += 1;
-        if b & 0x80 == 0 {
-            break;
-        }
-        shift += 7;
-    }
+    let (len, p) = varint::read(item);
     (&item[p..p + len], &item[p + len..])
 }
 
 fn make_item(field: &[u8], value: &[u8]) -> Box<[u8]> {
     let mut out = Vec::with_capacity(field.len() + value.len() + 5);
-    let mut v = field.len();
-    while v >= 0x80 {
-        out.push((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+    varint::push(&mut out, field.len());
     out.extend_from_slice(field);
     out.extend_from_slice(value);
     out.into_boxed_slice()

@@ -3,6 +3,8 @@
 //! here does I/O or knows about connections.
 
 pub mod dict;
+pub mod entry;
+pub mod evict;
 pub mod glob;
 pub mod hash;
 pub mod hll;
@@ -16,15 +18,17 @@ pub mod table;
 pub mod tracking;
 pub mod undo;
 pub mod value;
+pub mod varint;
 pub mod zset;
 
+pub use evict::{EvictionConfig, Policy};
 pub use hash::Hash;
 pub use limits::EncodingLimits;
 pub use list::{End, List};
 pub use set::Set;
-pub use shard::{Db, Shard, ShardStats, SnapshotSink, Undone, WatchStamp};
+pub use shard::{Db, Eviction, Shard, ShardStats, SnapshotSink, Undone, WatchStamp};
 pub use table::{Entry, Table, SCAN_SHARD_BITS};
-pub use value::{Collection, Kind, Value};
+pub use value::{Collection, Kind, Value, ValueRef};
 pub use zset::ZSet;
 
 /// Milliseconds since the Unix epoch.

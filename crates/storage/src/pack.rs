@@ -4,6 +4,8 @@
 //! so the sequence can be walked from either end. Operations are linear, which is what Redis's
 //! thresholds (128 entries, 64-byte values, 8 KB list nodes) keep cheap.
 
+use crate::varint;
+
 /// A packed sequence of byte strings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pack {
@@ -11,34 +13,17 @@ pub struct Pack {
     count: u32,
 }
 
-fn varint_len(mut v: usize) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        n += 1;
-    }
-    n
-}
-
-fn write_varint(out: &mut Vec<u8>, mut v: usize) {
-    while v >= 0x80 {
-        out.push((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 /// Bytes one entry of `len` data bytes takes.
 pub fn entry_size(len: usize) -> usize {
-    2 * varint_len(len) + len
+    2 * varint::len(len) + len
 }
 
 fn encode_entry(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entry_size(data.len()));
-    write_varint(&mut out, data.len());
+    varint::push(&mut out, data.len());
     out.extend_from_slice(data);
     let start = out.len();
-    write_varint(&mut out, data.len());
+    varint::push(&mut out, data.len());
     out[start..].reverse();
     out
 }
@@ -69,18 +54,10 @@ impl Pack {
 
     /// The entry starting at byte `pos`: its data and the position of the next entry.
     fn at(&self, pos: usize) -> (&[u8], usize) {
-        let (mut len, mut shift, mut p) = (0usize, 0, pos);
-        loop {
-            let b = self.buf[p];
-            len |= ((b & 0x7f) as usize) << shift;
-            p += 1;
-            if b & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-        }
+        let (len, n) = varint::read(&self.buf[pos..]);
+        let p = pos + n;
         let data = &self.buf[p..p + len];
-        (data, p + len + varint_len(len))
+        (data, p + len + varint::len(len))
     }
 
     /// The start of the entry that ends at byte `end`.
@@ -95,7 +72,7 @@ impl Pack {
             }
             shift += 7;
         }
-        p - len - varint_len(len)
+        p - len - varint::len(len)
     }
 
     /// Position of the first entry (equal to the end when empty).

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::evict::{EvictionConfig, Policy, Pool, CLOCK_MAX};
 use crate::limits::EncodingLimits;
 use crate::notify::{class, Notifications};
 use crate::table::{Entry, Table};
@@ -15,6 +16,7 @@ use crate::value::{Kind, Value};
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ShardStats {
     pub expired_keys: u64,
+    pub evicted_keys: u64,
     pub keyspace_hits: u64,
     pub keyspace_misses: u64,
     pub expire_cycles: u64,
@@ -122,14 +124,35 @@ pub struct Shard {
     /// Counts changes: every write that changes a key bumps it, so the journal can tell a
     /// write command that changed something from one that did not.
     pub dirty: u64,
-    /// Keys removed because their deadline passed, kept for the journal while it wants them.
-    expired_log: Option<Vec<(usize, Box<[u8]>)>>,
+    /// Keys the shard removed on its own (deadline passed, or evicted), kept for the journal
+    /// while it wants them.
+    dropped_log: Option<Vec<(usize, Box<[u8]>)>>,
     /// While kept, the state before every change, so the changes can be taken back.
     undo: Option<UndoLog>,
     /// Keyspace notifications: the configured classes and the events not yet published.
     pub notify: Notifications,
     /// Client-side caching: who read which key, and the invalidations owed.
     pub tracking: Tracking,
+    /// The eviction policy and its settings, copied from the configuration.
+    pub eviction: EvictionConfig,
+    /// The best eviction candidates sampled so far.
+    eviction_pool: Pool,
+    /// Where the cache mode's CLOCK hand stands: database, segment, bucket.
+    clock_hand: (usize, usize, usize),
+    /// The latest time a caller passed in (ms): new keys' access information starts here.
+    clock_ms: u64,
+    rng: rand::rngs::StdRng,
+}
+
+/// How far [`Shard::evict_to`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The shard is within its limit.
+    Done,
+    /// Keys went, but the shard is still over: the budget ran out.
+    Running,
+    /// The shard is over and the policy finds nothing to evict.
+    Failed,
 }
 
 /// What [`Shard::rollback`] restored, for the journal.
@@ -146,7 +169,7 @@ pub enum Undone {
 type KeySet = std::collections::HashSet<Box<[u8]>, ahash::RandomState>;
 
 fn is_expired(e: &Entry, now: u64) -> bool {
-    e.expire_at != 0 && e.expire_at <= now
+    e.expire_at() != 0 && e.expire_at() <= now
 }
 
 impl Shard {
@@ -163,10 +186,15 @@ impl Shard {
             snapshot: None,
             snapshot_version: 0,
             dirty: 0,
-            expired_log: None,
+            dropped_log: None,
             undo: None,
             notify: Notifications::default(),
             tracking: Tracking::default(),
+            eviction: EvictionConfig::default(),
+            eviction_pool: Pool::default(),
+            clock_hand: (0, 0, 0),
+            clock_ms: 0,
+            rng: rand::SeedableRng::seed_from_u64(0x5eed),
         }
     }
 
@@ -270,7 +298,8 @@ impl Shard {
                 Saved::Db { db, entries } => {
                     self.flush_db(db, now);
                     for e in entries {
-                        self.set(db, &e.key, e.value, e.expire_at);
+                        let key = e.key().to_vec();
+                        self.put(db, &key, e);
                     }
                     undone.push(Undone::Db(db));
                 }
@@ -296,15 +325,15 @@ impl Shard {
         }
     }
 
-    /// Keeps the keys removed because their deadline passed, for `take_expired` (the journal
-    /// records their deletion, as Redis propagates a DEL).
-    pub fn log_expired(&mut self, on: bool) {
-        self.expired_log = on.then(Vec::new);
+    /// Keeps the keys the shard removes on its own (expired or evicted), for `take_dropped`
+    /// (the journal records their deletion, as Redis propagates a DEL).
+    pub fn log_dropped(&mut self, on: bool) {
+        self.dropped_log = on.then(Vec::new);
     }
 
-    /// Keys removed by expiry since the last call, as (db, key).
-    pub fn take_expired(&mut self) -> Vec<(usize, Box<[u8]>)> {
-        match &mut self.expired_log {
+    /// Keys removed by expiry or eviction since the last call, as (db, key).
+    pub fn take_dropped(&mut self) -> Vec<(usize, Box<[u8]>)> {
+        match &mut self.dropped_log {
             Some(log) => std::mem::take(log),
             None => Vec::new(),
         }
@@ -337,22 +366,64 @@ impl Shard {
         }
     }
 
+    /// Bytes of this shard's keys: the sum of their entries' `mem_size`.
     pub fn used_memory(&self) -> usize {
         self.used_memory
     }
 
-    /// Looks a key up, deleting it first if its TTL has passed (lazy expiry).
+    /// Bytes of the tables' free slots (each entry's `mem_size` counts its own slot): with
+    /// [`Shard::used_memory`], all this shard's data takes.
+    pub fn table_slack(&self) -> usize {
+        self.dbs
+            .iter()
+            .map(|d| {
+                d.table
+                    .slot_bytes()
+                    .saturating_sub(d.table.len() * crate::table::SLOT_SIZE)
+            })
+            .sum()
+    }
+
+    /// Looks a key up for a command, deleting it first if its TTL has passed (lazy expiry),
+    /// and records the access (LRU clock or LFU counter) as Redis's lookupKey does.
     pub fn get(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
         self.expire_if_needed(db, key, now);
-        self.dbs[db].table.get(key)
+        self.record_access(db, key, now)
     }
 
     /// [`Shard::get`] for a read command: also counts a keyspace hit or miss, as Redis does.
     pub fn get_counted(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
         self.expire_if_needed(db, key, now);
+        let hit = self.dbs[db].table.get(key).is_some();
+        Self::count_lookup(&mut self.stats, &mut self.notify, db, key, hit);
+        self.record_access(db, key, now)
+    }
+
+    /// [`Shard::get_counted`] that leaves the key's access information alone (Redis's
+    /// LOOKUP_NOTOUCH: TYPE, TTL, EXISTS, OBJECT look without using).
+    pub fn inspect(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
+        self.expire_if_needed(db, key, now);
         let e = self.dbs[db].table.get(key);
         Self::count_lookup(&mut self.stats, &mut self.notify, db, key, e.is_some());
         e
+    }
+
+    /// Records an access to `key` and returns its entry.
+    fn record_access(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
+        self.clock_ms = now;
+        let draw = self.lfu_draw();
+        let e = self.dbs[db].table.get_mut(key)?;
+        self.eviction.touch(e, now, draw);
+        Some(e)
+    }
+
+    /// The random draw an LFU counter increment needs (none under LRU).
+    fn lfu_draw(&mut self) -> f64 {
+        if self.eviction.policy.is_lfu() {
+            rand::Rng::gen(&mut self.rng)
+        } else {
+            0.0
+        }
     }
 
     /// Counts a read's keyspace hit or miss; a miss is a `keymiss` notification too.
@@ -401,15 +472,18 @@ impl Shard {
     ) -> Option<R> {
         self.expire_if_needed(db, key, now);
         self.before_change(db, key);
+        self.clock_ms = now;
+        let draw = self.lfu_draw();
         let e = self.dbs[db].table.get_mut(key)?;
+        self.eviction.touch(e, now, draw);
         self.dirty += 1;
         Self::touch(&mut self.watched[db], key);
         self.tracking.changed(key);
         let before = e.mem_size();
-        let had_ttl = e.expire_at;
+        let had_ttl = e.expire_at();
         let r = f(e);
         let after = e.mem_size();
-        let now_ttl = e.expire_at;
+        let now_ttl = e.expire_at();
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
         self.track_ttl_change(db, key, had_ttl, now_ttl);
         self.note_write(db, key);
@@ -430,6 +504,8 @@ impl Shard {
         // Saving the segment first is harmless if nothing changes after all; checking first
         // would cost a second lookup on every write.
         self.before_change(db, key);
+        self.clock_ms = now;
+        let draw = self.lfu_draw();
         let Some(e) = self.dbs[db].table.get_mut(key) else {
             return Ok(None);
         };
@@ -437,15 +513,16 @@ impl Shard {
             self.remove_expired(db, key);
             return Ok(None);
         }
-        let actual = e.value.kind();
+        let actual = e.kind();
         if actual != kind {
             return Err(actual);
         }
+        self.eviction.touch(e, now, draw);
         self.dirty += 1;
         let before = e.mem_size();
-        let had_ttl = e.expire_at;
+        let had_ttl = e.expire_at();
         let r = f(e);
-        let (after, now_ttl) = (e.mem_size(), e.expire_at);
+        let (after, now_ttl) = (e.mem_size(), e.expire_at());
         Self::touch(&mut self.watched[db], key);
         self.tracking.changed(key);
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
@@ -469,13 +546,16 @@ impl Shard {
 
     /// Sets a key, replacing any value; returns the old entry.
     pub fn set(&mut self, db: usize, key: &[u8], value: Value, expire_at: u64) -> Option<Entry> {
+        let mut entry = Entry::new(key, value, expire_at);
+        entry.set_access(self.eviction.initial_access(self.clock_ms));
+        self.put(db, key, entry)
+    }
+
+    /// Stores `entry` (whose key is `key`), replacing any; returns the old entry.
+    pub fn put(&mut self, db: usize, key: &[u8], entry: Entry) -> Option<Entry> {
+        let expire_at = entry.expire_at();
         self.before_change(db, key);
         self.dirty += 1;
-        let entry = Entry {
-            key: key.into(),
-            value,
-            expire_at,
-        };
         self.used_memory += entry.mem_size();
         Self::touch(&mut self.watched[db], key);
         self.tracking.changed(key);
@@ -483,7 +563,7 @@ impl Shard {
         if old.is_none() {
             self.notify.record(class::NEW, "new", db, key);
         }
-        let old_ttl = old.as_ref().map_or(0, |e| e.expire_at);
+        let old_ttl = old.as_ref().map_or(0, Entry::expire_at);
         if let Some(o) = &old {
             self.used_memory -= o.mem_size().min(self.used_memory);
         }
@@ -500,7 +580,7 @@ impl Shard {
         Self::touch(&mut self.watched[db], key);
         self.tracking.changed(key);
         self.used_memory -= old.mem_size().min(self.used_memory);
-        if old.expire_at != 0 {
+        if old.expire_at() != 0 {
             self.dbs[db].volatile -= 1;
         }
         Some(old)
@@ -515,15 +595,7 @@ impl Shard {
     pub fn flush_db(&mut self, db: usize, now: u64) {
         self.before_db_change(db);
         if let Some(undo) = &mut self.undo {
-            let entries = self.dbs[db]
-                .table
-                .iter()
-                .map(|e| Entry {
-                    key: e.key.clone(),
-                    value: e.value.clone(),
-                    expire_at: e.expire_at,
-                })
-                .collect();
+            let entries = self.dbs[db].table.iter().cloned().collect();
             undo.save_db(db, entries);
         }
         self.dirty += 1;
@@ -587,7 +659,7 @@ impl Shard {
                 w.expired_removals += 1;
             }
             self.stats.expired_keys += 1;
-            if let Some(log) = &mut self.expired_log {
+            if let Some(log) = &mut self.dropped_log {
                 log.push((db, key.into()));
             }
             self.notify.record(class::EXPIRED, "expired", db, key);
@@ -645,6 +717,7 @@ impl Shard {
     /// Active expiry: removes keys whose deadline has passed, visiting at most `budget` heap
     /// items across all databases. Returns how many keys were removed.
     pub fn expire_cycle(&mut self, now: u64, budget: usize) -> usize {
+        self.clock_ms = now;
         if !self.active_expire {
             return 0;
         }
@@ -664,28 +737,203 @@ impl Shard {
                 work += 1;
                 let victim = self.dbs[db]
                     .table
-                    .find_by_hash(hash, |e| e.expire_at == deadline);
+                    .find_by_hash(hash, |e| e.expire_at() == deadline);
                 if let Some(key) = victim {
                     self.remove_expired(db, &key);
                     removed += 1;
                 }
             }
-            self.compact_deadlines(db);
+            self.compact_deadlines(db, 1024);
         }
         removed
     }
 
+    /// Evicts keys under the configured policy until this shard's data takes at most `limit`
+    /// bytes, removing at most `budget` keys in this call (a large excess is worked off over
+    /// several calls, as Redis bounds each eviction pass).
+    pub fn evict_to(&mut self, limit: usize, budget: usize, now: u64) -> Eviction {
+        let mut evicted = 0;
+        while self.used_memory() + self.table_slack() > limit {
+            if evicted == budget {
+                return Eviction::Running;
+            }
+            let Some((db, key)) = self.pick_victim(now) else {
+                return Eviction::Failed;
+            };
+            self.evict(db, &key);
+            evicted += 1;
+        }
+        Eviction::Done
+    }
+
+    fn evict(&mut self, db: usize, key: &[u8]) {
+        if self.remove(db, key).is_none() {
+            return;
+        }
+        self.stats.evicted_keys += 1;
+        if let Some(log) = &mut self.dropped_log {
+            log.push((db, key.into()));
+        }
+        self.notify.record(class::EVICTED, "evicted", db, key);
+    }
+
+    /// The next key the policy would evict, if any may go.
+    fn pick_victim(&mut self, now: u64) -> Option<(usize, Box<[u8]>)> {
+        let cfg = self.eviction;
+        match cfg.policy {
+            Policy::NoEviction => None,
+            Policy::VolatileTtl => self.nearest_deadline(),
+            Policy::AllKeysClock => self.sweep(),
+            Policy::AllKeysRandom | Policy::VolatileRandom => {
+                let volatile = cfg.policy.volatile_only();
+                let dbs: Vec<usize> = (0..self.dbs.len())
+                    .filter(|&db| self.candidates_in(db, volatile) > 0)
+                    .collect();
+                let db = *dbs.get(rand::Rng::gen_range(&mut self.rng, 0..dbs.len().max(1)))?;
+                let key = self.sample_keys(db, volatile, 1).pop()?;
+                Some((db, key))
+            }
+            _ => {
+                let volatile = cfg.policy.volatile_only();
+                for db in 0..self.dbs.len() {
+                    if self.candidates_in(db, volatile) == 0 {
+                        continue;
+                    }
+                    for key in self.sample_keys(db, volatile, cfg.samples) {
+                        if let Some(e) = self.dbs[db].table.get(&key) {
+                            self.eviction_pool.offer(cfg.score(e, now), db, &key);
+                        }
+                    }
+                }
+                // Pooled keys may have gone (or lost their TTL) since they were sampled.
+                while let Some(c) = self.eviction_pool.take_best() {
+                    let live = self.dbs[c.db].table.get(&c.key);
+                    if live.is_some_and(|e| !volatile || e.expire_at() != 0) {
+                        return Some((c.db, c.key));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Moves the CLOCK hand until it finds a key whose counter is 0, lowering the counters
+    /// it passes. Four passes over every key lower any counter to 0, which bounds the sweep.
+    fn sweep(&mut self) -> Option<(usize, Box<[u8]>)> {
+        let keys: usize = self.dbs.iter().map(Db::len).sum();
+        if keys == 0 {
+            return None;
+        }
+        let (mut db, mut seg, mut bucket) = self.clock_hand;
+        let mut visited = 0;
+        while visited <= (CLOCK_MAX as usize + 1) * keys {
+            let table = &mut self.dbs[db].table;
+            if seg >= table.segment_count() {
+                (db, seg, bucket) = ((db + 1) % self.dbs.len(), 0, 0);
+                continue;
+            }
+            if bucket >= table.bucket_count(seg) {
+                (seg, bucket) = (seg + 1, 0);
+                continue;
+            }
+            let here = bucket;
+            bucket += 1;
+            let Some(e) = table.bucket_mut(seg, here) else {
+                continue;
+            };
+            visited += 1;
+            match e.access().min(CLOCK_MAX) {
+                0 => {
+                    self.clock_hand = (db, seg, bucket);
+                    return Some((db, e.key().into()));
+                }
+                n => e.set_access(n - 1),
+            }
+        }
+        None
+    }
+
+    /// Keys of `db` a policy may choose from.
+    fn candidates_in(&self, db: usize, volatile: bool) -> usize {
+        if volatile {
+            self.dbs[db].volatile
+        } else {
+            self.dbs[db].len()
+        }
+    }
+
+    /// Up to `n` random keys of `db` (with a TTL only, when `volatile`: drawn from the
+    /// deadline heap, as Redis samples its expires dict).
+    fn sample_keys(&mut self, db: usize, volatile: bool, n: usize) -> Vec<Box<[u8]>> {
+        if volatile {
+            // Mostly stale items would make samples miss: evictions leave their deadlines.
+            self.compact_deadlines(db, 0);
+        }
+        let d = &self.dbs[db];
+        let rng = &mut self.rng;
+        let mut keys = Vec::with_capacity(n);
+        if !volatile {
+            keys.extend(
+                (0..n)
+                    .filter_map(|_| d.table.sample(rng))
+                    .map(|e| e.key().into()),
+            );
+            return keys;
+        }
+        let heap = d.deadlines.as_slice();
+        // Stale heap items (TTL changed, key gone) find nothing; bounded tries.
+        for _ in 0..n * 4 {
+            if keys.len() == n || heap.is_empty() {
+                break;
+            }
+            let Reverse((deadline, hash)) = heap[rand::Rng::gen_range(rng, 0..heap.len())];
+            if let Some(key) = d.table.find_by_hash(hash, |e| e.expire_at() == deadline) {
+                keys.push(key);
+            }
+        }
+        if keys.is_empty() {
+            // Unlucky draws must not make a key with a TTL unevictable: take the first live one.
+            keys.extend(heap.iter().find_map(|&Reverse((deadline, hash))| {
+                d.table.find_by_hash(hash, |e| e.expire_at() == deadline)
+            }));
+        }
+        keys
+    }
+
+    /// The key with the nearest deadline in any database (volatile-ttl), dropping stale heap
+    /// items met on the way.
+    fn nearest_deadline(&mut self) -> Option<(usize, Box<[u8]>)> {
+        let mut best: Option<(u64, usize, Box<[u8]>)> = None;
+        for db in 0..self.dbs.len() {
+            let d = &mut self.dbs[db];
+            while let Some(&Reverse((deadline, hash))) = d.deadlines.peek() {
+                match d.table.find_by_hash(hash, |e| e.expire_at() == deadline) {
+                    Some(key) => {
+                        if best.as_ref().is_none_or(|b| deadline < b.0) {
+                            best = Some((deadline, db, key));
+                        }
+                        break;
+                    }
+                    None => {
+                        d.deadlines.pop();
+                    }
+                }
+            }
+        }
+        best.map(|(_, db, key)| (db, key))
+    }
+
     /// Rebuilds a deadline heap dominated by stale items (keys re-expired or deleted).
-    fn compact_deadlines(&mut self, db: usize) {
+    fn compact_deadlines(&mut self, db: usize, slack: usize) {
         let d = &mut self.dbs[db];
-        if d.deadlines.len() <= 2 * d.volatile + 1024 {
+        if d.deadlines.len() <= 2 * d.volatile + slack {
             return;
         }
         let table = &d.table;
         d.deadlines = table
             .iter()
-            .filter(|e| e.expire_at != 0)
-            .map(|e| Reverse((e.expire_at, table.hash(&e.key))))
+            .filter(|e| e.expire_at() != 0)
+            .map(|e| Reverse((e.expire_at(), table.hash(e.key()))))
             .collect();
     }
 
@@ -723,11 +971,7 @@ mod tests {
         s.dbs
             .iter()
             .map(|d| {
-                let mut v: Vec<String> = d
-                    .table
-                    .iter()
-                    .map(|e| format!("{:?} {:?} {}", e.key, e.value, e.expire_at))
-                    .collect();
+                let mut v: Vec<String> = d.table.iter().map(|e| format!("{e:?}")).collect();
                 v.sort();
                 v
             })
@@ -743,8 +987,8 @@ mod tests {
         s.set(2, b"d", Value::Int(4), 0);
         let (before, memory) = (contents(&s), s.used_memory());
         s.keep_undo();
-        s.update(0, b"a", 0, |e| e.value = Value::Int(10));
-        s.update(0, b"a", 0, |e| e.value = Value::Int(11));
+        s.update(0, b"a", 0, |e| e.set_value(Value::Int(10)));
+        s.update(0, b"a", 0, |e| e.set_value(Value::Int(11)));
         s.set(0, b"new", Value::Int(5), 0);
         s.delete(0, b"b", 0);
         s.flush_db(1, 0);
@@ -820,13 +1064,13 @@ mod tests {
     fn changed_ttl_is_honoured() {
         let mut s = Shard::new(1);
         s.set(0, b"k", Value::Int(1), 100);
-        s.update(0, b"k", 0, |e| e.expire_at = 10_000);
+        s.update(0, b"k", 0, |e| e.set_expire_at(10_000));
         s.expire_cycle(200, 100);
         assert!(
             s.exists(0, b"k", 200),
             "the stale deadline must not delete it"
         );
-        s.update(0, b"k", 0, |e| e.expire_at = 0);
+        s.update(0, b"k", 0, |e| e.set_expire_at(0));
         assert_eq!(s.dbs[0].volatile_count(), 0);
         s.expire_cycle(20_000, 100);
         assert!(s.exists(0, b"k", 20_000));
@@ -878,13 +1122,154 @@ mod tests {
         );
     }
 
+    fn shard_with(policy: Policy) -> Shard {
+        let mut s = Shard::new(2);
+        s.eviction = EvictionConfig {
+            policy,
+            samples: 10,
+            ..EvictionConfig::default()
+        };
+        s
+    }
+
+    /// 100 plain keys in db 0 and 100 keys with TTLs 1000..1099 in db 1.
+    fn fill(s: &mut Shard) {
+        for i in 0..100u64 {
+            s.set(0, format!("plain{i}").as_bytes(), Value::Int(i as i64), 0);
+            s.set(
+                1,
+                format!("ttl{i}").as_bytes(),
+                Value::Int(i as i64),
+                1000 + i,
+            );
+        }
+    }
+
+    #[test]
+    fn noeviction_evicts_nothing() {
+        let mut s = shard_with(Policy::NoEviction);
+        fill(&mut s);
+        assert_eq!(s.evict_to(0, 1000, 0), Eviction::Failed);
+        assert_eq!(s.dbs[0].len() + s.dbs[1].len(), 200);
+    }
+
+    #[test]
+    fn volatile_policies_never_evict_keys_without_ttl() {
+        for policy in [
+            Policy::VolatileLru,
+            Policy::VolatileLfu,
+            Policy::VolatileRandom,
+            Policy::VolatileTtl,
+        ] {
+            let mut s = shard_with(policy);
+            fill(&mut s);
+            assert_eq!(s.evict_to(0, 10_000, 0), Eviction::Failed, "{policy:?}");
+            assert_eq!((s.dbs[0].len(), s.dbs[1].len()), (100, 0), "{policy:?}");
+            assert_eq!(s.stats.evicted_keys, 100);
+        }
+    }
+
+    #[test]
+    fn volatile_ttl_evicts_the_nearest_deadline_first() {
+        let mut s = shard_with(Policy::VolatileTtl);
+        fill(&mut s);
+        s.log_dropped(true);
+        s.notify.flags = class::KEYEVENT | class::EVICTED;
+        let limit = s.used_memory() + s.table_slack() - 1;
+        assert_eq!(s.evict_to(limit, 1, 0), Eviction::Done);
+        assert_eq!(s.take_dropped(), vec![(1, b"ttl0"[..].into())]);
+        assert_eq!(s.evict_to(0, 5, 0), Eviction::Running);
+        let gone: Vec<Box<[u8]>> = s.take_dropped().into_iter().map(|(_, k)| k).collect();
+        let want: Vec<Box<[u8]>> = (1..6)
+            .map(|i| format!("ttl{i}").as_bytes().into())
+            .collect();
+        assert_eq!(gone, want);
+        let events = s.notify.take();
+        assert_eq!(events.len(), 6, "one evicted event per key");
+        assert!(events.iter().all(|e| e.event == "evicted"));
+    }
+
+    #[test]
+    fn allkeys_lru_evicts_the_idle_keys_first() {
+        let mut s = shard_with(Policy::AllKeysLru);
+        for i in 0..200 {
+            s.clock_ms = 1_000;
+            s.set(0, format!("k{i}").as_bytes(), Value::Int(i), 0);
+        }
+        // The first hundred are read an hour later; the rest stay idle.
+        for i in 0..100 {
+            s.get(0, format!("k{i}").as_bytes(), 3_601_000);
+        }
+        assert_eq!(s.evict_to(0, 100, 3_601_000), Eviction::Running);
+        let kept_recent = (0..100)
+            .filter(|i| s.dbs[0].table.get(format!("k{i}").as_bytes()).is_some())
+            .count();
+        let kept_idle = (100..200)
+            .filter(|i| s.dbs[0].table.get(format!("k{i}").as_bytes()).is_some())
+            .count();
+        assert!(
+            kept_recent > 80 && kept_idle < 20,
+            "recent {kept_recent}, idle {kept_idle}"
+        );
+    }
+
+    #[test]
+    fn allkeys_lfu_evicts_the_rarely_used_keys_first() {
+        let mut s = shard_with(Policy::AllKeysLfu);
+        for i in 0..200 {
+            s.set(0, format!("k{i}").as_bytes(), Value::Int(i), 0);
+        }
+        for _ in 0..50 {
+            for i in 0..100 {
+                s.get(0, format!("k{i}").as_bytes(), 0);
+            }
+        }
+        assert_eq!(s.evict_to(0, 100, 0), Eviction::Running);
+        let kept_hot = (0..100)
+            .filter(|i| s.dbs[0].table.get(format!("k{i}").as_bytes()).is_some())
+            .count();
+        assert!(kept_hot > 80, "hot keys kept: {kept_hot}");
+    }
+
+    #[test]
+    fn cache_mode_evicts_keys_unused_since_the_hand_passed() {
+        let mut s = shard_with(Policy::AllKeysClock);
+        for i in 0..200 {
+            s.set(0, format!("k{i}").as_bytes(), Value::Int(i), 0);
+        }
+        for _ in 0..2 {
+            for i in 0..100 {
+                s.get(0, format!("k{i}").as_bytes(), 0);
+            }
+        }
+        assert_eq!(s.evict_to(0, 100, 0), Eviction::Running);
+        let kept_hot = (0..100)
+            .filter(|i| s.dbs[0].table.get(format!("k{i}").as_bytes()).is_some())
+            .count();
+        assert_eq!(kept_hot, 100, "every used key outlives the unused ones");
+        // The hand goes on where it stopped and empties the shard in the end.
+        assert_eq!(s.evict_to(0, 1000, 0), Eviction::Failed);
+        assert_eq!(s.dbs[0].len(), 0);
+    }
+
+    #[test]
+    fn allkeys_random_empties_every_database() {
+        let mut s = shard_with(Policy::AllKeysRandom);
+        fill(&mut s);
+        // The tables keep their slots: the shard stays over a limit of 0 with no keys left.
+        assert_eq!(s.evict_to(0, 10_000, 0), Eviction::Failed);
+        assert_eq!(s.dbs[0].len() + s.dbs[1].len(), 0);
+        assert_eq!(s.used_memory(), 0);
+        assert_eq!(s.stats.evicted_keys, 200);
+    }
+
     #[test]
     fn memory_accounting_tracks_updates() {
         let mut s = Shard::new(1);
         s.set(0, b"k", Value::Str(b"abc".to_vec()), 0);
         let base = s.used_memory();
         s.update(0, b"k", 0, |e| {
-            e.value.make_raw().extend_from_slice(&[b'z'; 1000])
+            e.make_raw().extend_from_slice(&[b'z'; 1000])
         });
         assert!(s.used_memory() >= base + 1000);
         s.delete(0, b"k", 0);

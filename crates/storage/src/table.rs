@@ -7,7 +7,7 @@
 
 use hashbrown::HashTable;
 
-use crate::value::Value;
+pub use crate::entry::Entry;
 
 /// Entries per segment before it splits: 7/8 of 4096 buckets, the most a 4096-bucket
 /// hashbrown table holds. Splitting there means a segment never doubles to 8192 buckets only
@@ -18,22 +18,8 @@ const SEGMENT_MAX: usize = 3584;
 pub const SCAN_SHARD_BITS: u32 = 9;
 const SCAN_POS_BITS: u32 = 63 - SCAN_SHARD_BITS;
 
-/// One key with its value and expiry (ms since the epoch; 0 = none).
-#[derive(Debug)]
-pub struct Entry {
-    pub key: Box<[u8]>,
-    pub value: Value,
-    pub expire_at: u64,
-}
-
-/// Approximate fixed cost of one entry (slot, control byte, key allocation header).
-pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + 16;
-
-impl Entry {
-    pub fn mem_size(&self) -> usize {
-        ENTRY_OVERHEAD + self.key.len() + self.value.mem_size()
-    }
-}
+/// Bytes of table one key takes at full load: its 8-byte slot and hashbrown's control byte.
+pub const SLOT_SIZE: usize = std::mem::size_of::<Entry>() + 1;
 
 /// Parts of a segment a snapshot saves on their own, chosen by the low bits of the key hash
 /// (the directory uses the top bits, so a stripe stays a stripe across splits). A write into
@@ -77,7 +63,7 @@ struct StripeIndex {
 
 impl StripeIndex {
     fn new(version: u64, slots: &HashTable<Entry>, hasher: &ahash::RandomState) -> Self {
-        let mut hashes: Vec<u64> = slots.iter().map(|e| hasher.hash_one(&*e.key)).collect();
+        let mut hashes: Vec<u64> = slots.iter().map(|e| hasher.hash_one(e.key())).collect();
         hashes.sort_unstable_by_key(|&h| (stripe_of(h), h));
         hashes.dedup();
         let mut starts = [0u32; STRIPES + 1];
@@ -132,12 +118,12 @@ impl Segment {
                 .flat_map(|h| {
                     slots
                         .iter_hash(h)
-                        .filter(move |e| hasher.hash_one(&*e.key) == h)
+                        .filter(move |e| hasher.hash_one(e.key()) == h)
                 })
                 .collect(),
             None => slots
                 .iter()
-                .filter(|e| due >> stripe_of(hasher.hash_one(&*e.key)) & 1 == 1)
+                .filter(|e| due >> stripe_of(hasher.hash_one(e.key())) & 1 == 1)
                 .collect(),
         };
         if done {
@@ -165,6 +151,17 @@ pub struct Table {
     dir: Vec<u32>,
     segments: Vec<Segment>,
     len: usize,
+    /// Bytes of the segments' slot arrays, used or not (kept as segments grow and split).
+    slot_bytes: usize,
+}
+
+/// Bytes of a hashbrown table holding up to `capacity` items: each bucket is a slot and a
+/// control byte, and hashbrown fills 7/8 of its buckets.
+fn slot_array_bytes(capacity: usize) -> usize {
+    match capacity {
+        0 => 0,
+        c => (c * 8 / 7).next_power_of_two() * SLOT_SIZE,
+    }
 }
 
 impl Default for Table {
@@ -200,6 +197,7 @@ impl Table {
                 slots: HashTable::new(),
             }],
             len: 0,
+            slot_bytes: 0,
         }
     }
 
@@ -223,13 +221,13 @@ impl Table {
         let h = self.hash(key);
         self.segments[self.segment_of(h)]
             .slots
-            .find(h, |e| &*e.key == key)
+            .find(h, |e| e.key() == key)
     }
 
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let h = self.hash(key);
         let seg = self.segment_of(h);
-        self.segments[seg].slots.find_mut(h, |e| &*e.key == key)
+        self.segments[seg].slots.find_mut(h, |e| e.key() == key)
     }
 
     /// The key of an entry with this full hash that satisfies `f` (expiry by hash).
@@ -237,15 +235,18 @@ impl Table {
         let seg = self.segment_of(hash);
         self.segments[seg]
             .slots
-            .find(hash, |e| f(e) && self.hasher.hash_one(&*e.key) == hash)
-            .map(|e| e.key.clone())
+            .find(hash, |e| f(e) && self.hasher.hash_one(e.key()) == hash)
+            .map(|e| e.key().into())
     }
 
     /// Inserts or replaces; returns the previous entry.
     pub fn insert(&mut self, entry: Entry) -> Option<Entry> {
-        let h = self.hash(&entry.key);
+        let h = self.hash(entry.key());
         let mut seg = self.segment_of(h);
-        if let Some(old) = self.segments[seg].slots.find_mut(h, |e| e.key == entry.key) {
+        if let Some(old) = self.segments[seg]
+            .slots
+            .find_mut(h, |e| e.key() == entry.key())
+        {
             return Some(std::mem::replace(old, entry));
         }
         if self.segments[seg].slots.len() >= SEGMENT_MAX {
@@ -253,9 +254,13 @@ impl Table {
             seg = self.segment_of(h);
         }
         let hasher = self.hasher.clone();
-        self.segments[seg]
-            .slots
-            .insert_unique(h, entry, |e| hasher.hash_one(&*e.key));
+        let slots = &mut self.segments[seg].slots;
+        let before = slots.capacity();
+        slots.insert_unique(h, entry, |e| hasher.hash_one(e.key()));
+        if slots.capacity() != before {
+            self.slot_bytes += slot_array_bytes(slots.capacity());
+            self.slot_bytes -= slot_array_bytes(before);
+        }
         self.len += 1;
         None
     }
@@ -263,7 +268,7 @@ impl Table {
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let h = self.hash(key);
         let seg = self.segment_of(h);
-        match self.segments[seg].slots.find_entry(h, |e| &*e.key == key) {
+        match self.segments[seg].slots.find_entry(h, |e| e.key() == key) {
             Ok(occupied) => {
                 self.len -= 1;
                 Some(occupied.remove().0)
@@ -285,20 +290,25 @@ impl Table {
             self.global_depth += 1;
         }
         let depth = self.segments[seg].depth + 1;
+        self.slot_bytes -= slot_array_bytes(self.segments[seg].slots.capacity());
         let bit = 1u64 << (64 - depth);
         let hasher = self.hasher.clone();
-        let mut moved = HashTable::new();
+        // Sized for its half up front: growing by doubling from empty would leave a trail of
+        // freed smaller tables in the allocator on every split.
+        let mut moved = HashTable::with_capacity(self.segments[seg].slots.len() / 2 + 64);
         for e in self.segments[seg]
             .slots
-            .extract_if(|e| hasher.hash_one(&*e.key) & bit != 0)
+            .extract_if(|e| hasher.hash_one(e.key()) & bit != 0)
         {
-            let h = hasher.hash_one(&*e.key);
-            moved.insert_unique(h, e, |e: &Entry| hasher.hash_one(&*e.key));
+            let h = hasher.hash_one(e.key());
+            moved.insert_unique(h, e, |e: &Entry| hasher.hash_one(e.key()));
         }
         self.segments[seg].depth = depth;
         self.segments[seg]
             .slots
-            .shrink_to_fit(|e| hasher.hash_one(&*e.key));
+            .shrink_to_fit(|e| hasher.hash_one(e.key()));
+        self.slot_bytes += slot_array_bytes(self.segments[seg].slots.capacity());
+        self.slot_bytes += slot_array_bytes(moved.capacity());
         let new_id = self.segments.len() as u32;
         let saved_by = self.segments[seg].saved_by;
         let pending = self.segments[seg].pending.clone();
@@ -319,6 +329,45 @@ impl Table {
 
     pub fn clear(&mut self) {
         *self = Table::new();
+    }
+
+    /// Bytes of the slot arrays, used or not: the table's own cost, of which each entry's
+    /// `mem_size` counts one full slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// A random entry (None when empty): a random segment, then the first entry at or after
+    /// a random bucket. Cheap, and close enough to uniform for sampling eviction victims.
+    pub fn sample(&self, rng: &mut impl rand::Rng) -> Option<&Entry> {
+        if self.len == 0 {
+            return None;
+        }
+        loop {
+            let slots = &self.segments[self.segment_of(rng.gen())].slots;
+            let buckets = slots.num_buckets();
+            if slots.is_empty() {
+                continue;
+            }
+            let start = rng.gen_range(0..buckets);
+            if let Some(e) = (start..buckets)
+                .chain(0..start)
+                .find_map(|i| slots.get_bucket(i))
+            {
+                return Some(e);
+            }
+        }
+    }
+
+    /// Buckets of segment `seg` (where a CLOCK hand may stand).
+    pub fn bucket_count(&self, seg: usize) -> usize {
+        self.segments[seg].slots.num_buckets()
+    }
+
+    /// The entry in bucket `i` of segment `seg`, if any. Only its access bits may change
+    /// through it: the snapshot does not see such edits.
+    pub fn bucket_mut(&mut self, seg: usize, i: usize) -> Option<&mut Entry> {
+        self.segments[seg].slots.get_bucket_mut(i)
     }
 
     /// Segments in the table; they are only ever added (by splits).
@@ -448,7 +497,7 @@ impl Table {
             let mut items: Vec<(u64, &Entry)> = seg
                 .slots
                 .iter()
-                .map(|e| (self.hasher.hash_one(&*e.key) >> shift, e))
+                .map(|e| (self.hasher.hash_one(e.key()) >> shift, e))
                 .filter(|(h, _)| *h >= from >> shift)
                 .collect();
             items.sort_unstable_by_key(|(h, _)| *h);
@@ -481,14 +530,11 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::{Value, ValueRef};
     use std::collections::{BTreeSet, HashMap};
 
     fn entry(k: &[u8], v: i64) -> Entry {
-        Entry {
-            key: k.into(),
-            value: Value::Int(v),
-            expire_at: 0,
-        }
+        Entry::new(k, Value::Int(v), 0)
     }
 
     /// A write saves only its key's stripe: a small share of the segment, saved once; the
@@ -503,7 +549,7 @@ mod tests {
         let first: Vec<Vec<u8>> = t
             .mark_stripe_of(b"k7", 1)
             .into_iter()
-            .map(|e| e.key.to_vec())
+            .map(|e| e.key().to_vec())
             .collect();
         assert!(first.iter().any(|k| k == b"k7"));
         assert!(
@@ -517,7 +563,7 @@ mod tests {
         let rest: BTreeSet<Vec<u8>> = t
             .mark_segment(0, 1)
             .into_iter()
-            .map(|e| e.key.to_vec())
+            .map(|e| e.key().to_vec())
             .collect();
         assert_eq!(rest.len() + first.len(), 3000);
         assert!(first.iter().all(|k| !rest.contains(k)));
@@ -540,7 +586,7 @@ mod tests {
         assert!(t.segments.len() > 8, "the table must have split");
         for i in 0..50_000i64 {
             let e = t.get(format!("key:{i}").as_bytes()).expect("present");
-            assert_eq!(int_of(&e.value), Some(i));
+            assert_eq!(int_of(e.value()), Some(i));
         }
         for i in (0..50_000i64).step_by(2) {
             assert!(t.remove(format!("key:{i}").as_bytes()).is_some());
@@ -560,7 +606,7 @@ mod tests {
         let mut round = 0;
         loop {
             pos = t.scan(pos, 10, |e| {
-                seen.insert(e.key.clone());
+                seen.insert(e.key().to_vec());
             });
             // Churn between calls: grow (forcing splits) and delete other keys.
             for j in 0..40 {
@@ -580,9 +626,9 @@ mod tests {
         }
     }
 
-    fn int_of(v: &Value) -> Option<i64> {
+    fn int_of(v: ValueRef) -> Option<i64> {
         match v {
-            Value::Int(i) => Some(*i),
+            ValueRef::Int(i) => Some(i),
             _ => None,
         }
     }
@@ -596,15 +642,15 @@ mod tests {
                 let key = format!("k{k}").into_bytes();
                 match op {
                     0 => {
-                        let old = t.insert(entry(&key, v)).map(|e| int_of(&e.value));
+                        let old = t.insert(entry(&key, v)).map(|e| int_of(e.value()));
                         proptest::prop_assert_eq!(old, model.insert(key, v).map(Some));
                     }
                     1 => {
-                        let old = t.remove(&key).map(|e| int_of(&e.value));
+                        let old = t.remove(&key).map(|e| int_of(e.value()));
                         proptest::prop_assert_eq!(old, model.remove(&key).map(Some));
                     }
                     _ => {
-                        proptest::prop_assert_eq!(t.get(&key).and_then(|e| int_of(&e.value)), model.get(&key).copied());
+                        proptest::prop_assert_eq!(t.get(&key).and_then(|e| int_of(e.value())), model.get(&key).copied());
                     }
                 }
                 proptest::prop_assert_eq!(t.len(), model.len());

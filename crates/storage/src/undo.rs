@@ -44,7 +44,7 @@ impl UndoLog {
         self.saved.push(Saved::Key {
             db,
             key: key.into(),
-            before: before.map(|e| (e.value.clone(), e.expire_at)),
+            before: before.map(|e| (e.value().to_owned(), e.expire_at())),
         });
     }
 

@@ -1,6 +1,7 @@
 //! Values stored under keys. Strings that look like 64-bit integers are kept as integers (Redis's
-//! `int` encoding), which saves memory and makes INCR cheap. Collections are boxed so a key's
-//! entry stays small whatever its type; each collection in turn boxes its general encoding, so
+//! `int` encoding), which saves memory and makes INCR cheap. A `Value` is the owned form that
+//! goes into and comes out of a table; in the table a key's record holds it (`crate::entry`),
+//! and reads borrow it as a [`ValueRef`]. Each collection boxes its general encoding, so
 //! the box of a small collection holds just its compact form (a few dozen bytes per key
 //! matter when there are millions of small hashes).
 
@@ -65,83 +66,122 @@ impl Value {
         Value::Str(b)
     }
 
-    /// The Redis type name (`TYPE` reply).
-    pub fn type_name(&self) -> &'static str {
-        self.kind().name()
+    /// A view of the value, as a table entry gives it.
+    pub fn as_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Int(i) => ValueRef::Int(*i),
+            Value::Str(v) => ValueRef::Str(v),
+            Value::Hash(h) => ValueRef::Hash(h),
+            Value::List(l) => ValueRef::List(l),
+            Value::Set(s) => ValueRef::Set(s),
+            Value::ZSet(z) => ValueRef::ZSet(z),
+        }
     }
 
     pub fn kind(&self) -> Kind {
-        match self {
-            Value::Int(_) | Value::Str(_) => Kind::String,
-            Value::Hash(_) => Kind::Hash,
-            Value::List(_) => Kind::List,
-            Value::Set(_) => Kind::Set,
-            Value::ZSet(_) => Kind::ZSet,
-        }
+        self.as_ref().kind()
     }
 
-    /// OBJECT ENCODING's name for how the value is stored.
+    pub fn is_empty_collection(&self) -> bool {
+        self.as_ref().is_empty_collection()
+    }
+
     pub fn encoding(&self) -> &'static str {
+        self.as_ref().encoding()
+    }
+}
+
+/// A stored value, borrowed: what [`crate::Entry::value`] returns (strings and integers are
+/// kept in the entry's record, so there is no `&Value` to lend).
+#[derive(Debug, Clone, Copy)]
+pub enum ValueRef<'a> {
+    Int(i64),
+    Str(&'a [u8]),
+    Hash(&'a Hash),
+    List(&'a List),
+    Set(&'a Set),
+    ZSet(&'a ZSet),
+}
+
+impl<'a> ValueRef<'a> {
+    /// The Redis type name (`TYPE` reply).
+    pub fn type_name(self) -> &'static str {
+        self.kind().name()
+    }
+
+    pub fn kind(self) -> Kind {
         match self {
-            Value::Int(_) => "int",
-            Value::Str(v) if v.len() <= 44 => "embstr",
-            Value::Str(_) => "raw",
-            Value::Hash(h) => h.encoding(),
-            Value::List(l) => l.encoding(),
-            Value::Set(s) => s.encoding(),
-            Value::ZSet(z) => z.encoding(),
+            ValueRef::Int(_) | ValueRef::Str(_) => Kind::String,
+            ValueRef::Hash(_) => Kind::Hash,
+            ValueRef::List(_) => Kind::List,
+            ValueRef::Set(_) => Kind::Set,
+            ValueRef::ZSet(_) => Kind::ZSet,
         }
     }
 
-    /// Bytes of the value's own heap allocations, for memory accounting.
-    pub fn mem_size(&self) -> usize {
+    /// OBJECT ENCODING's name for a value built as this one is (a string edited in place is
+    /// `raw` whatever its length: see [`crate::Entry::encoding`]).
+    pub fn encoding(self) -> &'static str {
         match self {
-            Value::Int(_) => 0,
-            Value::Str(v) => v.capacity(),
-            Value::Hash(h) => std::mem::size_of::<Hash>() + h.mem_size(),
-            Value::List(l) => std::mem::size_of::<List>() + l.mem_size(),
-            Value::Set(s) => std::mem::size_of::<Set>() + s.mem_size(),
-            Value::ZSet(z) => std::mem::size_of::<ZSet>() + z.mem_size(),
+            ValueRef::Int(_) => "int",
+            ValueRef::Str(v) if v.len() <= 44 => "embstr",
+            ValueRef::Str(_) => "raw",
+            ValueRef::Hash(h) => h.encoding(),
+            ValueRef::List(l) => l.encoding(),
+            ValueRef::Set(s) => s.encoding(),
+            ValueRef::ZSet(z) => z.encoding(),
+        }
+    }
+
+    /// Bytes a collection holds in its own allocations (a string's are counted by its entry).
+    pub fn heap_size(self) -> usize {
+        match self {
+            ValueRef::Int(_) | ValueRef::Str(_) => 0,
+            ValueRef::Hash(h) => h.mem_size(),
+            ValueRef::List(l) => l.mem_size(),
+            ValueRef::Set(s) => s.mem_size(),
+            ValueRef::ZSet(z) => z.mem_size(),
         }
     }
 
     /// True for a collection with no elements (such keys are deleted).
-    pub fn is_empty_collection(&self) -> bool {
+    pub fn is_empty_collection(self) -> bool {
         match self {
-            Value::Int(_) | Value::Str(_) => false,
-            Value::Hash(h) => h.is_empty(),
-            Value::List(l) => l.is_empty(),
-            Value::Set(s) => s.is_empty(),
-            Value::ZSet(z) => z.is_empty(),
+            ValueRef::Int(_) | ValueRef::Str(_) => false,
+            ValueRef::Hash(h) => h.is_empty(),
+            ValueRef::List(l) => l.is_empty(),
+            ValueRef::Set(s) => s.is_empty(),
+            ValueRef::ZSet(z) => z.is_empty(),
         }
     }
 
     /// The string bytes, materialising integers (used when a command needs the text).
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub fn to_bytes(self) -> Vec<u8> {
         match self {
-            Value::Int(i) => format_i64(*i),
-            Value::Str(v) => v.clone(),
+            ValueRef::Int(i) => format_i64(i),
+            ValueRef::Str(v) => v.to_vec(),
             _ => Vec::new(),
         }
     }
 
     /// Length of the string form.
-    pub fn str_len(&self) -> usize {
+    pub fn str_len(self) -> usize {
         match self {
-            Value::Int(i) => format_i64(*i).len(),
-            Value::Str(v) => v.len(),
+            ValueRef::Int(i) => format_i64(i).len(),
+            ValueRef::Str(v) => v.len(),
             _ => 0,
         }
     }
 
-    /// Turns an int-encoded value into raw bytes so it can be edited in place.
-    pub fn make_raw(&mut self) -> &mut Vec<u8> {
-        if let Value::Int(i) = self {
-            *self = Value::Str(format_i64(*i));
-        }
+    /// An owned copy.
+    pub fn to_owned(self) -> Value {
         match self {
-            Value::Str(v) => v,
-            _ => unreachable!("make_raw is only called on strings"),
+            ValueRef::Int(i) => Value::Int(i),
+            ValueRef::Str(v) => Value::Str(v.to_vec()),
+            ValueRef::Hash(h) => Value::Hash(Box::new(h.clone())),
+            ValueRef::List(l) => Value::List(Box::new(l.clone())),
+            ValueRef::Set(s) => Value::Set(Box::new(s.clone())),
+            ValueRef::ZSet(z) => Value::ZSet(Box::new(z.clone())),
         }
     }
 }
@@ -161,8 +201,7 @@ fn format_i64(v: i64) -> Vec<u8> {
 /// check, borrow and build values without matching on every variant.
 pub trait Collection: Default + Sized {
     const KIND: Kind;
-    fn of(v: &Value) -> Option<&Self>;
-    fn of_mut(v: &mut Value) -> Option<&mut Self>;
+    fn of<'a>(v: ValueRef<'a>) -> Option<&'a Self>;
     fn into_value(self) -> Value;
 }
 
@@ -170,15 +209,9 @@ macro_rules! collection {
     ($ty:ty, $variant:ident) => {
         impl Collection for $ty {
             const KIND: Kind = Kind::$variant;
-            fn of(v: &Value) -> Option<&Self> {
+            fn of<'a>(v: ValueRef<'a>) -> Option<&'a Self> {
                 match v {
-                    Value::$variant(c) => Some(c),
-                    _ => None,
-                }
-            }
-            fn of_mut(v: &mut Value) -> Option<&mut Self> {
-                match v {
-                    Value::$variant(c) => Some(c),
+                    ValueRef::$variant(c) => Some(c),
                     _ => None,
                 }
             }
@@ -210,8 +243,12 @@ mod tests {
             b"x",
         ] {
             let (a, b) = (Value::from_vec(text.to_vec()), Value::from_bytes(text));
-            assert_eq!(a.encoding(), b.encoding(), "{text:?}");
-            assert_eq!(a.to_bytes(), text);
+            assert_eq!(
+                matches!(a, Value::Int(_)),
+                matches!(b, Value::Int(_)),
+                "{text:?}"
+            );
+            assert_eq!(a.as_ref().to_bytes(), text);
         }
         assert!(matches!(Value::from_vec(b"42".to_vec()), Value::Int(42)));
         let big = vec![b'9'; 21];

@@ -14,11 +14,11 @@ struct Collect(Saved);
 
 impl SnapshotSink for Collect {
     fn save(&mut self, db: usize, e: &Entry) {
-        let v = e.value.to_bytes();
+        let v = e.value().to_bytes();
         self.0
             .lock()
             .expect("not poisoned")
-            .push((db, e.key.to_vec(), v, e.expire_at));
+            .push((db, e.key().to_vec(), v, e.expire_at()));
     }
 }
 
@@ -27,7 +27,10 @@ fn state(shard: &Shard) -> BTreeMap<(usize, Vec<u8>), (Vec<u8>, u64)> {
     let mut out = BTreeMap::new();
     for (db, d) in shard.dbs.iter().enumerate() {
         for e in d.table.iter() {
-            out.insert((db, e.key.to_vec()), (e.value.to_bytes(), e.expire_at));
+            out.insert(
+                (db, e.key().to_vec()),
+                (e.value().to_bytes(), e.expire_at()),
+            );
         }
     }
     out
@@ -85,7 +88,7 @@ proptest! {
                 }
                 Op::Expire(db, k) => {
                     // A deadline in the past: the next lookup removes the key lazily.
-                    shard.update(db, &key(k), now, |e| e.expire_at = now - 1);
+                    shard.update(db, &key(k), now, |e| e.set_expire_at(now - 1));
                     shard.get(db, &key(k), now);
                 }
                 Op::Flush(db) => shard.flush_db(db, now),

@@ -44,7 +44,7 @@ impl Worker {
                     let keys: Vec<Box<[u8]>> = self.shard.borrow().dbs[db]
                         .table
                         .iter()
-                        .map(|e| e.key.clone())
+                        .map(|e| e.key().into())
                         .collect();
                     for key in keys {
                         self.journal_current(db, &key);
@@ -64,7 +64,7 @@ impl Worker {
         let value = shard.dbs[db]
             .table
             .get(key)
-            .map(|e| (e.value.clone(), e.expire_at));
+            .map(|e| (e.value().to_owned(), e.expire_at()));
         drop(shard);
         self.journal_value(db, key, value.as_ref().map(|(v, t)| (v, *t)));
     }

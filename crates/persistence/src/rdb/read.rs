@@ -610,7 +610,7 @@ pub(crate) fn read_value<R: Read>(
         }
         _ => return read_blob_value(input, ty, key, limits),
     };
-    Ok((!value.is_empty_collection()).then_some(value))
+    Ok((!value.as_ref().is_empty_collection()).then_some(value))
 }
 
 /// Old ZSET (type 3) scores: a length byte, 253/254/255 for NaN/+inf/-inf, else the text.
@@ -725,5 +725,5 @@ fn read_blob_value<R: Read>(
             ))
         }
     };
-    Ok((!value.is_empty_collection()).then_some(value))
+    Ok((!value.as_ref().is_empty_collection()).then_some(value))
 }

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use damselfly_protocol::number::{format_f64_17g, parse_i64, push_i64};
 use damselfly_storage::set::Member;
-use damselfly_storage::{EncodingLimits, Hash, List, Set, Value, ZSet};
+use damselfly_storage::{EncodingLimits, Hash, List, Set, ValueRef, ZSet};
 
 use super::{
     double_to_i64, enc, opcodes, types, CONTAINER_PACKED, CONTAINER_PLAIN, RDB_VERSION,
@@ -147,19 +147,19 @@ fn put_int_string(out: &mut Vec<u8>, v: i64) {
 }
 
 /// The RDB type byte redis-server 7.0 writes for this value in this encoding.
-pub(crate) fn value_type(v: &Value) -> u8 {
+pub(crate) fn value_type(v: ValueRef<'_>) -> u8 {
     match v {
-        Value::Int(_) | Value::Str(_) => types::STRING,
-        Value::List(_) => types::LIST_QUICKLIST_2,
-        Value::Set(s) => match **s {
+        ValueRef::Int(_) | ValueRef::Str(_) => types::STRING,
+        ValueRef::List(_) => types::LIST_QUICKLIST_2,
+        ValueRef::Set(s) => match *s {
             Set::Ints(_) => types::SET_INTSET,
             Set::Dict(_) => types::SET,
         },
-        Value::Hash(h) => match **h {
+        ValueRef::Hash(h) => match *h {
             Hash::Pack(_) => types::HASH_LISTPACK,
             Hash::Dict(_) => types::HASH,
         },
-        Value::ZSet(z) => match **z {
+        ValueRef::ZSet(z) => match *z {
             ZSet::Pack(_) => types::ZSET_LISTPACK,
             ZSet::Tree(_) => types::ZSET_2,
         },
@@ -167,12 +167,12 @@ pub(crate) fn value_type(v: &Value) -> u8 {
 }
 
 /// `rdbSaveObject`: the value's body (without its type byte).
-pub(crate) fn write_value<S: Sink>(s: &mut S, e: &mut Encoder, v: &Value) -> io::Result<()> {
+pub(crate) fn write_value<S: Sink>(s: &mut S, e: &mut Encoder, v: ValueRef<'_>) -> io::Result<()> {
     match v {
-        Value::Int(i) => put_int_string(s.buf(), *i),
-        Value::Str(b) => e.string(s.buf(), b),
-        Value::List(l) => write_list(s, e, l)?,
-        Value::Set(set) => match &**set {
+        ValueRef::Int(i) => put_int_string(s.buf(), i),
+        ValueRef::Str(b) => e.string(s.buf(), b),
+        ValueRef::List(l) => write_list(s, e, l)?,
+        ValueRef::Set(set) => match set {
             Set::Ints(members) => e.string(s.buf(), &intset::encode(members)),
             Set::Dict(_) => {
                 put_len(s.buf(), set.len() as u64);
@@ -186,7 +186,7 @@ pub(crate) fn write_value<S: Sink>(s: &mut S, e: &mut Encoder, v: &Value) -> io:
                 }
             }
         },
-        Value::Hash(h) => match &**h {
+        ValueRef::Hash(h) => match h {
             Hash::Pack(_) => {
                 let mut lp = listpack::Builder::new();
                 for (f, v) in h.iter() {
@@ -204,7 +204,7 @@ pub(crate) fn write_value<S: Sink>(s: &mut S, e: &mut Encoder, v: &Value) -> io:
                 }
             }
         },
-        Value::ZSet(z) => match &**z {
+        ValueRef::ZSet(z) => match z {
             ZSet::Pack(_) => {
                 let mut lp = listpack::Builder::new();
                 for (m, score) in z.all() {
@@ -450,7 +450,7 @@ impl<W: Write> RdbWriter<W> {
     pub fn write_entry(
         &mut self,
         key: &[u8],
-        value: &Value,
+        value: ValueRef<'_>,
         expire_ms: Option<i64>,
     ) -> io::Result<()> {
         let buf = &mut self.stream.buf;

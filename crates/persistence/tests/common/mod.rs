@@ -28,7 +28,7 @@ impl PartialEq for Score {
 
 pub fn logical(v: &Value) -> Logical {
     match v {
-        Value::Int(_) | Value::Str(_) => Logical::Str(v.to_bytes()),
+        Value::Int(_) | Value::Str(_) => Logical::Str(v.as_ref().to_bytes()),
         Value::List(l) => Logical::List(l.iter().map(<[u8]>::to_vec).collect()),
         Value::Set(s) => Logical::Set(s.iter().map(|m| m.to_vec()).collect()),
         Value::Hash(h) => Logical::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
