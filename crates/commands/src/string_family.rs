@@ -166,7 +166,7 @@ fn set_generic(
     if flags & KEEPTTL != 0 {
         when = existing.unwrap_or(0);
     }
-    ctx.shard.set(ctx.db, key, Value::from_bytes(val), when);
+    ctx.shard.set_bytes(ctx.db, key, val, when);
     ctx.notify(class::STRING, "set", key);
     if expire.is_some() {
         ctx.notify(class::GENERIC, "expire", key);
@@ -333,7 +333,7 @@ pub fn mset(ctx: &mut ExecCtx, args: &Args) {
 /// first (so it is announced as expired, then new), then `set`.
 fn set_string(ctx: &mut ExecCtx, key: &[u8], value: &[u8]) {
     ctx.shard.expire_if_needed(ctx.db, key, ctx.now);
-    ctx.shard.set(ctx.db, key, Value::from_bytes(value), 0);
+    ctx.shard.set_bytes(ctx.db, key, value, 0);
     ctx.notify(class::STRING, "set", key);
 }
 
@@ -367,7 +367,7 @@ fn check_len(ctx: &mut ExecCtx, size: u64, append: u64) -> bool {
 pub fn append(ctx: &mut ExecCtx, args: &Args) {
     let (key, tail) = (args.get(1), args.get(2));
     let Some(entry) = ctx.lookup_write(key) else {
-        ctx.shard.set(ctx.db, key, Value::from_bytes(tail), 0);
+        ctx.shard.set_bytes(ctx.db, key, tail, 0);
         ctx.notify(class::STRING, "append", key);
         ctx.reply.int(tail.len() as i64);
         return;

@@ -78,6 +78,23 @@ fn layout(size: usize) -> Layout {
     Layout::from_size_align(size.max(MIN_SIZE), ALIGN).expect("record size fits a Layout")
 }
 
+/// Allocates a record of `size` bytes (at least `MIN_SIZE`), 16-aligned, inside the
+/// 48-bit address space the tagged pointer assumes.
+fn alloc_record(size: usize) -> *mut u8 {
+    let layout = layout(size);
+    // SAFETY: the layout is non-zero sized.
+    let base = unsafe { alloc::alloc(layout) };
+    if base.is_null() {
+        alloc::handle_alloc_error(layout);
+    }
+    assert_eq!(
+        base as u64 & !ADDR_MASK,
+        0,
+        "a record's address must fit in 48 bits"
+    );
+    base
+}
+
 /// Reads the varint at `p`, which this module wrote.
 ///
 /// # Safety
@@ -110,12 +127,23 @@ impl Entry {
         Self::build(key, value, expire_at, false)
     }
 
+    /// An entry for a string given as bytes (SET's value), stored as [`Value::from_bytes`]
+    /// would choose, without building the intermediate `Value` of a short string.
+    pub fn from_bytes(key: &[u8], bytes: &[u8], expire_at: u64) -> Entry {
+        match bytes.len() {
+            21..=INLINE_MAX => Self::build_inline(key, bytes, expire_at),
+            _ => Self::new(key, Value::from_bytes(bytes), expire_at),
+        }
+    }
+
     /// Builds a record; `raw` keeps a string in its own buffer whatever its length (a string
     /// being edited in place).
     fn build(key: &[u8], value: Value, expire_at: u64, raw: bool) -> Entry {
         let code = match &value {
             Value::Int(_) => INT,
-            Value::Str(v) if !raw && v.len() <= INLINE_MAX => INLINE,
+            Value::Str(v) if !raw && v.len() <= INLINE_MAX => {
+                return Self::build_inline(key, v, expire_at);
+            }
             Value::Str(_) => RAW,
             Value::Hash(_) => HASH,
             Value::List(_) => LIST,
@@ -124,35 +152,16 @@ impl Entry {
         };
         let body_at = if expire_at != 0 { 8 } else { 0 };
         let key_at = body_at + body_size(code);
-        let mut size = key_at + varint::len(key.len()) + key.len();
-        if let (INLINE, Value::Str(v)) = (code, &value) {
-            size += varint::len(v.len()) + v.len();
-        }
-        let layout = layout(size);
-        // SAFETY: the layout is non-zero sized; every write below stays inside `size` bytes,
-        // at offsets aligned for what is written (the record is 16-aligned, bodies at 0 or 8).
+        let size = key_at + varint::len(key.len()) + key.len();
+        // SAFETY: `alloc_record` returns `size` writable bytes at a 16-aligned address.
         unsafe {
-            let base = alloc::alloc(layout);
-            if base.is_null() {
-                alloc::handle_alloc_error(layout);
-            }
-            assert_eq!(
-                base as u64 & !ADDR_MASK,
-                0,
-                "a record's address must fit in 48 bits"
-            );
+            let base = alloc_record(size);
             if expire_at != 0 {
                 ptr::write(base as *mut u64, expire_at);
             }
             let body = base.add(body_at);
-            let mut inline: &[u8] = &[];
             match value {
                 Value::Int(i) => ptr::write(body as *mut i64, i),
-                Value::Str(v) if code == INLINE => {
-                    let p = base.add(size - v.len());
-                    ptr::copy_nonoverlapping(v.as_ptr(), p, v.len());
-                    inline = std::slice::from_raw_parts(p, v.len());
-                }
                 Value::Str(v) => ptr::write(body as *mut Vec<u8>, v),
                 Value::Hash(h) => ptr::write(body as *mut Hash, *h),
                 Value::List(l) => ptr::write(body as *mut List, *l),
@@ -160,16 +169,37 @@ impl Entry {
                 Value::ZSet(z) => ptr::write(body as *mut ZSet, *z),
             }
             let rest = std::slice::from_raw_parts_mut(base.add(key_at), size - key_at);
+            let at = varint::put(rest, key.len());
+            rest[at..].copy_from_slice(key);
+            Self::at(base, code, expire_at)
+        }
+    }
+
+    /// Builds a record holding the string `v` itself.
+    fn build_inline(key: &[u8], v: &[u8], expire_at: u64) -> Entry {
+        let key_at = if expire_at != 0 { 8 } else { 0 };
+        let size = key_at + varint::len(key.len()) + key.len() + varint::len(v.len()) + v.len();
+        // SAFETY: `alloc_record` returns `size` writable bytes at a 16-aligned address.
+        unsafe {
+            let base = alloc_record(size);
+            if expire_at != 0 {
+                ptr::write(base as *mut u64, expire_at);
+            }
+            let rest = std::slice::from_raw_parts_mut(base.add(key_at), size - key_at);
             let mut at = varint::put(rest, key.len());
             rest[at..at + key.len()].copy_from_slice(key);
             at += key.len();
-            if code == INLINE {
-                varint::put(&mut rest[at..], inline.len());
-            }
-            let expires = if expire_at != 0 { EXPIRES } else { 0 };
-            Entry {
-                slot: base as u64 | code | expires,
-            }
+            at += varint::put(&mut rest[at..], v.len());
+            rest[at..].copy_from_slice(v);
+            Self::at(base, INLINE, expire_at)
+        }
+    }
+
+    /// The entry for a record at `base`.
+    fn at(base: *mut u8, code: u64, expire_at: u64) -> Entry {
+        let expires = if expire_at != 0 { EXPIRES } else { 0 };
+        Entry {
+            slot: base as u64 | code | expires,
         }
     }
 
@@ -311,15 +341,10 @@ impl Entry {
                 _ => 0,
             };
         let len = used - old_at;
-        let layout = layout(new_at + len);
+        let base = alloc_record(new_at + len);
         // SAFETY: both records are large enough for `len` bytes from their body offsets; the
         // body is moved bitwise and the old record freed without dropping it.
         unsafe {
-            let base = alloc::alloc(layout);
-            if base.is_null() {
-                alloc::handle_alloc_error(layout);
-            }
-            assert_eq!(base as u64 & !ADDR_MASK, 0);
             ptr::copy_nonoverlapping(self.base().add(old_at), base.add(new_at), len);
             if expire_at != 0 {
                 ptr::write(base as *mut u64, expire_at);
@@ -463,6 +488,20 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn from_bytes_stores_as_a_built_value_would() {
+        let long = vec![b'z'; INLINE_MAX + 1];
+        for text in [&b"42"[..], b"-7", b"007", b"value:1", &[b'1'; 25], &long] {
+            let (a, b) = (
+                Entry::from_bytes(b"k", text, 9),
+                Entry::new(b"k", Value::from_bytes(text), 9),
+            );
+            assert_eq!(a.encoding(), b.encoding(), "{text:?}");
+            assert_eq!(a.value().to_bytes(), text);
+            assert_eq!((a.key(), a.expire_at()), (&b"k"[..], 9));
         }
     }
 

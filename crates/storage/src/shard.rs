@@ -546,7 +546,23 @@ impl Shard {
 
     /// Sets a key, replacing any value; returns the old entry.
     pub fn set(&mut self, db: usize, key: &[u8], value: Value, expire_at: u64) -> Option<Entry> {
-        let mut entry = Entry::new(key, value, expire_at);
+        self.put_new(db, key, Entry::new(key, value, expire_at))
+    }
+
+    /// [`Shard::set`] for a string given as bytes (SET's value): short strings go straight
+    /// into the key's record.
+    pub fn set_bytes(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        bytes: &[u8],
+        expire_at: u64,
+    ) -> Option<Entry> {
+        self.put_new(db, key, Entry::from_bytes(key, bytes, expire_at))
+    }
+
+    /// Stores a newly made entry, which starts its access information now.
+    fn put_new(&mut self, db: usize, key: &[u8], mut entry: Entry) -> Option<Entry> {
         entry.set_access(self.eviction.initial_access(self.clock_ms));
         self.put(db, key, entry)
     }
