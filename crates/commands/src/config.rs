@@ -137,6 +137,7 @@ pub static PARAMS: &[Param] = &[
     p("threads", "0", NONNEG, false, Y),
     p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
     p("pin-threads", "yes", Kind::Bool, false, Y),
+    p("disable-thp", "yes", Kind::Bool, false, Y),
     p(
         "tcp-backlog",
         "511",

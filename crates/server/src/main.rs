@@ -67,6 +67,19 @@ fn install_signal_thread(cluster: Arc<damselfly_coord::Cluster>) {
     }
 }
 
+/// Turns transparent huge pages off for this process, as Redis does by default
+/// (`disable-thp yes`): with them the allocator's partly used 2 MB regions count whole in the
+/// resident set (about 6 bytes per small key in docs/memory.md's measurements).
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers and touches no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+        tracing::warn!(
+            "could not disable transparent huge pages: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 fn main() -> ExitCode {
     damselfly_coord::crash::install_panic_hook();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -87,6 +100,9 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     fd_limit::adjust(&config);
+    if config.get("disable-thp") == "yes" {
+        disable_transparent_huge_pages();
+    }
     for w in warnings {
         tracing::warn!("{w}");
     }
