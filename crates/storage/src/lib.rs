@@ -8,6 +8,7 @@ pub mod hash;
 pub mod hll;
 pub mod limits;
 pub mod list;
+pub mod maxmemory;
 pub mod notify;
 pub mod pack;
 pub mod set;
