@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
+use damselfly_protocol::number::parse_i64;
 use damselfly_storage::EncodingLimits;
+use damselfly_storage::{EvictionConfig, Policy};
 
 /// What a parameter's value may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,8 +17,14 @@ pub enum Kind {
         min: i64,
         max: i64,
     },
-    /// A byte count: accepts `1gb`, `512mb`, `100k` as Redis's memtoull does.
-    Memory,
+    /// A byte count: accepts `1gb`, `512mb`, `100k` as Redis's memtoull does, within
+    /// `min..=max`.
+    Memory {
+        min: u64,
+        max: u64,
+    },
+    /// `maxmemory-clients`: a byte count, or a percentage of `maxmemory` up to 100%.
+    MemoryOrPercent,
     Bool,
     Enum(&'static [&'static str]),
     Str,
@@ -59,6 +67,7 @@ const fn p(
 
 const LOGLEVELS: &[&str] = &["debug", "verbose", "notice", "warning", "nothing"];
 const BACKENDS: &[&str] = &["auto", "uring", "epoll"];
+/// Redis's `maxmemory-policy` values, in the order its CONFIG SET error lists them.
 const POLICIES: &[&str] = &[
     "volatile-lru",
     "volatile-lfu",
@@ -78,6 +87,22 @@ const INT: Kind = Kind::Int {
 const NONNEG: Kind = Kind::Int {
     min: 0,
     max: i64::MAX,
+};
+/// A C `int` that may not be negative (Redis's `createIntConfig(..., 0, INT_MAX, ...)`).
+const NONNEG_INT: Kind = Kind::Int {
+    min: 0,
+    max: i32::MAX as i64,
+};
+/// A byte count stored in a signed C `long long`, as most of Redis's memory parameters are.
+const MEMORY: Kind = Kind::Memory {
+    min: 0,
+    max: i64::MAX as u64,
+};
+/// Redis's floor for the protocol's buffer limits (`proto-max-bulk-len`,
+/// `client-query-buffer-limit`).
+const MEMORY_1MB: Kind = Kind::Memory {
+    min: 1 << 20,
+    max: i64::MAX as u64,
 };
 
 use Effect::{Accepted as A, Applied as Y};
@@ -110,11 +135,11 @@ pub static PARAMS: &[Param] = &[
     ),
     p("timeout", "0", NONNEG, true, Y),
     p("tcp-keepalive", "300", NONNEG, true, Y),
-    p("proto-max-bulk-len", "536870912", Kind::Memory, true, Y),
+    p("proto-max-bulk-len", "536870912", MEMORY_1MB, true, Y),
     p(
         "client-query-buffer-limit",
         "1073741824",
-        Kind::Memory,
+        MEMORY_1MB,
         true,
         Y,
     ),
@@ -128,7 +153,7 @@ pub static PARAMS: &[Param] = &[
     p(
         "damselfly-output-buffer-limit",
         "268435456",
-        Kind::Memory,
+        MEMORY,
         true,
         Y,
     ),
@@ -138,6 +163,7 @@ pub static PARAMS: &[Param] = &[
     p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
     p("pin-threads", "yes", Kind::Bool, false, Y),
     p("disable-thp", "yes", Kind::Bool, false, Y),
+    p("cache-mode", "no", Kind::Bool, true, Y),
     p(
         "tcp-backlog",
         "511",
@@ -155,13 +181,7 @@ pub static PARAMS: &[Param] = &[
     p("appenddirname", "appendonlydir", Kind::Str, false, Y),
     p("aof-load-truncated", "yes", Kind::Bool, true, Y),
     p("auto-aof-rewrite-percentage", "100", NONNEG, true, Y),
-    p(
-        "auto-aof-rewrite-min-size",
-        "67108864",
-        Kind::Memory,
-        true,
-        Y,
-    ),
+    p("auto-aof-rewrite-min-size", "67108864", MEMORY, true, Y),
     // Damselfly's: start even when a journal is damaged, keeping what precedes the damage.
     p("force-recovery", "no", Kind::Bool, false, Y),
     // Redis's testing knobs: microseconds of sleep per record loaded, per key saved.
@@ -175,24 +195,46 @@ pub static PARAMS: &[Param] = &[
     p("dbfilename", "dump.rdb", Kind::Str, true, Y),
     // Stored and reported; their effect arrives with later work (docs/commands.md).
     p("appendfilename", "appendonly.aof", Kind::Str, false, A),
-    p("maxmemory", "0", Kind::Memory, true, A),
+    // docs/eviction.md: the limit is enforced; the policies other than noeviction, and
+    // their tuning, wait for eviction (until then nothing is evictable under any of them).
+    p(
+        "maxmemory",
+        "0",
+        Kind::Memory {
+            min: 0,
+            max: u64::MAX,
+        },
+        true,
+        Y,
+    ),
     p(
         "maxmemory-policy",
         "noeviction",
         Kind::Enum(POLICIES),
         true,
-        A,
+        Y,
     ),
     p(
         "maxmemory-samples",
         "5",
         Kind::Int {
             min: 1,
-            max: i64::MAX,
+            max: i32::MAX as i64,
         },
         true,
-        A,
+        Y,
     ),
+    p(
+        "maxmemory-eviction-tenacity",
+        "10",
+        Kind::Int { min: 0, max: 100 },
+        true,
+        Y,
+    ),
+    p("lfu-log-factor", "10", NONNEG_INT, true, Y),
+    p("lfu-decay-time", "1", NONNEG_INT, true, Y),
+    // Client eviction is not built: `evicted_clients` stays 0.
+    p("maxmemory-clients", "0", Kind::MemoryOrPercent, true, A),
     p("hz", "10", Kind::Int { min: 1, max: 500 }, true, A),
     p("notify-keyspace-events", "", Kind::KeyspaceEvents, true, Y),
     p("tracking-table-max-keys", "1000000", NONNEG, true, A),
@@ -209,7 +251,7 @@ pub static PARAMS: &[Param] = &[
     p("list-max-listpack-size", "-2", INT, true, Y),
     p("list-max-ziplist-size", "-2", INT, true, Y),
     p("list-compress-depth", "0", NONNEG, true, A),
-    p("stream-node-max-bytes", "4096", Kind::Memory, true, A),
+    p("stream-node-max-bytes", "4096", MEMORY, true, A),
     p("stream-node-max-entries", "100", NONNEG, true, A),
     p("slowlog-log-slower-than", "10000", INT, true, A),
     p("slowlog-max-len", "128", NONNEG, true, A),
@@ -280,32 +322,61 @@ pub fn output_limit_class(value: &str, class: &str) -> Option<[u64; 3]> {
     })
 }
 
-/// Parses a Redis memory value: plain bytes or with k/kb/m/mb/g/gb (k = 1000, kb = 1024).
+/// Parses a Redis memory value as its `memtoull` does: digits and an optional unit, any case,
+/// b/k/kb/m/mb/g/gb (k = 1000, kb = 1024). Redis's edges are kept, since configuration files
+/// written for Redis must mean the same here: no digits is 0 (`""`, `"kb"`), digits past
+/// 2^64 - 1 saturate, and the unit's multiplication wraps.
 pub fn parse_memory(s: &str) -> Option<u64> {
-    let lower = s.to_ascii_lowercase();
-    let (digits, mul) = [
-        ("gb", 1u64 << 30),
-        ("g", 1_000_000_000),
-        ("mb", 1 << 20),
-        ("m", 1_000_000),
-        ("kb", 1 << 10),
-        ("k", 1000),
-        ("b", 1),
-    ]
-    .iter()
-    .find_map(|(suf, mul)| lower.strip_suffix(suf).map(|d| (d.to_string(), *mul)))
-    .unwrap_or((lower.clone(), 1));
-    let v: u64 = digits.parse().ok()?;
-    v.checked_mul(mul)
+    let end = s
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
+    let (digits, unit) = s.split_at(end);
+    let mul: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        _ => return None,
+    };
+    // memtoull copies the digits into a 128-byte buffer.
+    if digits.len() >= 128 {
+        return None;
+    }
+    let value = digits.bytes().fold(0u64, |v, d| {
+        v.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    });
+    Some(value.wrapping_mul(mul))
+}
+
+/// `maxmemory-clients`' value as Redis stores it: bytes, or a negated percentage. A byte
+/// count is read into a signed `ssize_t`, so one past `i64::MAX` reads as a percentage too.
+fn parse_memory_or_percent(s: &str) -> Result<i64, String> {
+    let value = match parse_memory(s) {
+        Some(bytes) => bytes as i64,
+        None => s
+            .strip_suffix('%')
+            .filter(|digits| !digits.is_empty())
+            .and_then(|digits| parse_i64(digits.as_bytes()))
+            .filter(|&pct| pct >= 0)
+            .map(|pct| -pct)
+            .ok_or_else(|| "argument must be a memory or percent value".to_string())?,
+    };
+    if value < -100 {
+        return Err("percentage argument must be less or equal to 100".into());
+    }
+    Ok(value)
 }
 
 /// Why a value was refused: the text after `CONFIG SET failed (...) - `.
 fn validate(param: &Param, value: &str) -> Result<String, String> {
     match param.kind {
         Kind::Int { min, max } => {
-            let v: i64 = value
-                .parse()
-                .map_err(|_| "argument couldn't be parsed into an integer".to_string())?;
+            let v = parse_i64(value.as_bytes())
+                .ok_or_else(|| "argument couldn't be parsed into an integer".to_string())?;
             if v < min || v > max {
                 return Err(format!(
                     "argument must be between {min} and {max} inclusive"
@@ -313,9 +384,21 @@ fn validate(param: &Param, value: &str) -> Result<String, String> {
             }
             Ok(v.to_string())
         }
-        Kind::Memory => parse_memory(value)
-            .map(|v| v.to_string())
-            .ok_or_else(|| "argument must be a memory value".to_string()),
+        Kind::Memory { min, max } => {
+            let v =
+                parse_memory(value).ok_or_else(|| "argument must be a memory value".to_string())?;
+            if v < min || v > max {
+                return Err(format!(
+                    "argument must be between {min} and {max} inclusive"
+                ));
+            }
+            Ok(v.to_string())
+        }
+        // Shown as Redis's CONFIG GET shows it: bytes, or the percentage with its sign.
+        Kind::MemoryOrPercent => parse_memory_or_percent(value).map(|v| match v {
+            v if v < 0 => format!("{}%", -v),
+            v => v.to_string(),
+        }),
         Kind::Bool => match value.to_ascii_lowercase().as_str() {
             "yes" => Ok("yes".into()),
             "no" => Ok("no".into()),
@@ -366,6 +449,15 @@ pub struct Config {
     pub busy_reply_ms: AtomicU64,
     /// `script-shard-locking`, as a [`ScriptLocking`] (read by every script run).
     script_locking: AtomicU8,
+    /// `maxmemory` in bytes, 0 for no limit (read before every command that may grow memory).
+    pub maxmemory: AtomicU64,
+    /// `maxmemory-policy` as an index into [`Policy::ALL`], and its tuning, read
+    /// when eviction runs ([`Config::eviction`]).
+    maxmemory_policy: AtomicU8,
+    maxmemory_samples: AtomicU32,
+    eviction_tenacity: AtomicU32,
+    lfu_log_factor: AtomicU32,
+    lfu_decay_time: AtomicU32,
     /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
     pub generation: AtomicU64,
 }
@@ -391,6 +483,12 @@ impl Default for Config {
             busy_reply_ms: AtomicU64::new(0),
             notify_flags: AtomicU32::new(0),
             script_locking: AtomicU8::new(0),
+            maxmemory: AtomicU64::new(0),
+            maxmemory_policy: AtomicU8::new(0),
+            maxmemory_samples: AtomicU32::new(0),
+            eviction_tenacity: AtomicU32::new(0),
+            lfu_log_factor: AtomicU32::new(0),
+            lfu_decay_time: AtomicU32::new(0),
             generation: AtomicU64::new(0),
         };
         c.refresh_atomics();
@@ -544,6 +642,37 @@ impl Config {
             _ => ScriptLocking::Declared,
         };
         self.script_locking.store(locking as u8, r);
+        self.maxmemory.store(self.get_u64("maxmemory"), r);
+        // `cache-mode yes` replaces the policy with Damselfly's CLOCK sweep over all keys.
+        let policy = match self.get("cache-mode").as_str() {
+            "yes" => Policy::AllKeysClock,
+            _ => Policy::parse(&self.get("maxmemory-policy")).unwrap_or_default(),
+        };
+        let index = Policy::ALL.iter().position(|p| *p == policy).unwrap_or(0);
+        self.maxmemory_policy.store(index as u8, r);
+        // Each is an `int` in Redis's range, so it fits.
+        let int = |name: &str| u32::try_from(self.get_u64(name)).unwrap_or(u32::MAX);
+        self.maxmemory_samples.store(int("maxmemory-samples"), r);
+        self.eviction_tenacity
+            .store(int("maxmemory-eviction-tenacity"), r);
+        self.lfu_log_factor.store(int("lfu-log-factor"), r);
+        self.lfu_decay_time.store(int("lfu-decay-time"), r);
+    }
+
+    /// `maxmemory`, the policy and its tuning as configured now.
+    pub fn eviction(&self) -> EvictionConfig {
+        let r = Ordering::Relaxed;
+        EvictionConfig {
+            maxmemory: self.maxmemory.load(r),
+            policy: Policy::ALL
+                .get(usize::from(self.maxmemory_policy.load(r)))
+                .copied()
+                .unwrap_or_default(),
+            samples: self.maxmemory_samples.load(r) as usize,
+            tenacity: self.eviction_tenacity.load(r),
+            lfu_log_factor: self.lfu_log_factor.load(r),
+            lfu_decay_time: u64::from(self.lfu_decay_time.load(r)),
+        }
     }
 
     pub fn script_locking(&self) -> ScriptLocking {
@@ -577,6 +706,60 @@ mod tests {
         assert_eq!(parse_memory("100k"), Some(100_000));
         assert_eq!(parse_memory("12"), Some(12));
         assert_eq!(parse_memory("x"), None);
+        // memtoull's edges, as redis-server 7.0 answers them.
+        assert_eq!(parse_memory("1kB"), Some(1024));
+        assert_eq!(parse_memory("10B"), Some(10));
+        assert_eq!(parse_memory(""), Some(0));
+        assert_eq!(parse_memory("kb"), Some(0));
+        assert_eq!(parse_memory("00012"), Some(12));
+        assert_eq!(parse_memory("99999999999999999999999"), Some(u64::MAX));
+        assert_eq!(
+            parse_memory("18446744073709551616k"),
+            Some(18446744073709550616)
+        );
+        for bad in [
+            "-1", "+5", " 10", "10 ", "1.5m", "1tb", "1kbb", "0x10", "1 kb",
+        ] {
+            assert_eq!(parse_memory(bad), None, "{bad}");
+        }
+        assert_eq!(parse_memory(&"1".repeat(128)), None);
+    }
+
+    #[test]
+    fn maxmemory_parameters() {
+        let c = Config::default();
+        assert_eq!(c.eviction().policy, Policy::NoEviction);
+        assert_eq!(c.eviction().samples, 5);
+        assert_eq!(c.eviction().tenacity, 10);
+        let set = |name: &str, value: &str| c.set_runtime(&[(name.into(), value.into())]);
+        set("maxmemory", "20mb").unwrap();
+        assert_eq!(c.maxmemory.load(Ordering::Relaxed), 20 << 20);
+        set("maxmemory-policy", "ALLKEYS-LFU").unwrap();
+        assert_eq!(c.get("maxmemory-policy"), "allkeys-lfu");
+        assert_eq!(c.eviction().policy, Policy::AllKeysLfu);
+        set("lfu-log-factor", "2147483647").unwrap();
+        assert_eq!(c.eviction().lfu_log_factor, i32::MAX as u32);
+        assert_eq!(
+            set("maxmemory-eviction-tenacity", "101").unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'maxmemory-eviction-tenacity') - argument must be between 0 and 100 inclusive"
+        );
+        assert!(set("maxmemory-samples", "05").is_err());
+        assert!(set("maxmemory-samples", "+5").is_err());
+        for (value, shown) in [("10%", "10%"), ("0%", "0"), ("1kb", "1024"), ("", "0")] {
+            set("maxmemory-clients", value).unwrap();
+            assert_eq!(c.get("maxmemory-clients"), shown);
+        }
+        assert_eq!(
+            set("maxmemory-clients", "101%").unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - percentage argument must be less or equal to 100"
+        );
+        assert!(set("maxmemory-clients", "-1%")
+            .unwrap_err()
+            .ends_with("argument must be a memory or percent value"));
+        assert_eq!(
+            set("proto-max-bulk-len", "100").unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'proto-max-bulk-len') - argument must be between 1048576 and 9223372036854775807 inclusive"
+        );
     }
 
     #[test]

@@ -129,6 +129,8 @@ pub struct Cluster {
     shard_changes: Vec<AtomicU64>,
     /// Bytes each shard journaled since the last base, as of its last tick.
     shard_journal_bytes: Vec<AtomicU64>,
+    /// The shards' used memory, summed for `maxmemory` (crates/coord/src/maxmemory.rs).
+    pub memory: crate::maxmemory::MemoryGauge,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
 }
@@ -173,6 +175,7 @@ impl Cluster {
             save_scheduled: AtomicBool::new(false),
             shard_changes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
             shard_journal_bytes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            memory: Default::default(),
         }
     }
 

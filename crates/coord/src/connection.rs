@@ -113,6 +113,9 @@ pub struct Connection {
     pub(crate) pubsub: ConnPubSub,
     /// CLIENT REPLY.
     pub(crate) reply_mode: ReplyMode,
+    /// Used memory was over `maxmemory` when the running client command started (Redis's
+    /// `pre_command_oom_state`): the scripts it runs check their calls against it.
+    pub(crate) pre_command_oom: bool,
 }
 
 /// CLIENT REPLY's mode.
@@ -133,6 +136,8 @@ pub(crate) struct MultiState {
     pub cmds: ExecBatch,
     /// A command was refused while queueing: EXEC fails with EXECABORT.
     pub dirty: bool,
+    /// A queued command may grow memory: EXEC is refused while over `maxmemory`.
+    pub denyoom: bool,
 }
 
 /// A watched key and its state when WATCH ran.
@@ -176,6 +181,7 @@ impl Connection {
             over_output_limit: false,
             pubsub: ConnPubSub::default(),
             reply_mode: ReplyMode::On,
+            pre_command_oom: false,
         }
     }
 
@@ -572,6 +578,9 @@ impl Connection {
             self.refuse_command(busy);
             return;
         }
+        if let Some(refusal) = self.oom_refusal(idx, args) {
+            return self.refuse_before_run(idx, refusal);
+        }
         if let Some(refusal) = self.save_error_refusal(idx) {
             return self.refuse_before_run(idx, refusal);
         }
@@ -611,7 +620,7 @@ impl Connection {
         if let Some(refusal) = self.monitor_refusal(spec) {
             return self.refuse_before_run(idx, refusal);
         }
-        if let Some(multi) = &mut self.multi {
+        if self.multi.is_some() {
             let runs_now = matches!(
                 spec.handler,
                 Handler::Coord(
@@ -628,8 +637,13 @@ impl Connection {
                     self.refuse_command("ERR Command not allowed inside a transaction");
                     return;
                 }
-                multi.cmds.push(RemoteCmd::kept(idx), args.iter());
-                self.info.multi.set(multi.cmds.cmds.len() as i64);
+                // Flags as they are when queued, as Redis's EXEC sees them.
+                let denyoom = self.command_flags(idx, args) & flags::DENYOOM != 0;
+                if let Some(multi) = &mut self.multi {
+                    multi.denyoom |= denyoom;
+                    multi.cmds.push(RemoteCmd::kept(idx), args.iter());
+                    self.info.multi.set(multi.cmds.cmds.len() as i64);
+                }
                 self.out.simple("QUEUED");
                 return;
             }

@@ -17,6 +17,7 @@ pub mod crash;
 mod durability;
 mod fanout;
 pub mod mailbox;
+mod maxmemory;
 pub mod messages;
 mod multi_family;
 pub mod pause;

@@ -100,19 +100,20 @@ const DEFAULT_SECTIONS: &[&str] = &[
 /// Sections `INFO all` adds to the default ones.
 const EXTRA_SECTIONS: &[&str] = &["commandstats", "shards"];
 
+/// Redis's `bytesToHuman`: bytes, or K/M/G/T/P (powers of 1024) with two decimals.
 fn human_bytes(n: u64) -> String {
-    let units = ["B", "K", "M", "G", "T"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
+    const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
+    if n < 1024 {
+        return format!("{n}B");
     }
-    if u == 0 {
-        format!("{n}B")
-    } else {
-        format!("{v:.2}{}", units[u])
+    for (i, unit) in UNITS.iter().enumerate() {
+        let scale = 1u64 << (10 * (i + 1));
+        if n < scale << 10 {
+            return format!("{:.2}{unit}", n as f64 / scale as f64);
+        }
     }
+    // Redis's bytesToHuman prints exabytes as plain bytes (maxmemory 18446744073709551615).
+    format!("{n}B")
 }
 
 fn rss_bytes() -> u64 {
@@ -459,8 +460,13 @@ impl Connection {
                     })
                     .collect();
                 let journal_was = config.get("appendonly") == "yes";
+                let maxmemory_was = config.maxmemory.load(Ordering::Relaxed);
                 match config.set_runtime(&pairs) {
                     Ok(()) => {
+                        if config.maxmemory.load(Ordering::Relaxed) != maxmemory_was {
+                            self.apply_maxmemory().await;
+                            self.warn_if_below_usage();
+                        }
                         let journal_is = config.get("appendonly") == "yes";
                         if journal_was != journal_is {
                             self.switch_journal(journal_is).await;
@@ -472,6 +478,7 @@ impl Connection {
             }
             b"resetstat" if args.len() == 2 => {
                 self.ask_all(ShardMsg::ResetStats).await;
+                self.worker.cluster.memory.reset_exceeded();
                 self.out.ok();
             }
             b"rewrite" if args.len() == 2 => {
@@ -735,6 +742,17 @@ impl Connection {
         self.out.verbatim("txt", text.as_bytes());
     }
 
+    /// Redis's warning when CONFIG SET sets `maxmemory` below what is in use.
+    fn warn_if_below_usage(&self) {
+        let maxmemory = self.worker.cluster.config.maxmemory.load(Ordering::Relaxed);
+        let used = self.worker.used_memory_for_limit();
+        if maxmemory != 0 && maxmemory < used {
+            tracing::warn!(
+                "WARNING: the new maxmemory value set via CONFIG SET ({maxmemory}) is smaller than the current memory usage ({used}). This will result in key eviction and/or the inability to accept new write commands depending on the maxmemory-policy."
+            );
+        }
+    }
+
     fn render_info(&self, wanted: &[String], reports: &[ThreadReport]) -> String {
         let cluster = &self.worker.cluster;
         let mut stats = ThreadStats::default();
@@ -742,10 +760,12 @@ impl Connection {
             stats.merge(&r.stats);
         }
         let mut expired = 0;
+        let mut evicted = 0;
         let mut hits = 0;
         let mut misses = 0;
         for r in reports {
             expired += r.shard_stats.expired_keys;
+            evicted += r.shard_stats.evicted_keys;
             hits += r.shard_stats.keyspace_hits;
             misses += r.shard_stats.keyspace_misses;
         }
@@ -757,6 +777,7 @@ impl Connection {
             .sum::<u64>()
             .max(used);
         let ops: u64 = reports.iter().map(|r| r.ops_per_sec).sum();
+        let (exceeded_total, exceeded_now) = cluster.memory.exceeded_ms();
         // Every thread's replica names every subscription.
         let (channels, patterns, shard_channels) = self.worker.pubsub_counts();
         let rss = rss_bytes();
@@ -802,9 +823,11 @@ impl Connection {
             reports.iter().map(|r| r.tracking.0).sum::<usize>(),
         );
         section("Clients", &s, &mut out);
-        let maxmemory = cluster.config.get_u64("maxmemory");
+        let maxmemory = cluster.config.maxmemory.load(Ordering::Relaxed);
+        // Redis prints the unsigned limit with %lld: 2^64 - 1 shows as -1.
+        let maxmemory_signed = maxmemory as i64;
         let s = format!(
-            "used_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_allocator:mimalloc\r\n",
+            "used_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nmaxmemory:{maxmemory_signed}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_allocator:mimalloc\r\n",
             human_bytes(used),
             human_bytes(rss),
             human_bytes(maxmemory),
@@ -815,7 +838,7 @@ impl Connection {
         section("Memory", &s, &mut out);
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:0\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{exceeded_total}\r\ncurrent_eviction_exceeded_time:{exceeded_now}\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use damselfly_commands::stats::ThreadStats;
-use damselfly_commands::table::{Handler, COMMANDS};
+use damselfly_commands::table::{flags::DENYOOM, Handler, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_protocol::ReplyBuf;
@@ -21,6 +21,7 @@ use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
 use crate::durability::{JournalCell, TxTag};
+use crate::maxmemory::OOM;
 use crate::messages::{BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport};
 use crate::pubsub_family::ThreadPubSub;
 use crate::reply_slots::{ReplySlots, ReplyWait};
@@ -70,7 +71,7 @@ pub struct Worker {
     /// Clients blocked on this shard's keys.
     pub(crate) blocked: RefCell<BlockedKeys>,
     /// Milliseconds since the epoch for the current round of commands (see `refresh_clock`).
-    now_ms: Cell<u64>,
+    pub(crate) now_ms: Cell<u64>,
     /// Monotonic time of the same reading.
     now: Cell<Instant>,
     /// Wall-clock anchor, re-read every tick: per round only the monotonic clock is read and
@@ -82,6 +83,8 @@ pub struct Worker {
     /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
     ops_samples: RefCell<std::collections::VecDeque<(Instant, u64)>>,
     peak_memory: Cell<usize>,
+    /// This shard's part of the used memory every thread compares with `maxmemory`.
+    pub(crate) published_memory: crate::maxmemory::Published,
     /// The shard's journal, while journaling (crates/coord/src/durability.rs).
     pub(crate) journal: JournalCell,
     /// The transaction the records made now belong to.
@@ -128,6 +131,7 @@ impl Worker {
             limits_generation: Cell::new(u64::MAX),
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
             peak_memory: Cell::new(0),
+            published_memory: Default::default(),
             journal: RefCell::new(None),
             current_tx: Cell::new((0, 0)),
             running_tx: Cell::new(0),
@@ -141,6 +145,8 @@ impl Worker {
         if let Some(appender) = journal {
             worker.start_journal(appender);
         }
+        // Recovered data counts against the limit from the start.
+        worker.sync_limits();
         worker
     }
 
@@ -221,8 +227,8 @@ impl Worker {
         self.cluster.num_shards()
     }
 
-    /// Copies the encoding limits into the shard, and `appendfsync` into its journal, when the
-    /// configuration changed.
+    /// Copies the encoding limits and eviction settings into the shard, and `appendfsync`
+    /// into its journal, when the configuration changed.
     pub fn sync_limits(&self) {
         let config = &self.cluster.config;
         let generation = config.generation.load(Ordering::Acquire);
@@ -231,10 +237,12 @@ impl Worker {
             let mut shard = self.shard.borrow_mut();
             shard.limits = config.encoding_limits();
             shard.notify.flags = config.notify_flags.load(Ordering::Relaxed);
+            shard.eviction = config.eviction();
             drop(shard);
             if let Some(policy) = FsyncPolicy::parse(&config.get("appendfsync")) {
                 self.set_fsync_policy(policy);
             }
+            self.refresh_memory_step(config.maxmemory.load(Ordering::Relaxed));
         }
     }
 
@@ -314,6 +322,7 @@ impl Worker {
         let notified = shard.notify.pending();
         let invalidated = shard.tracking.pending();
         drop(shard);
+        self.publish_memory(false);
         if notified {
             self.publish_notifications();
         }
@@ -330,6 +339,8 @@ impl Worker {
         self.send_invalidations();
         self.serve_blocked();
         self.journal_flush();
+        // Hops and control messages change the shard outside a command's context too.
+        self.publish_memory(false);
     }
 
     fn handle_message(&self, msg: ShardMsg) {
@@ -559,7 +570,7 @@ impl Worker {
                 self.reply_to(origin, slot, Payload::Hop { id, value });
             }
             Hop::Batch(mut d) => {
-                self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
+                self.exec_plain_cmd(&d.batch, d.next, &mut d.reply);
                 d.ends.push(d.reply.buf.len());
                 d.next += 1;
                 self.release(id);
@@ -585,7 +596,7 @@ impl Worker {
                 }
                 return;
             }
-            self.exec_batch_cmd(&d.batch, d.next, &mut d.reply);
+            self.exec_plain_cmd(&d.batch, d.next, &mut d.reply);
             d.ends.push(d.reply.buf.len());
             d.next += 1;
             if d.reply.full() {
@@ -644,6 +655,25 @@ impl Worker {
         let spans = &batch.spans[c.first..c.first + c.nargs];
         let args = Args::new(&batch.data, spans);
         self.exec(c.spec, c.db, &args, reply, c.record, c.caller);
+    }
+
+    /// Runs command `i` of a plain batch (a client's commands sent to this shard, not a
+    /// transaction's), refusing one that may grow memory while used memory is over
+    /// `maxmemory`. The client's thread checked it when it arrived, but a round's batch may
+    /// carry many writes, and this shard's own usage is exact only here (docs/eviction.md).
+    fn exec_plain_cmd(&self, batch: &ExecBatch, i: usize, reply: &mut ReplyBuf) {
+        let c = &batch.cmds[i];
+        let limited = self.cluster.config.maxmemory.load(Ordering::Relaxed) != 0;
+        if limited && COMMANDS[c.spec].flags & DENYOOM != 0 && self.out_of_memory() {
+            reply.resp3 = c.resp3;
+            let before = reply.error_offsets.len();
+            reply.error(OOM);
+            let mut stats = self.stats.borrow_mut();
+            stats.record_rejected(c.spec);
+            stats.count_errors(reply, before);
+            return;
+        }
+        self.exec_batch_cmd(batch, i, reply);
     }
 
     /// Runs a whole batch (a transaction's hop: its intents are held).
@@ -751,6 +781,8 @@ impl Worker {
             self.peak_memory
                 .set(self.peak_memory.get().max(shard.used_memory()));
         }
+        self.publish_memory(false);
+        self.note_memory_limit();
         self.publish_notifications();
         self.send_invalidations();
         self.limit_tracking_table();

@@ -99,11 +99,36 @@ pub struct Options {
     /// yes: after a failed save, writes get MISCONF until a save succeeds (with save points).
     #[arg(long = "stop-writes-on-bgsave-error")]
     pub stop_writes_on_bgsave_error: Option<String>,
-    /// Accepted for compatibility with Redis command lines (no effect yet).
+    /// Most memory the data may use (e.g. 4gb; 0 = no limit): past it, commands that may
+    /// grow memory get OOM (docs/eviction.md).
     #[arg(long)]
     pub maxmemory: Option<String>,
+    /// What goes when maxmemory is reached: noeviction (writes get OOM), allkeys-lru,
+    /// allkeys-lfu, allkeys-random, volatile-lru, volatile-lfu, volatile-random, volatile-ttl.
     #[arg(long = "maxmemory-policy")]
     pub maxmemory_policy: Option<String>,
+    /// Keys sampled per eviction by the LRU, LFU and TTL policies.
+    #[arg(long = "maxmemory-samples")]
+    pub maxmemory_samples: Option<String>,
+    /// 0-100: how many keys one eviction pass may remove (64 at 10, doubling every 10).
+    #[arg(long = "maxmemory-eviction-tenacity")]
+    pub maxmemory_eviction_tenacity: Option<String>,
+    /// The LFU counter's logarithm factor.
+    #[arg(long = "lfu-log-factor")]
+    pub lfu_log_factor: Option<String>,
+    /// Minutes for an idle key's LFU counter to drop by one.
+    #[arg(long = "lfu-decay-time")]
+    pub lfu_decay_time: Option<String>,
+    /// yes: past maxmemory, evict any key by a CLOCK sweep instead of maxmemory-policy
+    /// (Damselfly's cache mode, docs/eviction.md).
+    #[arg(long = "cache-mode")]
+    pub cache_mode: Option<String>,
+    /// yes (default): transparent huge pages off for this process, as Redis does.
+    #[arg(long = "disable-thp")]
+    pub disable_thp: Option<String>,
+    /// Client eviction's limit, bytes or a percentage of maxmemory (accepted; not built).
+    #[arg(long = "maxmemory-clients")]
+    pub maxmemory_clients: Option<String>,
     #[arg(long = "protected-mode")]
     pub protected_mode: Option<String>,
     #[arg(long)]
@@ -182,7 +207,7 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 29] = [
+        let flags: [(&str, Option<String>); 36] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
             ("unixsocket", self.unixsocket.clone()),
@@ -218,6 +243,16 @@ impl Options {
             ),
             ("maxmemory", self.maxmemory.clone()),
             ("maxmemory-policy", self.maxmemory_policy.clone()),
+            ("maxmemory-samples", self.maxmemory_samples.clone()),
+            (
+                "maxmemory-eviction-tenacity",
+                self.maxmemory_eviction_tenacity.clone(),
+            ),
+            ("lfu-log-factor", self.lfu_log_factor.clone()),
+            ("lfu-decay-time", self.lfu_decay_time.clone()),
+            ("cache-mode", self.cache_mode.clone()),
+            ("disable-thp", self.disable_thp.clone()),
+            ("maxmemory-clients", self.maxmemory_clients.clone()),
         ];
         for (name, value) in flags {
             if let Some(v) = value {
@@ -238,6 +273,10 @@ impl Options {
         }
         if config.get("daemonize") == "yes" {
             return Err("daemonize yes is not supported; run under a supervisor instead".into());
+        }
+        let maxmemory = config.get_u64("maxmemory");
+        if maxmemory > 0 && maxmemory < 1 << 20 {
+            warnings.push(format!("WARNING: You specified a maxmemory value that is less than 1MB (current value is {maxmemory} bytes). Are you sure this is what you really want?"));
         }
         Ok(warnings)
     }
@@ -325,5 +364,46 @@ mod tests {
         assert_eq!(config.get("maxclients"), "9");
         let bad = Options::parse_from(["damselfly", "--timeout", "x"]);
         assert!(bad.apply(&Config::default()).is_err());
+    }
+
+    #[test]
+    fn maxmemory_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.conf");
+        std::fs::write(
+            &path,
+            "maxmemory 100kb\nmaxmemory-policy allkeys-lru\nlfu-log-factor 3\nmaxmemory-clients 5%\n",
+        )
+        .unwrap();
+        let opts = Options::parse_from([
+            "damselfly",
+            path.to_str().unwrap(),
+            "--maxmemory-samples",
+            "7",
+            "--maxmemory-eviction-tenacity",
+            "20",
+            "--lfu-decay-time",
+            "0",
+        ]);
+        let config = Config::default();
+        let warnings = opts.apply(&config).unwrap();
+        assert_eq!(config.get("maxmemory"), "102400");
+        assert_eq!(config.get("maxmemory-clients"), "5%");
+        let eviction = config.eviction();
+        assert_eq!(
+            (
+                eviction.samples,
+                eviction.tenacity,
+                eviction.lfu_log_factor,
+                eviction.lfu_decay_time
+            ),
+            (7, 20, 3, 0)
+        );
+        assert!(warnings[0].contains("maxmemory value that is less than 1MB"));
+        let bad = Options::parse_from(["damselfly", "--maxmemory-policy", "lru"]);
+        assert!(bad
+            .apply(&Config::default())
+            .unwrap_err()
+            .contains("argument(s) must be one of the following: volatile-lru"));
     }
 }

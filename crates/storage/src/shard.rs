@@ -371,6 +371,12 @@ impl Shard {
         self.used_memory
     }
 
+    /// All this shard's data takes: its keys and its tables' free slots. The figure
+    /// `maxmemory` is kept by.
+    pub fn footprint(&self) -> usize {
+        self.used_memory() + self.table_slack()
+    }
+
     /// Bytes of the tables' free slots (each entry's `mem_size` counts its own slot): with
     /// [`Shard::used_memory`], all this shard's data takes.
     pub fn table_slack(&self) -> usize {
@@ -769,7 +775,7 @@ impl Shard {
     /// several calls, as Redis bounds each eviction pass).
     pub fn evict_to(&mut self, limit: usize, budget: usize, now: u64) -> Eviction {
         let mut evicted = 0;
-        while self.used_memory() + self.table_slack() > limit {
+        while self.footprint() > limit {
             if evicted == budget {
                 return Eviction::Running;
             }

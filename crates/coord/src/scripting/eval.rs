@@ -76,6 +76,9 @@ impl Connection {
             return self
                 .reply_error("ERR Can not execute a script with write flag using *_ro command.");
         }
+        if let Some(refusal) = self.script_start_refusal(script.flags) {
+            return self.reply_error(refusal);
+        }
         let nkeys = numkeys as usize;
         let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
         let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
@@ -87,6 +90,7 @@ impl Connection {
             id: &script.sha,
             read_only,
             reach: &script.reach,
+            oom_checked: self.calls_checked_for_oom(script.flags),
         };
         self.run_call(&call, Target::Eval(script.clone()), args)
             .await;

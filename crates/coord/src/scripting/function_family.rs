@@ -98,6 +98,9 @@ impl Connection {
             return self
                 .reply_error("ERR Can not execute a script with write flag using *_ro command.");
         }
+        if let Some(refusal) = self.script_start_refusal(Some(info.flags)) {
+            return self.reply_error(refusal);
+        }
         let nkeys = numkeys as usize;
         let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
         let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
@@ -108,6 +111,7 @@ impl Connection {
             id: &info.name,
             read_only: read_only_cmd || info.flags.no_writes,
             reach: &info.reach,
+            oom_checked: self.calls_checked_for_oom(Some(info.flags)),
         };
         self.run_call(&call, Target::Function(lib.clone(), index), args)
             .await;

@@ -19,6 +19,7 @@ use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Script, ScriptVm};
 
 use super::{call_answer, call_words, check_call, next_call, Failure, Next, Outcome};
+use crate::maxmemory::CallOom;
 use crate::worker::Worker;
 
 /// What a run executes: an EVAL script or a library's function.
@@ -38,6 +39,8 @@ pub(super) struct HereJob {
     pub resp3: bool,
     pub read_only: bool,
     pub strict_keys: Option<Vec<Vec<u8>>>,
+    /// Its calls are checked against `maxmemory` (`CallOom`).
+    pub oom_checked: bool,
     pub watch: Arc<RunWatch>,
     /// The script cache generation (which VM the thread must use).
     pub generation: u64,
@@ -104,6 +107,7 @@ impl Worker {
     ) -> Option<Outcome> {
         let lua = vm.lua();
         let mut answer = None;
+        let mut oom = CallOom::new(job.oom_checked);
         loop {
             let (resp3, words) = match next_call(run, lua, answer.take()) {
                 Next::End(outcome) => return Some(outcome),
@@ -117,6 +121,7 @@ impl Worker {
                 &args,
                 job.read_only,
                 job.strict_keys.as_deref(),
+                &mut oom,
             );
             let bytes = match checked {
                 Err(refusal) => Err(refusal),

@@ -34,6 +34,7 @@ use mlua::Value;
 
 use self::here::{HereJob, HereResult, Target};
 use crate::connection::Connection;
+use crate::maxmemory::CallOom;
 use crate::tx::{Lock, Mode};
 
 const BUSY_EVAL: &str =
@@ -53,6 +54,8 @@ struct Call<'a> {
     id: &'a str,
     read_only: bool,
     reach: &'a Reach,
+    /// It started over `maxmemory` without `allow-oom`: its calls are checked (`CallOom`).
+    oom_checked: bool,
 }
 
 /// What a run locks and what it did so far.
@@ -71,6 +74,8 @@ struct RunScope {
     watch: Arc<RunWatch>,
     /// Under `script-shard-locking strict`: the declared keys, the only ones calls may name.
     strict_keys: Option<Vec<Vec<u8>>>,
+    /// maxmemory's rule for the run's calls.
+    oom: CallOom,
 }
 
 impl RunScope {
@@ -177,6 +182,7 @@ impl Connection {
             read_only: call.read_only,
             strict_keys: (locking == ScriptLocking::Strict)
                 .then(|| call.keys.iter().map(|k| k.to_vec()).collect()),
+            oom_checked: call.oom_checked,
             watch: self.run_watch(call, args),
             generation: self.worker.cluster.scripts.generation(),
             caller: self.caller(),
@@ -309,6 +315,7 @@ impl Connection {
             watch,
             strict_keys: (locking == ScriptLocking::Strict)
                 .then(|| keys.iter().map(|k| k.to_vec()).collect()),
+            oom: CallOom::default(),
         }
     }
 
@@ -359,6 +366,7 @@ impl Connection {
         };
         scope.wrote = false;
         scope.roamed = false;
+        scope.oom = CallOom::new(call.oom_checked);
         let mut answer = None;
         loop {
             let (resp3, words) = match next_call(&mut run, lua, answer.take()) {
@@ -397,6 +405,7 @@ impl Connection {
             &args,
             scope.read_only,
             scope.strict_keys.as_deref(),
+            &mut scope.oom,
         );
         let (idx, plan) = match checked {
             Ok(c) => c,
@@ -553,17 +562,35 @@ fn call_words(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<Span>) {
 type Plan = Vec<(usize, Vec<Lock>)>;
 
 /// Redis's checks of one `redis.call`, in Redis's order, then the intents it needs per shard.
-/// The error is the reply the call gets.
+/// The error is the reply the call gets; a refused command counts in its `rejected_calls`,
+/// as in Redis.
 fn check_call(
     worker: &crate::worker::Worker,
     db: usize,
     args: &Args,
     read_only: bool,
     strict_keys: Option<&[Vec<u8>]>,
+    oom: &mut CallOom,
 ) -> Result<(usize, Plan), &'static str> {
     let Some(idx) = lookup(args.get(0)) else {
         return Err("ERR Unknown Redis command called from script");
     };
+    let checked = check_known_call(worker, idx, db, args, read_only, strict_keys, oom);
+    if checked.is_err() {
+        worker.stats.borrow_mut().record_rejected(idx);
+    }
+    checked.map(|plan| (idx, plan))
+}
+
+fn check_known_call(
+    worker: &crate::worker::Worker,
+    idx: usize,
+    db: usize,
+    args: &Args,
+    read_only: bool,
+    strict_keys: Option<&[Vec<u8>]>,
+    oom: &mut CallOom,
+) -> Result<Plan, &'static str> {
     let spec = &COMMANDS[idx];
     if !spec.arity_ok(args.len()) {
         return Err("ERR Wrong number of args calling Redis command from script");
@@ -574,6 +601,7 @@ fn check_call(
     if read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
         return Err("ERR Write commands are not allowed from read-only scripts.");
     }
+    oom.check(spec)?;
     let mut plan = Vec::new();
     crate::tx::plan::command_locks(
         idx,
@@ -592,7 +620,7 @@ fn check_call(
             return Err(UNDECLARED);
         }
     }
-    Ok((idx, plan))
+    Ok(plan)
 }
 
 /// SHUTDOWN while a script is busy: without NOSAVE it is refused with BUSY; with NOSAVE
