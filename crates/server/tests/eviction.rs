@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::{encode, info_field, Backend, Raw, Server};
 
-const LIMIT: &str = "8mb";
-const LIMIT_BYTES: usize = 8 << 20;
+const LIMIT: &str = "4mb";
+const LIMIT_BYTES: usize = 4 << 20;
 const VALUE: usize = 1000;
 
 fn info_u64(c: &mut Raw, section: &str, field: &str) -> u64 {
