@@ -8,8 +8,11 @@
 //!   (MULTI/EXEC, keys placed on chosen shards), used by benches/tx.sh.
 //! - `pubsub`: Pub/Sub load (publishers, channel or pattern subscribers) with delivery
 //!   throughput and latency, used by benches/pubsub.sh.
+//! - `hitrate`: the hit rate of a Zipfian key trace replayed cache-aside against each server
+//!   under maxmemory, per eviction policy.
 
 mod compare;
+mod hitrate;
 mod load;
 mod pubsub;
 mod report;
@@ -35,6 +38,8 @@ enum Cmd {
     Load(load::LoadArgs),
     /// Publishes to channels with many subscribers and measures delivery rate and latency.
     Pubsub(pubsub::PubsubArgs),
+    /// Replays a Zipfian key trace cache-aside under maxmemory and reports each policy's hit rate.
+    Hitrate(hitrate::HitrateArgs),
 }
 
 #[derive(Parser)]
@@ -64,10 +69,22 @@ fn publish(run: &compare::Run, report: &std::path::Path, plots: &std::path::Path
     );
 }
 
+/// Prints a driver's markdown report; exits on failure.
+fn print_report(name: &str, report: Result<String, String>) {
+    match report {
+        Ok(markdown) => print!("{markdown}"),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() {
     match Cli::parse().command {
         Cmd::Load(args) => load::load(args),
         Cmd::Pubsub(args) => pubsub::pubsub(args),
+        Cmd::Hitrate(args) => print_report("hitrate", hitrate::run(args)),
         Cmd::Compare(args) => {
             let (report, plots) = (args.report.clone(), args.plots.clone());
             let run = match compare::run(args) {

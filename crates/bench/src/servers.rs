@@ -1,7 +1,8 @@
 //! The servers under comparison: started on free ports and unix sockets in a temporary
 //! directory, waited for (PING), sampled through /proc (CPU time, RSS), asked for INFO, and
 //! stopped by PID when the run ends, whatever happens. Also owns the command-line options every
-//! driver shares to start them (the Damselfly binary, its shard threads).
+//! driver shares to start them (the Damselfly binary, its shard threads) and a blocking
+//! pipelined connection for drivers that send their own commands.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -194,6 +195,11 @@ impl Server {
         Ok(())
     }
 
+    /// A pipelined connection to the server over TCP.
+    pub fn connect(&self) -> Result<Pipe, String> {
+        Pipe::connect(self.port)
+    }
+
     /// Stops the server (SIGTERM, then SIGKILL) and reaps it.
     pub fn stop(&mut self) {
         // SAFETY: signalling a child process this struct started and still owns.
@@ -275,6 +281,74 @@ impl Launcher {
 impl Drop for Launcher {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A reply read from a [`Pipe`].
+pub type Reply = redis_protocol::resp2::types::BytesFrame;
+
+/// A blocking TCP connection that writes many commands at once and then reads their replies
+/// in order, for drivers whose load redis-benchmark cannot express.
+pub struct Pipe {
+    stream: TcpStream,
+    out: Vec<u8>,
+    buf: bytes::BytesMut,
+}
+
+impl Pipe {
+    fn connect(port: u16) -> Result<Pipe, String> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(|e| e.to_string())?;
+        Ok(Pipe {
+            stream,
+            out: Vec::new(),
+            buf: bytes::BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
+    /// Queues one command; nothing is sent before [`Pipe::flush`].
+    pub fn queue(&mut self, args: &[&[u8]]) {
+        self.out
+            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            self.out
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.out.extend_from_slice(a);
+            self.out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Sends every queued command.
+    pub fn flush(&mut self) -> Result<(), String> {
+        let sent = self.stream.write_all(&self.out).map_err(|e| e.to_string());
+        self.out.clear();
+        sent
+    }
+
+    /// The next reply (error replies included: the caller decides what they mean).
+    pub fn reply(&mut self) -> Result<Reply, String> {
+        loop {
+            match redis_protocol::resp2::decode::decode_bytes_mut(&mut self.buf) {
+                Ok(Some((frame, _, _))) => return Ok(frame),
+                Ok(None) => {
+                    // Read into the buffer's tail, then keep only what arrived.
+                    let start = self.buf.len();
+                    self.buf.resize(start + 64 * 1024, 0);
+                    let n = self
+                        .stream
+                        .read(&mut self.buf[start..])
+                        .map_err(|e| e.to_string())?;
+                    self.buf.truncate(start + n);
+                    if n == 0 {
+                        return Err("connection closed".into());
+                    }
+                }
+                Err(e) => return Err(format!("bad reply: {e:?}")),
+            }
+        }
     }
 }
 
