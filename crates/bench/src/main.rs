@@ -10,10 +10,12 @@
 //!   throughput and latency, used by benches/pubsub.sh.
 //! - `hitrate`: the hit rate of a Zipfian key trace replayed cache-aside against each server
 //!   under maxmemory, per eviction policy.
+//! - `memcurve`: memory per key from 100k to 10M keys for both servers, with plots.
 
 mod compare;
 mod hitrate;
 mod load;
+mod memcurve;
 mod pubsub;
 mod report;
 mod servers;
@@ -40,6 +42,8 @@ enum Cmd {
     Pubsub(pubsub::PubsubArgs),
     /// Replays a Zipfian key trace cache-aside under maxmemory and reports each policy's hit rate.
     Hitrate(hitrate::HitrateArgs),
+    /// Measures memory per key of both servers from 100k to 10M keys and plots it.
+    Memcurve(memcurve::MemcurveArgs),
 }
 
 #[derive(Parser)]
@@ -85,6 +89,7 @@ fn main() {
         Cmd::Load(args) => load::load(args),
         Cmd::Pubsub(args) => pubsub::pubsub(args),
         Cmd::Hitrate(args) => print_report("hitrate", hitrate::run(args)),
+        Cmd::Memcurve(args) => print_report("memcurve", memcurve::run(args)),
         Cmd::Compare(args) => {
             let (report, plots) = (args.report.clone(), args.plots.clone());
             let run = match compare::run(args) {
