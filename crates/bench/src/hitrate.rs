@@ -175,12 +175,12 @@ fn replay(server: &Server, requests: &[u32], args: &HitrateArgs) -> Result<Repla
 /// it: Redis evicts after the write that crossed the limit, so it overshoots a little.
 const OVERSHOOT: f64 = 1.25;
 
-/// Why a run's hit rate would mean nothing, if it would: the server refused SETs (OOM) rather
-/// than evict, or holds well over maxmemory.
+/// Why a run's hit rate would mean nothing, if it would: the server refused SETs (OOM: it does
+/// not evict, or had nothing left to evict), or holds well over maxmemory.
 fn disrespected(maxmemory: u64, used: u64, oom: u64) -> Option<String> {
     let ratio = used as f64 / maxmemory.max(1) as f64;
     if oom > 0 {
-        Some(format!("refused {oom} SETs with OOM instead of evicting"))
+        Some(format!("refused {oom} SETs with OOM rather than make room"))
     } else if ratio > OVERSHOOT {
         Some(format!(
             "used_memory is {ratio:.1}x maxmemory: it does not keep to maxmemory"
@@ -214,8 +214,14 @@ impl Reported {
 }
 
 enum Outcome {
-    /// It kept to maxmemory: the hit rate over the measured part, and requests per second.
-    Measured(f64, f64, Reported),
+    /// It kept to maxmemory.
+    Measured {
+        /// Hits over the measured part of the trace.
+        hit_rate: f64,
+        /// Requests (GETs) per second over the measured part.
+        per_sec: f64,
+        reported: Reported,
+    },
     /// It did not (why); no hit rate.
     Disrespected(String, Reported),
     /// It did not start, or stopped answering.
@@ -269,11 +275,11 @@ fn run_one(
         return Ok(Outcome::Disrespected(why, reported));
     }
     let total = (measured.hits + measured.misses).max(1) as f64;
-    Ok(Outcome::Measured(
-        measured.hits as f64 / total,
+    Ok(Outcome::Measured {
+        hit_rate: measured.hits as f64 / total,
         per_sec,
         reported,
-    ))
+    })
 }
 
 /// Redis's `used_memory` with `count` of the trace's keys and values in a fresh Redis.
@@ -337,8 +343,9 @@ pub fn run(args: HitrateArgs) -> Result<String, String> {
     let setup = format!(
         "`damselfly-bench hitrate --requests {} --keys {} --value-size {} --alpha {} --seed {} \
          --warmup {} --batch {} --connections {}`: a Zipf trace of {} requests (the first {} \
-         warm up) over {} keys; GET, then SET on a miss. maxmemory {} bytes: {}. Damselfly \
-         runs with `--threads {}`. {:.0} s in all.\n",
+         warm up) over {} keys; GET, then SET on a miss; keyspace hits / misses are the server's \
+         for the whole run. maxmemory {} bytes: {}. Damselfly runs with `--threads {}`. {:.0} s \
+         in all.\n",
         args.requests,
         args.keys,
         args.value_size,
@@ -390,9 +397,11 @@ fn markdown_row(row: &Row, maxmemory: u64) -> String {
         )
     };
     let cells = match &row.outcome {
-        Outcome::Measured(rate, per_sec, r) => {
-            format!("{:.2}% | {} | {per_sec:.0}", rate * 100.0, reported(r))
-        }
+        Outcome::Measured {
+            hit_rate,
+            per_sec,
+            reported: r,
+        } => format!("{:.2}% | {} | {per_sec:.0}", hit_rate * 100.0, reported(r)),
         Outcome::Disrespected(why, r) => format!("not measured: {why} | {} | ", reported(r)),
         Outcome::Failed(e) => format!("failed: {e} | | | | | "),
     };
@@ -490,17 +499,17 @@ mod tests {
             Row {
                 policy: "allkeys-lru".into(),
                 server: "redis",
-                outcome: Outcome::Measured(
-                    0.5,
-                    1e5,
-                    Reported {
+                outcome: Outcome::Measured {
+                    hit_rate: 0.5,
+                    per_sec: 1e5,
+                    reported: Reported {
                         evicted: 7,
                         keyspace_hits: 5,
                         keyspace_misses: 5,
                         used: 1_000_000,
                         rss: 5_000_000,
                     },
-                ),
+                },
             },
             Row {
                 policy: "allkeys-lru".into(),

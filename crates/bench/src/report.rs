@@ -382,7 +382,8 @@ pub fn line_chart(
         .flat_map(|l| l.points.iter().map(|p| p.1))
         .fold(0.0, f64::max)
         .max(1e-9)
-        * 1.1;
+        // Headroom for the legend, one row per line in the upper right.
+        * (1.1 + 0.06 * lines.len() as f64);
     let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -398,6 +399,8 @@ pub fn line_chart(
         .y_desc(y_desc)
         .x_label_formatter(&count_label)
         .y_label_formatter(&|y| format!("{y:.0}"))
+        // A log axis has a light line per minor tick: too many to read through.
+        .light_line_style(WHITE)
         .draw()
         .map_err(|e| err(&e))?;
     for line in lines {
