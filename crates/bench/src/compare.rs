@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::servers::Server;
+use crate::servers::{Server, ServerArgs};
 use crate::tools::{self, Measured};
 
 #[derive(clap::Parser, Clone, Debug)]
@@ -13,12 +13,8 @@ pub struct CompareArgs {
     /// Rounds per scenario (cells report the median and the min-max).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Damselfly's shard threads.
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
-    /// The Damselfly binary (default: target/release/damselfly).
-    #[arg(long)]
-    pub damselfly: Option<PathBuf>,
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// Tiny request counts and populations: checks the pipeline end to end in seconds.
     #[arg(long)]
     pub quick: bool,
@@ -218,28 +214,17 @@ impl Run {
 }
 
 pub fn run(args: CompareArgs) -> Result<Run, String> {
-    let binary = args
-        .damselfly
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("target/release/damselfly"));
-    if !binary.exists() {
-        return Err(format!(
-            "{} not found: build it first (cargo build --release)",
-            binary.display()
-        ));
-    }
+    let launcher = args.servers.launcher()?;
     let memtier = !args.no_memtier && tools::available("memtier_benchmark");
     let chosen: Vec<Scenario> = scenarios(args.quick)
         .into_iter()
         .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.key.contains(o.as_str())))
         .filter(|s| memtier || !matches!(s.load, Load::Memtier { .. }))
         .collect();
-    let dir = std::env::temp_dir().join(format!("damselfly-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let start_pair = || -> Result<[Server; 2], String> {
         Ok([
-            Server::redis(&dir)?,
-            Server::damselfly(&binary, &dir, args.threads)?,
+            launcher.start("redis", &[])?,
+            launcher.start("damselfly", &[])?,
         ])
     };
     let mut samples = Vec::new();
@@ -259,11 +244,7 @@ pub fn run(args: CompareArgs) -> Result<Run, String> {
                             size,
                         } => {
                             // A fresh server, so RSS is not inflated or hidden by earlier runs.
-                            let mut fresh = if server.name == "redis" {
-                                Server::redis(&dir)?
-                            } else {
-                                Server::damselfly(&binary, &dir, args.threads)?
-                            };
+                            let mut fresh = launcher.start(server.name, &[])?;
                             let s = measure_memory(&fresh, sc, *count, prefix, *size);
                             fresh.stop();
                             s?
@@ -291,10 +272,9 @@ pub fn run(args: CompareArgs) -> Result<Run, String> {
     for s in servers.iter_mut() {
         s.stop();
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(Run {
         rounds: args.rounds,
-        threads: args.threads,
+        threads: launcher.threads,
         quick: args.quick,
         memtier,
         elapsed_secs: started.elapsed().as_secs_f64(),
@@ -377,26 +357,17 @@ fn measure_memory(
     prefix: &str,
     size: u64,
 ) -> Result<Sample, String> {
-    let used = |s: &Server| s.info_field("memory", "used_memory").unwrap_or(0) as f64;
-    let (used0, rss0) = (used(server), server.usage().1 as f64);
-    let reply = server.command(&[
-        "DEBUG",
-        "POPULATE",
-        &count.to_string(),
-        prefix,
-        &size.to_string(),
-    ])?;
-    if reply != "+OK" {
-        return Err(format!("{}: DEBUG POPULATE replied {reply}", server.name));
-    }
-    let (used1, rss1) = (used(server), server.usage().1 as f64);
+    let (used0, rss0) = server.memory();
+    server.populate(count, prefix, size)?;
+    let (used1, rss1) = server.memory();
+    let per_key = |after: u64, before: u64| (after as f64 - before as f64) / count as f64;
     Ok(Sample {
         scenario: sc.key.to_string(),
         unix: false,
         server: server.name.to_string(),
         tests: Vec::new(),
         cpu_us_per_op: 0.0,
-        rss: rss1 as u64,
-        per_key: Some(((used1 - used0) / count as f64, (rss1 - rss0) / count as f64)),
+        rss: rss1,
+        per_key: Some((per_key(used1, used0), per_key(rss1, rss0))),
     })
 }

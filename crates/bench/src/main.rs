@@ -8,9 +8,14 @@
 //!   (MULTI/EXEC, keys placed on chosen shards), used by benches/tx.sh.
 //! - `pubsub`: Pub/Sub load (publishers, channel or pattern subscribers) with delivery
 //!   throughput and latency, used by benches/pubsub.sh.
+//! - `hitrate`: the hit rate of a Zipfian key trace replayed cache-aside against each server
+//!   under maxmemory, per eviction policy.
+//! - `memcurve`: memory per key from 100k to 10M keys for both servers, with plots.
 
 mod compare;
+mod hitrate;
 mod load;
+mod memcurve;
 mod pubsub;
 mod report;
 mod servers;
@@ -35,6 +40,10 @@ enum Cmd {
     Load(load::LoadArgs),
     /// Publishes to channels with many subscribers and measures delivery rate and latency.
     Pubsub(pubsub::PubsubArgs),
+    /// Replays a Zipfian key trace cache-aside under maxmemory and reports each policy's hit rate.
+    Hitrate(hitrate::HitrateArgs),
+    /// Measures memory per key of both servers from 100k to 10M keys and plots it.
+    Memcurve(memcurve::MemcurveArgs),
 }
 
 #[derive(Parser)]
@@ -64,10 +73,23 @@ fn publish(run: &compare::Run, report: &std::path::Path, plots: &std::path::Path
     );
 }
 
+/// Prints a driver's markdown report; exits on failure.
+fn print_report(name: &str, report: Result<String, String>) {
+    match report {
+        Ok(markdown) => print!("{markdown}"),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() {
     match Cli::parse().command {
         Cmd::Load(args) => load::load(args),
         Cmd::Pubsub(args) => pubsub::pubsub(args),
+        Cmd::Hitrate(args) => print_report("hitrate", hitrate::run(args)),
+        Cmd::Memcurve(args) => print_report("memcurve", memcurve::run(args)),
         Cmd::Compare(args) => {
             let (report, plots) = (args.report.clone(), args.plots.clone());
             let run = match compare::run(args) {

@@ -1,10 +1,11 @@
 //! The report: a markdown section of docs/benchmarks.md (between the compare markers, so the
-//! hand-written analysis around it stays) and SVG bar charts of throughput and p99 latency per
-//! scenario.
+//! hand-written analysis around it stays), SVG bar charts of throughput and p99 latency per
+//! scenario, and the SVG line charts other drivers draw (memory per key against keys).
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -308,9 +309,8 @@ fn bar_chart(
         root.draw_text(label, &style, (x, y + 8))
             .map_err(|e| err(&e))?;
     }
-    let colors = [RGBColor(200, 60, 50), RGBColor(40, 110, 190)];
     for (j, (values, name)) in series.iter().zip(["Redis", "Damselfly"]).enumerate() {
-        let color = colors[j];
+        let color = server_color(&name.to_lowercase());
         chart
             .draw_series(values.iter().enumerate().map(|(i, &v)| {
                 let x0 = i as f64 + 0.1 + 0.4 * j as f64;
@@ -329,6 +329,120 @@ fn bar_chart(
     root.present().map_err(|e| err(&e))
 }
 
+/// A server's colour in every plot (Redis red, Damselfly blue, anything else grey).
+pub fn server_color(server: &str) -> RGBColor {
+    match server {
+        "redis" => RGBColor(200, 60, 50),
+        "damselfly" => RGBColor(40, 110, 190),
+        _ => RGBColor(110, 110, 110),
+    }
+}
+
+/// One line of a [`line_chart`].
+pub struct Line {
+    pub label: String,
+    pub color: RGBColor,
+    /// Dashed, for a variant of a solid line of the same colour.
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// `1500000.0` -> `1.5M`, `200000.0` -> `200k`: tick labels for key counts.
+fn count_label(x: &f64) -> String {
+    let (v, unit) = if *x >= 1e6 {
+        (x / 1e6, "M")
+    } else if *x >= 1e3 {
+        (x / 1e3, "k")
+    } else {
+        (*x, "")
+    };
+    let digits = if (v - v.round()).abs() < 0.05 { 0 } else { 1 };
+    format!("{v:.digits$}{unit}")
+}
+
+/// Lines over a logarithmic x axis of counts, the y axis from zero, a dot at every point.
+pub fn line_chart(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    lines: &[Line],
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let xs = || lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let x0 = xs().fold(f64::INFINITY, f64::min);
+    let x1 = xs().fold(0.0, f64::max);
+    if !(x0 > 0.0 && x0.is_finite()) {
+        return Err(format!("{}: no positive x to plot", path.display()));
+    }
+    // A single count still needs a range a log axis can span.
+    let x1 = if x1 > x0 { x1 } else { x0 * 10.0 };
+    let top = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        // Headroom for the legend, one row per line in the upper right.
+        * (1.1 + 0.06 * lines.len() as f64);
+    let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x0 * 0.9..x1 * 1.1).log_scale(), 0.0..top)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&count_label)
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        // A log axis has a light line per minor tick: too many to read through.
+        .light_line_style(WHITE)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for line in lines {
+        let style = line.color.stroke_width(2);
+        let points = line.points.iter().copied();
+        let drawn = if line.dashed {
+            chart.draw_series(DashedLineSeries::new(points, 8, 5, style))
+        } else {
+            chart.draw_series(LineSeries::new(points, style))
+        };
+        // The legend's sample is dashed like its line.
+        let dashed = line.dashed;
+        drawn
+            .map_err(|e| err(&e))?
+            .label(line.label.as_str())
+            .legend(move |(x, y)| {
+                let ends = [(x, y), (x + 20, y)];
+                if dashed {
+                    DashedPathElement::new(ends, 5, 3, style).into_dyn()
+                } else {
+                    PathElement::new(ends, style).into_dyn()
+                }
+            });
+        let color = line.color;
+        chart
+            .draw_series(
+                line.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, color.filled())),
+            )
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +452,36 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0]), 2.5);
         assert_eq!(range(&[3.0, 1.0, 2.0]), (1.0, 3.0));
+    }
+
+    #[test]
+    fn count_labels_are_short() {
+        assert_eq!(count_label(&100_000.0), "100k");
+        assert_eq!(count_label(&1_500_000.0), "1.5M");
+        assert_eq!(count_label(&10_000_000.0), "10M");
+        assert_eq!(count_label(&500.0), "500");
+    }
+
+    #[test]
+    fn line_chart_draws_every_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines.svg");
+        let lines = [
+            ("Redis key 100", "redis", false),
+            ("Damselfly k 10", "damselfly", true),
+        ]
+        .map(|(label, server, dashed)| Line {
+            label: label.to_string(),
+            color: server_color(server),
+            dashed,
+            points: vec![(1e5, 190.0), (1e6, 180.0), (1e7, 200.0)],
+        });
+        line_chart(&path, "bytes per key", "keys", "bytes/key", &lines).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("Redis key 100") && svg.contains("Damselfly k 10"));
+        assert!(svg.contains("1M"), "log axis ticks are labelled as counts");
+        assert!(line_chart(&path, "empty", "keys", "bytes/key", &[]).is_err());
     }
 
     #[test]

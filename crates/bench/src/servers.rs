@@ -1,6 +1,8 @@
 //! The servers under comparison: started on free ports and unix sockets in a temporary
 //! directory, waited for (PING), sampled through /proc (CPU time, RSS), asked for INFO, and
-//! stopped by PID when the run ends, whatever happens.
+//! stopped by PID when the run ends, whatever happens. Also owns the command-line options every
+//! driver shares to start them (the Damselfly binary, its shard threads) and a blocking
+//! pipelined connection for drivers that send their own commands.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -32,8 +34,9 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl Server {
-    /// Starts `redis-server` from PATH without persistence.
-    pub fn redis(dir: &Path) -> Result<Server, String> {
+    /// Starts `redis-server` from PATH without persistence, with `extra` arguments (e.g.
+    /// `--maxmemory`).
+    pub fn redis(dir: &Path, extra: &[String]) -> Result<Server, String> {
         let port = free_port().map_err(|e| e.to_string())?;
         let socket = socket_path(dir, "redis");
         let mut cmd = Command::new("redis-server");
@@ -48,13 +51,19 @@ impl Server {
         .args(["--enable-debug-command", "yes", "--unixsocket"])
         .arg(&socket)
         .arg("--dir")
-        .arg(dir);
+        .arg(dir)
+        .args(extra);
         Self::spawn("redis", cmd, port, socket)
     }
 
     /// Starts Damselfly from `binary` with `threads` shard threads, without persistence (as
-    /// Redis here), its files (none) in `dir`.
-    pub fn damselfly(binary: &Path, dir: &Path, threads: usize) -> Result<Server, String> {
+    /// Redis here), its files (none) in `dir`, with `extra` arguments.
+    pub fn damselfly(
+        binary: &Path,
+        dir: &Path,
+        threads: usize,
+        extra: &[String],
+    ) -> Result<Server, String> {
         let port = free_port().map_err(|e| e.to_string())?;
         let socket = socket_path(dir, "damselfly");
         let mut cmd = Command::new(binary);
@@ -71,7 +80,8 @@ impl Server {
         .args(["--loglevel", "warning", "--unixsocket"])
         .arg(&socket)
         .arg("--dir")
-        .arg(dir);
+        .arg(dir)
+        .args(extra);
         Self::spawn("damselfly", cmd, port, socket)
     }
 
@@ -161,6 +171,35 @@ impl Server {
         process_usage(self.pid())
     }
 
+    /// (INFO `used_memory`, resident set bytes from /proc) now.
+    pub fn memory(&self) -> (u64, u64) {
+        (
+            self.info_field("memory", "used_memory").unwrap_or(0),
+            self.usage().1,
+        )
+    }
+
+    /// `DEBUG POPULATE count prefix size`: keys `prefix:0`..`prefix:{count-1}` that do not exist
+    /// yet, with `size`-byte values.
+    pub fn populate(&self, count: u64, prefix: &str, size: u64) -> Result<(), String> {
+        let reply = self.command(&[
+            "DEBUG",
+            "POPULATE",
+            &count.to_string(),
+            prefix,
+            &size.to_string(),
+        ])?;
+        if reply != "+OK" {
+            return Err(format!("{}: DEBUG POPULATE replied {reply}", self.name));
+        }
+        Ok(())
+    }
+
+    /// A pipelined connection to the server over TCP.
+    pub fn connect(&self) -> Result<Pipe, String> {
+        Pipe::connect(self.port)
+    }
+
     /// Stops the server (SIGTERM, then SIGKILL) and reaps it.
     pub fn stop(&mut self) {
         // SAFETY: signalling a child process this struct started and still owns.
@@ -183,6 +222,132 @@ impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             self.stop();
+        }
+    }
+}
+
+/// How to start the servers: the options every driver that starts them shares.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServerArgs {
+    /// Damselfly's shard threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// The Damselfly binary (default: release/damselfly under $CARGO_TARGET_DIR, else target/).
+    #[arg(long)]
+    pub damselfly: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    /// A launcher for this run.
+    pub fn launcher(&self) -> Result<Launcher, String> {
+        let binary = self.damselfly.clone().unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| PathBuf::from("target"), PathBuf::from)
+                .join("release/damselfly")
+        });
+        let dir = std::env::temp_dir().join(format!("damselfly-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        Ok(Launcher {
+            binary,
+            dir,
+            threads: self.threads,
+        })
+    }
+}
+
+/// Starts fresh servers of either kind for one run, their sockets in a temporary directory
+/// that goes when the launcher does.
+pub struct Launcher {
+    binary: PathBuf,
+    dir: PathBuf,
+    pub threads: usize,
+}
+
+impl Launcher {
+    /// Starts `name` (`redis` or `damselfly`) with `extra` arguments.
+    pub fn start(&self, name: &str, extra: &[String]) -> Result<Server, String> {
+        match name {
+            "redis" => Server::redis(&self.dir, extra),
+            "damselfly" if !self.binary.exists() => Err(format!(
+                "{} not found: build it first (cargo build --release -p damselfly)",
+                self.binary.display()
+            )),
+            "damselfly" => Server::damselfly(&self.binary, &self.dir, self.threads, extra),
+            _ => Err(format!("unknown server {name:?} (redis or damselfly)")),
+        }
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A reply read from a [`Pipe`].
+pub type Reply = redis_protocol::resp2::types::BytesFrame;
+
+/// A blocking TCP connection that writes many commands at once and then reads their replies
+/// in order, for drivers whose load redis-benchmark cannot express.
+pub struct Pipe {
+    stream: TcpStream,
+    out: Vec<u8>,
+    buf: bytes::BytesMut,
+}
+
+impl Pipe {
+    fn connect(port: u16) -> Result<Pipe, String> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(|e| e.to_string())?;
+        Ok(Pipe {
+            stream,
+            out: Vec::new(),
+            buf: bytes::BytesMut::with_capacity(64 * 1024),
+        })
+    }
+
+    /// Queues one command; nothing is sent before [`Pipe::flush`].
+    pub fn queue(&mut self, args: &[&[u8]]) {
+        self.out
+            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            self.out
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.out.extend_from_slice(a);
+            self.out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Sends every queued command.
+    pub fn flush(&mut self) -> Result<(), String> {
+        let sent = self.stream.write_all(&self.out).map_err(|e| e.to_string());
+        self.out.clear();
+        sent
+    }
+
+    /// The next reply (error replies included: the caller decides what they mean).
+    pub fn reply(&mut self) -> Result<Reply, String> {
+        loop {
+            match redis_protocol::resp2::decode::decode_bytes_mut(&mut self.buf) {
+                Ok(Some((frame, _, _))) => return Ok(frame),
+                Ok(None) => {
+                    // Read into the buffer's tail, then keep only what arrived.
+                    let start = self.buf.len();
+                    self.buf.resize(start + 64 * 1024, 0);
+                    let n = self
+                        .stream
+                        .read(&mut self.buf[start..])
+                        .map_err(|e| e.to_string())?;
+                    self.buf.truncate(start + n);
+                    if n == 0 {
+                        return Err("connection closed".into());
+                    }
+                }
+                Err(e) => return Err(format!("bad reply: {e:?}")),
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
-//! A smoke run of `damselfly-bench compare`: a few seconds of redis-benchmark scenarios and one
-//! memory scenario against redis-server and Damselfly. It must start both, measure, stop every
-//! process it started, and write the report and plots.
+//! Smoke runs of the drivers that start servers, with tiny counts: `compare` (a few seconds of
+//! redis-benchmark scenarios and one memory scenario), `hitrate` and `memcurve`, each against
+//! redis-server and Damselfly. Each must start both, measure, stop every process it started,
+//! and write its report (and plots).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -20,42 +21,56 @@ fn damselfly_binary() -> PathBuf {
     binary
 }
 
-#[test]
-fn compare_runs_measures_stops_and_reports() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let report = dir.path().join("benchmarks.md");
-    std::fs::write(&report, "# Benchmarks\n\nhand-written analysis\n").expect("write");
-    let plots = dir.path().join("plots");
+/// Runs the driver with `args` and the debug Damselfly; its stdout, after checking that it
+/// succeeded and that every server it started (`started NAME pid PID` on stderr, at least
+/// `min_started`) is gone.
+fn run_driver(args: &[&str], min_started: usize) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_damselfly-bench"))
-        .args(["compare", "--quick", "--rounds", "1", "--no-memtier"])
-        .args(["--only", "set-get,memory-10b,types-P1"])
+        .args(args)
         .arg("--damselfly")
         .arg(damselfly_binary())
-        .arg("--report")
-        .arg(&report)
-        .arg("--plots")
-        .arg(&plots)
         .output()
-        .expect("run compare");
+        .expect("run the driver");
     let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "compare failed:\n{log}");
-
-    // Everything it started is gone.
+    assert!(out.status.success(), "{args:?} failed:\n{log}");
     let pids: Vec<u32> = log
         .lines()
         .filter_map(|l| l.strip_prefix("started "))
         .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
         .collect();
-    assert!(
-        pids.len() >= 4,
-        "two servers plus a fresh pair for the memory scenario:\n{log}"
-    );
+    assert!(pids.len() >= min_started, "too few servers started:\n{log}");
     for pid in pids {
         assert!(
             !std::path::Path::new(&format!("/proc/{pid}")).exists(),
             "pid {pid} still running"
         );
     }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn compare_runs_measures_stops_and_reports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("benchmarks.md");
+    std::fs::write(&report, "# Benchmarks\n\nhand-written analysis\n").expect("write");
+    let plots = dir.path().join("plots");
+    // Two servers plus a fresh pair for the memory scenario.
+    run_driver(
+        &[
+            "compare",
+            "--quick",
+            "--rounds",
+            "1",
+            "--no-memtier",
+            "--only",
+            "set-get,memory-10b,types-P1",
+            "--report",
+            report.to_str().unwrap(),
+            "--plots",
+            plots.to_str().unwrap(),
+        ],
+        4,
+    );
 
     let text = std::fs::read_to_string(&report).expect("report");
     assert!(text.starts_with("# Benchmarks\n\nhand-written analysis\n"));
@@ -72,6 +87,77 @@ fn compare_runs_measures_stops_and_reports() {
         let body = std::fs::read_to_string(plots.join(svg)).expect(svg);
         assert!(
             body.starts_with("<svg") && body.contains("Damselfly"),
+            "{svg}"
+        );
+    }
+}
+
+#[test]
+fn hitrate_measures_redis_and_reports_both_servers() {
+    // A fresh Redis to measure maxmemory, then one server per row.
+    let table = run_driver(
+        &[
+            "hitrate",
+            // maxmemory also has to hold Redis's baseline (~0.9 MB) and the replay's client
+            // buffers (~0.2 MB), so the cache must be well above that: 4,000 keys, 1.7 MB.
+            "--requests",
+            "100000",
+            "--keys",
+            "20000",
+            "--fit",
+            "0.2",
+            "--redis-policies",
+            "allkeys-lru,allkeys-random",
+            "--damselfly-policies",
+            "allkeys-lru",
+        ],
+        4,
+    );
+    assert!(table.contains("| policy | server | hit rate |"), "{table}");
+    for policy in ["allkeys-lru", "allkeys-random"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {policy} | redis | ")))
+            .unwrap_or_else(|| panic!("no {policy} row for Redis:\n{table}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let rate: f64 = cells[3].trim_end_matches('%').parse().expect(row);
+        assert!(
+            rate > 5.0 && rate < 95.0,
+            "a cache of 10% of the keys: {row}"
+        );
+        let evicted: u64 = cells[4].parse().expect(row);
+        assert!(evicted > 0, "Redis evicts under maxmemory: {row}");
+    }
+    // Damselfly gets a hit rate once it evicts, and a plain "not measured" until then.
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| allkeys-lru | damselfly | "))
+        .unwrap_or_else(|| panic!("no Damselfly row:\n{table}"));
+    assert!(row.contains('%') || row.contains("not measured: "), "{row}");
+}
+
+#[test]
+fn memcurve_samples_every_step_and_plots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_str().unwrap();
+    // Two curves, each with and without TTL, on both servers: eight fresh servers.
+    let tables = run_driver(
+        &["memcurve", "--steps", "1000,3000", "--ttl", "--out", out],
+        8,
+    );
+    for curve in ["`key 100`", "`k 10`", "`key 100 ttl`", "`k 10 ttl`"] {
+        assert!(tables.contains(curve), "no table for {curve}:\n{tables}");
+    }
+    let csv = std::fs::read_to_string(dir.path().join("memcurve.csv")).expect("csv");
+    assert_eq!(csv.lines().count(), 1 + 4 * 2 * 2, "{csv}");
+    for line in csv.lines().skip(1) {
+        let used_per_key: f64 = line.rsplit(',').nth(1).unwrap().parse().expect(line);
+        assert!(used_per_key > 10.0, "used_memory grows with keys: {line}");
+    }
+    for svg in ["memcurve-rss.svg", "memcurve-used.svg"] {
+        let body = std::fs::read_to_string(dir.path().join(svg)).expect(svg);
+        assert!(
+            body.starts_with("<svg") && body.contains("Damselfly k 10 ttl"),
             "{svg}"
         );
     }
