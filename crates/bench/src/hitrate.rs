@@ -66,11 +66,12 @@ pub struct HitrateArgs {
         default_value = "allkeys-lru,allkeys-lfu,allkeys-random"
     )]
     pub redis_policies: Vec<String>,
-    /// Damselfly's eviction policies to run (comma-separated; empty: none).
+    /// Damselfly's eviction policies to run (comma-separated; empty: none); `cache-mode`
+    /// runs Damselfly's cache mode (`--cache-mode yes`).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "allkeys-lru,allkeys-lfu,allkeys-random"
+        default_value = "allkeys-lru,allkeys-lfu,allkeys-random,cache-mode"
     )]
     pub damselfly_policies: Vec<String>,
 }
@@ -243,11 +244,15 @@ fn run_one(
     trace: &[u32],
     args: &HitrateArgs,
 ) -> Result<Outcome, String> {
+    let (flag, value) = match policy {
+        "cache-mode" => ("--cache-mode", "yes"),
+        p => ("--maxmemory-policy", p),
+    };
     let extra = [
         "--maxmemory".to_string(),
         maxmemory.to_string(),
-        "--maxmemory-policy".to_string(),
-        policy.to_string(),
+        flag.to_string(),
+        value.to_string(),
     ];
     let mut server = launcher.start(name, &extra)?;
     let applied = server.info_field("memory", "maxmemory");

@@ -164,7 +164,7 @@ pub fn shard_digest(shard: &Shard) -> DatasetDigest {
     let mut digest = DatasetDigest::new();
     for (db, d) in shard.dbs.iter().enumerate() {
         for e in d.table.iter() {
-            digest.add(db as u64, &e.key(), e.value(), e.expire_at() != 0);
+            digest.add(db as u64, e.key(), e.value(), e.expire_at() != 0);
         }
     }
     digest

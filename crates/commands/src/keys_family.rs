@@ -314,8 +314,8 @@ pub fn keys(ctx: &mut ExecCtx, args: &Args) {
         .table
         .iter()
         .filter(|e| e.expire_at() == 0 || e.expire_at() > now)
-        .filter(|e| all || glob_match(pattern, &e.key(), false))
-        .map(|e| &*e.key())
+        .filter(|e| all || glob_match(pattern, e.key(), false))
+        .map(|e| e.key())
         .collect();
     ctx.reply.array(matched.len());
     for k in matched {
