@@ -1235,39 +1235,34 @@ mod tests {
         );
     }
 
-    #[test]
-    fn allkeys_lfu_evicts_the_rarely_used_keys_first() {
-        let mut s = shard_with(Policy::AllKeysLfu);
+    /// 200 keys, the first 100 read `reads` times, then 100 evicted: the shard, and how many
+    /// of the read keys are left.
+    fn evict_half_after_reads(policy: Policy, reads: usize) -> (Shard, usize) {
+        let mut s = shard_with(policy);
         for i in 0..200 {
             s.set(0, format!("k{i}").as_bytes(), Value::Int(i), 0);
         }
-        for _ in 0..50 {
+        for _ in 0..reads {
             for i in 0..100 {
                 s.get(0, format!("k{i}").as_bytes(), 0);
             }
         }
         assert_eq!(s.evict_to(0, 100, 0), Eviction::Running);
-        let kept_hot = (0..100)
+        let kept = (0..100)
             .filter(|i| s.dbs[0].table.get(format!("k{i}").as_bytes()).is_some())
             .count();
+        (s, kept)
+    }
+
+    #[test]
+    fn allkeys_lfu_evicts_the_rarely_used_keys_first() {
+        let (_, kept_hot) = evict_half_after_reads(Policy::AllKeysLfu, 50);
         assert!(kept_hot > 80, "hot keys kept: {kept_hot}");
     }
 
     #[test]
     fn cache_mode_evicts_keys_unused_since_the_hand_passed() {
-        let mut s = shard_with(Policy::AllKeysClock);
-        for i in 0..200 {
-            s.set(0, format!("k{i}").as_bytes(), Value::Int(i), 0);
-        }
-        for _ in 0..2 {
-            for i in 0..100 {
-                s.get(0, format!("k{i}").as_bytes(), 0);
-            }
-        }
-        assert_eq!(s.evict_to(0, 100, 0), Eviction::Running);
-        let kept_hot = (0..100)
-            .filter(|i| s.dbs[0].table.get(format!("k{i}").as_bytes()).is_some())
-            .count();
+        let (mut s, kept_hot) = evict_half_after_reads(Policy::AllKeysClock, 2);
         assert_eq!(kept_hot, 100, "every used key outlives the unused ones");
         // The hand goes on where it stopped and empties the shard in the end.
         assert_eq!(s.evict_to(0, 1000, 0), Eviction::Failed);
