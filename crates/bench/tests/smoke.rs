@@ -137,6 +137,7 @@ fn hitrate_measures_redis_and_reports_both_servers() {
     }
 }
 
+#[test]
 fn memcurve_samples_every_step_and_plots() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().to_str().unwrap();
