@@ -123,6 +123,10 @@ impl Worker {
     /// Publishes this shard's used memory to the gauge when it drifted past the step (after
     /// every command, message and tick), or always when `exact`.
     pub(crate) fn publish_memory(&self, exact: bool) {
+        // Without a limit nobody reads the gauge; setting one publishes exactly.
+        if !exact && self.cluster.config.maxmemory.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let used = self.shard.borrow().footprint() as u64;
         let published = self.published_memory.bytes.get();
         if exact || used.abs_diff(published) > self.published_memory.step.get() {

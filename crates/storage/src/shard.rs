@@ -400,9 +400,13 @@ impl Shard {
     /// [`Shard::get`] for a read command: also counts a keyspace hit or miss, as Redis does.
     pub fn get_counted(&mut self, db: usize, key: &[u8], now: u64) -> Option<&Entry> {
         self.expire_if_needed(db, key, now);
-        let hit = self.dbs[db].table.get(key).is_some();
-        Self::count_lookup(&mut self.stats, &mut self.notify, db, key, hit);
-        self.record_access(db, key, now)
+        self.clock_ms = now;
+        let draw = self.lfu_draw();
+        let e = self.dbs[db].table.get_mut(key);
+        Self::count_lookup(&mut self.stats, &mut self.notify, db, key, e.is_some());
+        let e = e?;
+        self.eviction.touch(e, now, draw);
+        Some(e)
     }
 
     /// [`Shard::get_counted`] that leaves the key's access information alone (Redis's
