@@ -193,7 +193,7 @@ impl Shard {
             eviction: EvictionConfig::default(),
             eviction_pool: Pool::default(),
             clock_hand: (0, 0, 0),
-            clock_ms: 0,
+            clock_ms: crate::now_ms(),
             rng: rand::SeedableRng::seed_from_u64(0x5eed),
         }
     }
