@@ -125,16 +125,26 @@ pub fn object(ctx: &mut ExecCtx, args: &Args) {
     }
 }
 
+/// MEMORY's subcommands that name no key, run by the coordinator when called without
+/// arguments (`Route::KeyOrCoordinator`).
+pub const MEMORY_KEYLESS: [&str; 5] = ["doctor", "malloc-stats", "purge", "stats", "help"];
+
 /// MEMORY USAGE key [SAMPLES n]: the bytes the key, its value and their bookkeeping take.
-pub fn memory(ctx: &mut ExecCtx, args: &Args) {
-    if !args.is(1, "usage") || args.len() < 3 {
+/// (The other subcommands come here only when given arguments they do not take.)
+pub fn memory_usage(ctx: &mut ExecCtx, args: &Args) {
+    if let Some(sub) = MEMORY_KEYLESS.into_iter().find(|s| args.is(1, s)) {
+        return ctx.error(&errors::wrong_arity(&format!("memory|{sub}")));
+    }
+    if !args.is(1, "usage") {
         return ctx.error(&errors::unknown_subcommand("memory", args.get(1)));
     }
     let mut i = 3;
     while i < args.len() {
         if args.is(i, "samples") && i + 1 < args.len() {
-            if parse_i64(args.get(i + 1)).is_none() {
-                return ctx.error(errors::NOT_INT);
+            match parse_i64(args.get(i + 1)) {
+                None => return ctx.error(errors::NOT_INT),
+                Some(n) if n < 0 => return ctx.error(errors::SYNTAX),
+                Some(_) => {}
             }
             i += 2;
         } else {

@@ -54,6 +54,8 @@ pub enum CoordCmd {
     },
     Pubsub,
     Monitor,
+    /// MEMORY STATS, DOCTOR, MALLOC-STATS, PURGE, HELP (USAGE runs on the key's shard).
+    Memory,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -91,6 +93,10 @@ pub enum Route {
     Coordinator,
     /// One key at `first_key`: runs whole on its shard.
     Key,
+    /// A container whose subcommands with a key at `first_key` run whole on its shard, as
+    /// `Key`, and whose subcommands without one read the whole server on the connection's
+    /// thread as this coordinator command (MEMORY USAGE key, MEMORY STATS).
+    KeyOrCoordinator(CoordCmd),
     /// Keys at first..=last by step: whole on one shard when they share it, else split.
     Keys(Merge),
     /// Runs on every shard; replies merged.
@@ -336,7 +342,7 @@ const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 const PAIRS: (i32, i32, i32) = (1, -1, 2);
 
 use Handler::{Coord as C, Shard as S};
-use Route::{AllShards, Coordinator, Cursor, Key, Keys};
+use Route::{AllShards, Coordinator, Cursor, Key, KeyOrCoordinator, Keys};
 
 pub static COMMANDS: &[CommandSpec] = &[
     // connection
@@ -407,7 +413,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(intents Intents::Transfer; "move", 3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Moves a key to another database.", Key, S(keys::transfer)),
     cmd!(intents Intents::SwapDbs; "swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
     cmd!("object", -2, READONLY, (2, 2, 1), "@keyspace @read @slow", "generic", "2.2.3", "A container for object introspection commands.", Key, S(keys::object)),
-    cmd!("memory", -2, READONLY, (2, 2, 1), "@read @slow", "server", "4.0.0", "A container for memory diagnostics commands.", Key, S(keys::memory)),
+    cmd!("memory", -2, READONLY, (2, 2, 1), "@read @slow", "server", "4.0.0", "A container for memory diagnostics commands.", KeyOrCoordinator(CoordCmd::Memory), S(keys::memory_usage)),
     cmd!("dump", 2, READONLY, ONE_KEY, "@keyspace @read @slow", "generic", "2.6.0", "Return a serialized version of the value stored at the specified key.", Key, S(dumps::dump)),
     cmd!("restore", -4, WRITE | DENYOOM, ONE_KEY, "@keyspace @write @slow @dangerous", "generic", "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.", Key, S(dumps::restore)),
     cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),

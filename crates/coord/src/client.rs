@@ -10,6 +10,7 @@ use std::time::Instant;
 use damselfly_pubsub::{Inbox, TrackingState};
 
 use crate::blocking::Waiter;
+use crate::connection::READ_CHUNK;
 
 /// One connected client, shared between its connection and the thread's registry.
 pub struct ClientInfo {
@@ -78,7 +79,7 @@ impl ClientInfo {
         let idle = now.duration_since(self.last_active.get()).as_secs();
         let subs = self.subscriptions.get();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=16384 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir={} resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={READ_CHUNK} rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -212,6 +213,14 @@ impl Registry {
 
     pub fn len(&self) -> usize {
         self.clients.len()
+    }
+
+    /// Bytes the clients' input takes: each one's read buffer and unparsed query.
+    pub fn buffer_bytes(&self) -> usize {
+        self.clients
+            .values()
+            .map(|c| READ_CHUNK + c.query_buf.get())
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {

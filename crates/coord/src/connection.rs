@@ -35,7 +35,7 @@ const ROUND_MAX_COMMANDS: usize = 1024;
 const ROUND_MAX_OUTPUT: usize = 1 << 20;
 /// Free space kept at the end of the read buffer; also how far beyond twice what has arrived
 /// the buffer grows toward a large frame, so a client holds at most about twice what it sent.
-const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// A read buffer larger than this is released once it is empty.
 const READ_SHRINK_ABOVE: usize = 1 << 20;
 
@@ -597,7 +597,7 @@ impl Connection {
                         | CoordCmd::Debug
                         | CoordCmd::Pubsub
                 )
-            );
+            ) || matches!(spec.route, Route::KeyOrCoordinator(_));
             if container && args.len() > 1 {
                 sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
             }
@@ -735,6 +735,15 @@ impl Connection {
                 };
                 self.run_on(shard, idx, db, args);
             }
+            Route::KeyOrCoordinator(cmd) => {
+                let at = spec.first_key as usize;
+                if at < args.len() {
+                    let shard = shard_for_key(args.get(at), self.worker.num_shards());
+                    self.run_on(shard, idx, db, args);
+                } else {
+                    self.run_coordinator_recorded(idx, cmd, args).await;
+                }
+            }
             Route::Keys(merge) => {
                 let n = self.worker.num_shards();
                 let mut shards = spec
@@ -760,19 +769,23 @@ impl Connection {
                 self.run_on(target, idx, db, args);
             }
             Route::Coordinator => {
-                let Handler::Coord(cmd) = spec.handler else {
-                    return;
-                };
-                let started = Instant::now();
-                let errors_before = self.out.error_offsets.len();
-                crate::crash::running(spec.name);
-                self.run_coordinator(cmd, args).await;
-                crate::crash::idle();
-                let mut stats = self.worker.stats.borrow_mut();
-                let failed = stats.count_errors(&self.out, errors_before) > 0;
-                stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
+                if let Handler::Coord(cmd) = spec.handler {
+                    self.run_coordinator_recorded(idx, cmd, args).await;
+                }
             }
         }
+    }
+
+    /// Runs a coordinator command and counts it in the command statistics.
+    async fn run_coordinator_recorded(&mut self, idx: usize, cmd: CoordCmd, args: &Args<'_>) {
+        let started = Instant::now();
+        let errors_before = self.out.error_offsets.len();
+        crate::crash::running(COMMANDS[idx].name);
+        self.run_coordinator(cmd, args).await;
+        crate::crash::idle();
+        let mut stats = self.worker.stats.borrow_mut();
+        let failed = stats.count_errors(&self.out, errors_before) > 0;
+        stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
     }
 
     fn resp3(&self) -> bool {

@@ -18,6 +18,7 @@ mod durability;
 mod fanout;
 pub mod mailbox;
 mod maxmemory;
+mod memory_family;
 pub mod messages;
 mod multi_family;
 pub mod pause;

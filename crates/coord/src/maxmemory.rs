@@ -1,5 +1,6 @@
 //! maxmemory (docs/eviction.md): the shards' used memory summed where every thread can read
-//! it without a message (`MemoryGauge`, each worker publishing its own shard's share), the
+//! it without a message (`MemoryGauge`, each worker publishing its own shard's share, plus
+//! what else the allocator holds, sampled each tick; also the allocator's peak), the
 //! over-the-limit decision Redis makes before a command that may grow memory
 //! (`Worker::out_of_memory`), eviction down to each shard's share (`Worker::evict_to_share`,
 //! the victims chosen by storage's `evict`), the time spent over the limit for INFO, and Redis's
@@ -12,6 +13,7 @@ use std::time::Instant;
 
 use damselfly_commands::table::{flags, CommandSpec, CoordCmd, Handler, COMMANDS};
 use damselfly_commands::Args;
+use damselfly_memory::AllocatorStats;
 use damselfly_scripting::shebang::parse_eval;
 use damselfly_scripting::{sha1_hex, ScriptFlags};
 use damselfly_storage::{Eviction, Policy};
@@ -40,6 +42,16 @@ const PUBLISH_MAX_STEP: u64 = 64 << 10;
 #[repr(align(128))]
 pub struct MemoryGauge {
     total: AtomicU64,
+    /// What the allocator holds beyond the shards' published data (connections, scripts,
+    /// the server's own structures), sampled at thread 0's ticks while a limit is set: the
+    /// limit applies to all the process allocates, as Redis's does. A wrapping difference:
+    /// negative where the shards' estimates exceed what the allocator gave them.
+    overhead: AtomicU64,
+    /// The most the allocator was seen holding (INFO's `used_memory_peak`).
+    peak: AtomicU64,
+    /// What the allocator held at the first sample, once the server had started
+    /// (`used_memory_startup`).
+    startup: AtomicU64,
     /// When the server was found over the limit, in microseconds since `origin` plus one; 0
     /// while it is under.
     exceeded_since: AtomicU64,
@@ -52,6 +64,9 @@ impl Default for MemoryGauge {
     fn default() -> Self {
         MemoryGauge {
             total: AtomicU64::new(0),
+            overhead: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            startup: AtomicU64::new(0),
             exceeded_since: AtomicU64::new(0),
             exceeded_total: AtomicU64::new(0),
             origin: Instant::now(),
@@ -94,6 +109,37 @@ impl MemoryGauge {
         };
         let total = self.exceeded_total.load(Ordering::Relaxed) + current;
         (total / 1000, current / 1000)
+    }
+
+    /// Reads the allocator's figures, raising the peak (and noting the start-up figure the
+    /// first time).
+    pub fn sample(&self) -> AllocatorStats {
+        let stats = AllocatorStats::read();
+        self.peak.fetch_max(stats.allocated, Ordering::Relaxed);
+        let _ =
+            self.startup
+                .compare_exchange(0, stats.allocated, Ordering::Relaxed, Ordering::Relaxed);
+        stats
+    }
+
+    /// Samples the allocator and, under a limit, what it holds beyond the shards' data.
+    fn sample_overhead(&self, maxmemory: u64) {
+        let allocated = self.sample().allocated;
+        let overhead = match maxmemory {
+            0 => 0,
+            _ => allocated.wrapping_sub(self.total.load(Ordering::Relaxed)),
+        };
+        self.overhead.store(overhead, Ordering::Relaxed);
+    }
+
+    /// The most the allocator was seen holding.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// What the allocator held once the server had started.
+    pub fn startup(&self) -> u64 {
+        self.startup.load(Ordering::Relaxed)
     }
 
     /// CONFIG RESETSTAT: forgets the time spent over the limit, as Redis does.
@@ -151,16 +197,17 @@ impl Worker {
         self.publish_memory(true);
     }
 
-    /// The process's used memory as the limit sees it: the other shards' published usage
-    /// plus this shard's own, exact.
+    /// The process's used memory as the limit sees it: the other shards' published usage,
+    /// this shard's own (exact) and the allocator's last sampled overhead.
     pub(crate) fn used_memory_for_limit(&self) -> u64 {
         let own = self.shard.borrow().footprint() as u64;
-        self.cluster
-            .memory
+        let gauge = &self.cluster.memory;
+        gauge
             .total
             .load(Ordering::Relaxed)
             .wrapping_sub(self.published_memory.bytes.get())
             .wrapping_add(own)
+            .wrapping_add(gauge.overhead.load(Ordering::Relaxed))
     }
 
     /// Used memory is over a configured `maxmemory`.
@@ -186,6 +233,9 @@ impl Worker {
     /// effect at once), and ends or starts a spell over the limit.
     pub(crate) fn note_memory_limit(&self) {
         let maxmemory = self.cluster.config.maxmemory.load(Ordering::Relaxed);
+        if self.id == 0 {
+            self.cluster.memory.sample_overhead(maxmemory);
+        }
         // Up to 16 passes a tick: a lowered limit is reached in a few ticks.
         for _ in 0..16 {
             if maxmemory == 0
@@ -200,9 +250,10 @@ impl Worker {
 
     /// Evicts keys of this shard under the configured policy, at most one pass's budget of
     /// keys, until the process is back under `maxmemory` as far as this shard can tell: it
-    /// takes the whole excess from itself, but never goes below its even share of the limit
-    /// (so shards that evict at the same moment do not all take the same excess, and a shard
-    /// holding most of the data, under hash tags, gives up more than the others).
+    /// takes the whole excess from itself, but never goes below its even share of what the
+    /// limit leaves for data (so shards that evict at the same moment do not all take the
+    /// same excess, and a shard holding most of the data, under hash tags, gives up more than
+    /// the others).
     fn evict_to_share(&self) -> Eviction {
         let config = self.cluster.config.eviction();
         if config.policy == Policy::NoEviction {
@@ -211,7 +262,9 @@ impl Worker {
         let excess = self
             .used_memory_for_limit()
             .saturating_sub(config.maxmemory);
-        let share = config.maxmemory / self.num_shards() as u64;
+        let overhead = self.cluster.memory.overhead.load(Ordering::Relaxed) as i64;
+        let for_data = (i128::from(config.maxmemory) - i128::from(overhead)).max(0);
+        let share = u64::try_from(for_data).unwrap_or(u64::MAX) / self.num_shards() as u64;
         let outcome = {
             let mut shard = self.shard.borrow_mut();
             let own = shard.footprint() as u64;

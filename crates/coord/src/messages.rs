@@ -141,14 +141,17 @@ pub struct ThreadReport {
     pub shard_id: usize,
     pub stats: ThreadStats,
     pub shard_stats: ShardStats,
+    /// Bytes of the shard's keys (their entries' `mem_size`, each counting its slot).
     pub used_memory: usize,
     /// (keys, keys with TTL, avg_ttl) per database.
     pub keyspace: Vec<(usize, usize, u64)>,
+    /// (index bytes, deadline heap bytes) per database, for MEMORY STATS.
+    pub db_overhead: Vec<(usize, usize)>,
     pub clients: usize,
+    /// Bytes of this thread's clients' buffers (MEMORY STATS `clients.normal`).
+    pub client_memory: usize,
     /// Commands per second over the last ~1.6 s of ticks.
     pub ops_per_sec: u64,
-    /// Highest `used_memory` this shard has reached.
-    pub peak_memory: usize,
     /// The journal's state, while journaling.
     pub journal: Option<JournalReport>,
     /// The shard's change counter (INFO's `rdb_changes_since_last_save`).

@@ -13,6 +13,7 @@ use damselfly_storage::shard_for_key;
 
 use crate::conn_family::REDIS_VERSION;
 use crate::connection::Connection;
+use crate::memory_family::MemoryFigures;
 use crate::messages::{ShardMsg, ThreadReport};
 use crate::snapshots::ShutdownSave;
 use crate::tx::ShardWork;
@@ -100,34 +101,6 @@ const DEFAULT_SECTIONS: &[&str] = &[
 /// Sections `INFO all` adds to the default ones.
 const EXTRA_SECTIONS: &[&str] = &["commandstats", "shards"];
 
-/// Redis's `bytesToHuman`: bytes, or K/M/G/T/P (powers of 1024) with two decimals.
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
-    if n < 1024 {
-        return format!("{n}B");
-    }
-    for (i, unit) in UNITS.iter().enumerate() {
-        let scale = 1u64 << (10 * (i + 1));
-        if n < scale << 10 {
-            return format!("{:.2}{unit}", n as f64 / scale as f64);
-        }
-    }
-    // Redis's bytesToHuman prints exabytes as plain bytes (maxmemory 18446744073709551615).
-    format!("{n}B")
-}
-
-fn rss_bytes() -> u64 {
-    let page = 4096;
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map_or(0, |pages| pages * page)
-}
-
 fn cpu_times() -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -188,6 +161,7 @@ impl Connection {
             CoordCmd::Client => self.client(args).await,
             CoordCmd::Command => self.command(args),
             CoordCmd::Info => self.info_cmd(args).await,
+            CoordCmd::Memory => self.memory(args).await,
             CoordCmd::Config => self.config(args).await,
             CoordCmd::Time => self.time(),
             CoordCmd::Shutdown => self.shutdown(args).await,
@@ -769,18 +743,10 @@ impl Connection {
             hits += r.shard_stats.keyspace_hits;
             misses += r.shard_stats.keyspace_misses;
         }
-        let used: u64 = reports.iter().map(|r| r.used_memory as u64).sum();
-        // Shards peak at different times, so the sum of their peaks bounds the true peak.
-        let peak: u64 = reports
-            .iter()
-            .map(|r| r.peak_memory as u64)
-            .sum::<u64>()
-            .max(used);
         let ops: u64 = reports.iter().map(|r| r.ops_per_sec).sum();
         let (exceeded_total, exceeded_now) = cluster.memory.exceeded_ms();
         // Every thread's replica names every subscription.
         let (channels, patterns, shard_channels) = self.worker.pubsub_counts();
-        let rss = rss_bytes();
         let info = cluster.server_info();
         let uptime = cluster.started.elapsed().as_secs();
         let mut out = String::new();
@@ -823,19 +789,15 @@ impl Connection {
             reports.iter().map(|r| r.tracking.0).sum::<usize>(),
         );
         section("Clients", &s, &mut out);
-        let maxmemory = cluster.config.maxmemory.load(Ordering::Relaxed);
-        // Redis prints the unsigned limit with %lld: 2^64 - 1 shows as -1.
-        let maxmemory_signed = maxmemory as i64;
-        let s = format!(
-            "used_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{rss}\r\nused_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nmaxmemory:{maxmemory_signed}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nmem_fragmentation_ratio:{:.2}\r\nmem_allocator:mimalloc\r\n",
-            human_bytes(used),
-            human_bytes(rss),
-            human_bytes(maxmemory),
-            cluster.config.get("maxmemory-policy"),
-            if used > 0 { rss as f64 / used as f64 } else { 1.0 },
-        );
-        let s = s + &scripting_memory(cluster, reports);
-        section("Memory", &s, &mut out);
+        if wanted.iter().any(|w| w == "memory") {
+            let maxmemory = cluster.config.maxmemory.load(Ordering::Relaxed);
+            let figures = MemoryFigures::gather(cluster, reports);
+            section(
+                "Memory",
+                &figures.info(cluster, reports, maxmemory),
+                &mut out,
+            );
+        }
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
             "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{exceeded_total}\r\ncurrent_eviction_exceeded_time:{exceeded_now}\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\n",
@@ -917,25 +879,4 @@ impl Connection {
         section("Shards", &s, &mut out);
         out
     }
-}
-
-/// INFO memory's scripting fields. A thread's one Lua VM runs both EVAL scripts and
-/// functions, so `used_memory_lua` counts all of it and `used_memory_vm_functions` is 0.
-fn scripting_memory(cluster: &crate::cluster::Cluster, reports: &[ThreadReport]) -> String {
-    let lua: u64 = reports.iter().map(|r| r.lua_memory as u64).sum();
-    let eval = cluster.scripts.body_bytes();
-    let functions: u64 = cluster
-        .functions
-        .list()
-        .iter()
-        .map(|l| l.code.len() as u64)
-        .sum();
-    format!(
-        "used_memory_lua:{lua}\r\nused_memory_lua_human:{}\r\nused_memory_scripts_eval:{eval}\r\nnumber_of_cached_scripts:{}\r\nnumber_of_functions:{}\r\nused_memory_vm_functions:0\r\nused_memory_functions:{functions}\r\nused_memory_scripts:{}\r\nused_memory_scripts_human:{}\r\n",
-        human_bytes(lua),
-        cluster.scripts.len(),
-        cluster.functions.counts().1,
-        eval + functions,
-        human_bytes(eval + functions),
-    )
 }

@@ -82,7 +82,6 @@ pub struct Worker {
     limits_generation: Cell<u64>,
     /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
     ops_samples: RefCell<std::collections::VecDeque<(Instant, u64)>>,
-    peak_memory: Cell<usize>,
     /// This shard's part of the used memory every thread compares with `maxmemory`.
     pub(crate) published_memory: crate::maxmemory::Published,
     /// The shard's journal, while journaling (crates/coord/src/durability.rs).
@@ -130,7 +129,6 @@ impl Worker {
             executed: Cell::new(0),
             limits_generation: Cell::new(u64::MAX),
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
-            peak_memory: Cell::new(0),
             published_memory: Default::default(),
             journal: RefCell::new(None),
             current_tx: Cell::new((0, 0)),
@@ -728,9 +726,14 @@ impl Worker {
                 .iter()
                 .map(|d| (d.len(), d.volatile_count(), d.avg_ttl))
                 .collect(),
+            db_overhead: shard
+                .dbs
+                .iter()
+                .map(|d| (d.index_bytes(), d.expires_bytes()))
+                .collect(),
             clients: self.clients.borrow().len(),
+            client_memory: self.clients.borrow().buffer_bytes(),
             ops_per_sec: self.ops_per_sec(),
-            peak_memory: self.peak_memory.get().max(shard.used_memory()),
             journal: self.journal_report(),
             dirty: shard.dirty,
             lua_memory: self.scripting.used_memory(),
@@ -778,8 +781,6 @@ impl Worker {
             let mut shard = self.shard.borrow_mut();
             shard.active_expire = active;
             shard.expire_cycle(self.now_ms.get(), EXPIRE_BUDGET);
-            self.peak_memory
-                .set(self.peak_memory.get().max(shard.used_memory()));
         }
         self.publish_memory(false);
         self.note_memory_limit();

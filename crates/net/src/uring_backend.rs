@@ -33,6 +33,12 @@ impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
     }
 }
 
+/// Memory each executor registers with io_uring for the buffers of reads in flight. glommio's
+/// 10 MiB default is sized for its storage I/O, which Damselfly does not use; pinned and
+/// counted against `maxmemory`, it would be most of a small server's memory. Reads beyond it
+/// get ordinary buffers.
+const IO_MEMORY: usize = 1 << 20;
+
 /// Serves a glommio stream, split into halves so reads and writes can overlap.
 fn spawn_serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(stream: S, conn: Connection) {
     let (rd, wr) = futures_lite::io::split(stream);
@@ -86,6 +92,7 @@ pub(crate) fn run(
             .spawn(move || -> io::Result<()> {
                 let executor = LocalExecutorBuilder::new(Placement::Unbound)
                     .name(&name)
+                    .io_memory(IO_MEMORY)
                     .make()
                     .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
                 executor.run(thread_main(

@@ -161,9 +161,9 @@ fn reset_on_close(s: &TcpStream) {
 }
 
 /// Spawns the server with its log in a file, without waiting for it. `nofile` sets its
-/// RLIMIT_NOFILE (soft, hard). `eager_purge` makes mimalloc return freed memory to the OS at
-/// once (MIMALLOC_PURGE_DELAY=0), so RSS after clients leave shows what the server still holds
-/// rather than pages the allocator caches, which an idle thread keeps (see KILLED_RSS_AFTER).
+/// RLIMIT_NOFILE (soft, hard). `eager_purge` makes jemalloc return freed pages to the OS at
+/// once (no dirty or muzzy decay), so RSS after clients leave shows what the server still holds
+/// rather than pages the allocator caches for its decay time (see KILLED_RSS_AFTER).
 fn spawn(b: Backend, extra: &[&str], nofile: Option<(u64, u64)>, eager_purge: bool) -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = common::free_port();
@@ -176,7 +176,7 @@ fn spawn(b: Backend, extra: &[&str], nofile: Option<(u64, u64)>, eager_purge: bo
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if eager_purge {
-        cmd.env("MIMALLOC_PURGE_DELAY", "0");
+        cmd.env("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0");
     }
     if let Some((soft, hard)) = nofile {
         // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
@@ -610,10 +610,8 @@ const PIPE_CLIENTS: usize = 50;
 const PIPE_DEPTH: usize = 500;
 /// How close to its baseline RSS must return after the killed clients are gone. Measured: 28-32
 /// MiB above it while they are connected, 2-7 MiB above it after; about 2x that. The server runs
-/// with MIMALLOC_PURGE_DELAY=0: with mimalloc's default delay a thread's freed pages are purged
-/// only when that thread allocates again, so an idle thread keeps them (with 1 MB
-/// half-requests, epoll kept 120 MiB for over 20 s; of the 220 MiB 10,000 idle clients cost,
-/// 60-220 MiB stay after they leave).
+/// without jemalloc's decay: by default freed pages stay with the allocator for 10 s (Redis's
+/// behaviour too), which would hide whether the server itself let go.
 const KILLED_RSS_AFTER: u64 = 12 * MB;
 
 /// Clients reset halfway through a 1 MB SET, and clients that pipeline and close without

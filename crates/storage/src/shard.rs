@@ -57,6 +57,17 @@ impl Db {
     pub fn volatile_count(&self) -> usize {
         self.volatile
     }
+
+    /// Bytes of the table's index (every slot and control byte, used or free): MEMORY
+    /// STATS's `overhead.hashtable.main`.
+    pub fn index_bytes(&self) -> usize {
+        self.table.slot_bytes()
+    }
+
+    /// Bytes of the deadline heap: MEMORY STATS's `overhead.hashtable.expires`.
+    pub fn expires_bytes(&self) -> usize {
+        self.deadlines.capacity() * std::mem::size_of::<Reverse<(u64, u64)>>()
+    }
 }
 
 /// A key some client WATCHes: how many watches, and versions bumped by every change.

@@ -128,7 +128,10 @@ impl Worker {
                 Ok((idx, plan)) => {
                     let here = plan.iter().all(|(shard, _)| *shard == self.id)
                         && !plan.is_empty()
-                        && matches!(COMMANDS[idx].route, Route::Key | Route::Keys(_))
+                        && matches!(
+                            COMMANDS[idx].route,
+                            Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
+                        )
                         && matches!(COMMANDS[idx].handler, Handler::Shard(_))
                         && !COMMANDS[idx].reads_unknown_keys(&args);
                     if !here {

@@ -125,7 +125,7 @@ fn ordinary_locks(
                 add(shard, Lock::Db { db, mode });
             }
         }
-        Route::Key | Route::Keys(_) => {
+        Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_) => {
             for at in spec.key_positions_iter(args) {
                 let key = args.get(at);
                 let lock = Lock::Key {

@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 // The server binary's allocator (crates/server/src/main.rs), so the server runs here as it does
 // in production.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: damselfly_memory::Allocator = damselfly_memory::Allocator;
 
 fuzz_target!(|program: Program| {
     harness().run(&program);

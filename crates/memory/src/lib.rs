@@ -1,0 +1,152 @@
+//! The process's memory allocator and its figures (docs/memory.md): the global allocator the
+//! server binary installs ([`Allocator`], jemalloc, chosen by measurement), the statistics
+//! INFO memory and MEMORY STATS report ([`AllocatorStats`], the resident set from the kernel),
+//! and the allocator's own controls (`MEMORY PURGE`, `MEMORY MALLOC-STATS`). No other crate
+//! talks to the allocator directly.
+
+use tikv_jemalloc_ctl::{background_thread, epoch, stats, stats_print};
+
+/// The allocator the server binary installs with `#[global_allocator]`.
+pub use tikv_jemallocator::Jemalloc as Allocator;
+
+/// INFO's `mem_allocator`, as Redis names it.
+pub const ALLOCATOR_NAME: &str = "jemalloc-5.3.0";
+
+/// jemalloc's `MALLCTL_ARENAS_ALL`: an arena index meaning every arena.
+const ARENAS_ALL: u32 = 4096;
+
+/// Starts jemalloc's background thread, which returns freed pages to the kernel after their
+/// decay time (10 s), as Redis's `jemalloc-bg-thread yes` does; without it pages are returned
+/// only from inside later allocation calls. Returns false if this jemalloc cannot.
+pub fn start_background_purging() -> bool {
+    background_thread::write(true).is_ok()
+}
+
+/// What the allocator holds, in bytes, as of the moment [`AllocatorStats::read`] ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Bytes the program has allocated and not freed (Redis's `used_memory` and
+    /// `allocator_allocated`).
+    pub allocated: u64,
+    /// Bytes in pages that hold at least one allocation (`allocator_active`).
+    pub active: u64,
+    /// Bytes of the allocator's pages that are resident in RAM, metadata included
+    /// (`allocator_resident`).
+    pub resident: u64,
+    /// Bytes of the allocator's own bookkeeping.
+    pub metadata: u64,
+    /// Bytes mapped in active extents.
+    pub mapped: u64,
+    /// Bytes of address space kept mapped but given back to the kernel.
+    pub retained: u64,
+}
+
+impl AllocatorStats {
+    /// Refreshes jemalloc's statistics (advancing its epoch: a lock over every arena, some
+    /// microseconds, so this is for ticks and introspection, never per command) and reads
+    /// them. All zero if the statistics cannot be read.
+    pub fn read() -> AllocatorStats {
+        if epoch::advance().is_err() {
+            return AllocatorStats::default();
+        }
+        let get = |r: tikv_jemalloc_ctl::Result<usize>| r.map_or(0, |v| v as u64);
+        AllocatorStats {
+            allocated: get(stats::allocated::read()),
+            active: get(stats::active::read()),
+            resident: get(stats::resident::read()),
+            metadata: get(stats::metadata::read()),
+            mapped: get(stats::mapped::read()),
+            retained: get(stats::retained::read()),
+        }
+    }
+}
+
+/// `MEMORY PURGE`: returns every arena's unused dirty pages to the kernel now. Returns false
+/// if jemalloc refused.
+pub fn purge() -> bool {
+    let name = format!("arena.{ARENAS_ALL}.purge\0");
+    // SAFETY: a void control takes no old or new value; both pointers are null, the name
+    // is NUL-terminated and outlives the call.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    rc == 0
+}
+
+/// `MEMORY MALLOC-STATS`: jemalloc's own report, as Redis returns it.
+pub fn malloc_stats() -> String {
+    let mut out = Vec::new();
+    match stats_print::stats_print(&mut out, stats_print::Options::default()) {
+        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+        Err(_) => "Stats not supported for the current allocator".to_owned(),
+    }
+}
+
+/// The process's resident set size in bytes, from /proc (0 where there is none).
+pub fn rss_bytes() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
+}
+
+/// The machine's RAM in bytes (INFO's `total_system_memory`), 0 if unknown.
+pub fn total_system_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[global_allocator]
+    static GLOBAL: Allocator = Allocator;
+
+    #[test]
+    fn allocations_show_in_the_statistics_and_purge_returns_pages() {
+        let before = AllocatorStats::read();
+        let block = vec![7u8; 8 << 20];
+        let during = AllocatorStats::read();
+        assert!(
+            during.allocated >= before.allocated + (8 << 20),
+            "{before:?} {during:?}"
+        );
+        assert!(during.active >= during.allocated);
+        assert!(during.resident >= during.active);
+        drop(block);
+        assert!(purge());
+        let after = AllocatorStats::read();
+        assert!(
+            after.allocated + (8 << 20) <= during.allocated,
+            "{during:?} {after:?}"
+        );
+        assert!(after.resident < during.resident, "{during:?} {after:?}");
+    }
+
+    #[test]
+    fn malloc_stats_is_jemallocs_report() {
+        let report = malloc_stats();
+        assert!(report.contains("Begin jemalloc statistics"), "{report}");
+        assert!(report.contains("End jemalloc statistics"));
+    }
+
+    #[test]
+    fn the_process_has_a_resident_set_and_the_machine_memory() {
+        assert!(rss_bytes() > 0);
+        assert!(total_system_memory() > rss_bytes());
+    }
+}
