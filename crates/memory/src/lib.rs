@@ -118,11 +118,13 @@ mod tests {
 
     #[test]
     fn allocations_show_in_the_statistics_and_purge_returns_pages() {
+        // Other tests' threads allocate and free meanwhile: 1 MB of slack either way.
+        let slack = 1 << 20;
         let before = AllocatorStats::read();
         let block = vec![7u8; 8 << 20];
         let during = AllocatorStats::read();
         assert!(
-            during.allocated >= before.allocated + (8 << 20),
+            during.allocated + slack >= before.allocated + (8 << 20),
             "{before:?} {during:?}"
         );
         assert!(during.active >= during.allocated);
@@ -131,7 +133,7 @@ mod tests {
         assert!(purge());
         let after = AllocatorStats::read();
         assert!(
-            after.allocated + (8 << 20) <= during.allocated,
+            after.allocated + (8 << 20) <= during.allocated + slack,
             "{during:?} {after:?}"
         );
         assert!(after.resident < during.resident, "{during:?} {after:?}");
