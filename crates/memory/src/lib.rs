@@ -4,7 +4,7 @@
 //! and the allocator's own controls (`MEMORY PURGE`, `MEMORY MALLOC-STATS`). No other crate
 //! talks to the allocator directly.
 
-use tikv_jemalloc_ctl::{background_thread, epoch, stats, stats_print};
+use tikv_jemalloc_ctl::{background_thread, epoch, raw, stats, stats_print};
 
 /// The allocator the server binary installs with `#[global_allocator]`.
 pub use tikv_jemallocator::Jemalloc as Allocator;
@@ -15,11 +15,33 @@ pub const ALLOCATOR_NAME: &str = "jemalloc-5.3.0";
 /// jemalloc's `MALLCTL_ARENAS_ALL`: an arena index meaning every arena.
 const ARENAS_ALL: u32 = 4096;
 
-/// Starts jemalloc's background thread, which returns freed pages to the kernel after their
-/// decay time (10 s), as Redis's `jemalloc-bg-thread yes` does; without it pages are returned
-/// only from inside later allocation calls. Returns false if this jemalloc cannot.
+/// How long freed pages stay with the allocator before its background thread returns them to
+/// the kernel. jemalloc's default is 10 s; a store that frees memory in bulk (a table that grew,
+/// a deadline heap that doubled, FLUSHALL) would keep that much resident for as long.
+pub const DECAY_MS: isize = 1000;
+
+/// Starts jemalloc's background thread, which returns freed pages to the kernel after
+/// [`DECAY_MS`] (as Redis's `jemalloc-bg-thread yes` does; without it pages are returned only
+/// from inside later allocation calls), and sets that decay on every arena. Returns false if
+/// this jemalloc refused any of it.
 pub fn start_background_purging() -> bool {
-    background_thread::write(true).is_ok()
+    let mut ok = background_thread::write(true).is_ok();
+    // SAFETY: these controls take an ssize_t, which `isize` is.
+    unsafe {
+        for name in ["arenas.dirty_decay_ms\0", "arenas.muzzy_decay_ms\0"] {
+            ok &= raw::write(name.as_bytes(), DECAY_MS).is_ok();
+        }
+        // The arenas made already; the others are made with the defaults set above (and
+        // refuse the setting until then, so their errors are not failures).
+        let arenas = raw::read::<u32>(b"arenas.narenas\0").unwrap_or(0);
+        for arena in 0..arenas {
+            for kind in ["dirty", "muzzy"] {
+                let name = format!("arena.{arena}.{kind}_decay_ms\0");
+                let _ = raw::write(name.as_bytes(), DECAY_MS);
+            }
+        }
+    }
+    ok
 }
 
 /// What the allocator holds, in bytes, as of the moment [`AllocatorStats::read`] ran.

@@ -87,12 +87,16 @@ fn alloc_record(size: usize) -> *mut u8 {
     if base.is_null() {
         alloc::handle_alloc_error(layout);
     }
+    check_address(base);
+    base
+}
+
+fn check_address(base: *mut u8) {
     assert_eq!(
         base as u64 & !ADDR_MASK,
         0,
         "a record's address must fit in 48 bits"
     );
-    base
 }
 
 /// Reads the varint at `p`, which this module wrote.
@@ -326,7 +330,10 @@ impl Entry {
         }
     }
 
-    /// Moves the record to an allocation with (or without) room for an expiry.
+    /// Resizes the record to make (or drop) room for an expiry before the body. Reallocated
+    /// rather than copied to a new allocation: within the allocator's size class (most
+    /// records gain or lose 8 bytes without leaving theirs) it stays where it is, so setting
+    /// TTLs on many keys leaves no trail of freed records behind.
     fn move_record(&mut self, expire_at: u64) {
         let (old_at, new_at) = (self.body_at(), if expire_at != 0 { 8 } else { 0 });
         let old_size = self.record_size();
@@ -341,15 +348,24 @@ impl Entry {
                 _ => 0,
             };
         let len = used - old_at;
-        let base = alloc_record(new_at + len);
-        // SAFETY: both records are large enough for `len` bytes from their body offsets; the
-        // body is moved bitwise and the old record freed without dropping it.
+        let new_layout = layout(new_at + len);
+        // SAFETY: the record holds `len` body bytes from `old_at`; a shrinking record slides
+        // its body down before it is cut, a growing one after it grew; the body is moved
+        // bitwise, never dropped.
         unsafe {
-            ptr::copy_nonoverlapping(self.base().add(old_at), base.add(new_at), len);
-            if expire_at != 0 {
+            let mut base = self.base();
+            if new_at < old_at {
+                ptr::copy(base.add(old_at), base.add(new_at), len);
+            }
+            base = alloc::realloc(base, layout(old_size), new_layout.size());
+            if base.is_null() {
+                alloc::handle_alloc_error(new_layout);
+            }
+            check_address(base);
+            if new_at > old_at {
+                ptr::copy(base.add(old_at), base.add(new_at), len);
                 ptr::write(base as *mut u64, expire_at);
             }
-            alloc::dealloc(self.base(), self::layout(old_size));
             let flags = self.slot & !ADDR_MASK & !EXPIRES;
             self.slot = base as u64 | flags | if expire_at != 0 { EXPIRES } else { 0 };
         }
@@ -486,6 +502,24 @@ mod tests {
                         e.clone().into_value().as_ref().to_bytes(),
                         want.as_ref().to_bytes()
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn adding_and_dropping_an_expiry_keeps_key_and_value_in_every_encoding() {
+        let big_key = vec![b'k'; 300];
+        for key in [&b""[..], b"k", b"key:123456", &big_key] {
+            for value in strings() {
+                let want = value.as_ref().to_bytes();
+                let mut e = Entry::new(key, value, 0);
+                e.set_access(0x1234);
+                for expire_at in [1_700_000_000_000, 5, 0, 9, 0] {
+                    e.set_expire_at(expire_at);
+                    assert_eq!(e.expire_at(), expire_at);
+                    assert_eq!((e.key(), e.access()), (key, 0x1234));
+                    assert_eq!(e.value().to_bytes(), want);
                 }
             }
         }
