@@ -1,10 +1,12 @@
 #!/bin/bash
 # Memory of large and many small collections, Redis against Damselfly (--threads 2): a
-# 1,000,000-field hash, a 1,000,000-member sorted set, 1,000,000 hashes of 10 fields. Each
-# data set is loaded with `redis-cli --pipe` into a fresh server; the script prints the
+# 1,000,000-field hash, a 1,000,000-member sorted set, 1,000,000 hashes of 10 fields, and
+# 20,000,000 tiny strings (`DEBUG POPULATE 20000000`, as in Dragonfly's dashtable document).
+# Each data set is loaded (with `redis-cli --pipe`, or the populate) into a fresh server; the
+# script prints the
 # process's resident memory growth (VmRSS after loading minus before, in bytes) and the
 # server's own `used_memory`. Run from the repo root after `cargo build --release`; ports
-# 7783/7784. Results are in docs/benchmarks.md.
+# 7783/7784 (DAMSELFLY=path picks another binary, DATA="bighash tiny20m" some data sets). Results are in docs/benchmarks.md.
 set -e
 gen() {
   python3 - "$1" <<'PY'
@@ -37,20 +39,24 @@ else:
         cmd(*args)
 PY
 }
-rss() { awk '/VmRSS/ {print $2 * 1024}' "/proc/$1/status"; }
+rss() { awk '/VmRSS/ {printf "%d", $2 * 1024}' "/proc/$1/status"; }
 used() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
 measure() { # name port pid data
   local before after
   before=$(rss "$3")
-  gen "$4" | redis-cli -p "$2" --pipe >/dev/null
+  if [ "$4" = tiny20m ]; then
+    redis-cli -p "$2" debug populate 20000000 >/dev/null
+  else
+    gen "$4" | redis-cli -p "$2" --pipe >/dev/null
+  fi
   sleep 1
   after=$(rss "$3")
   echo "$4 $1 rss_growth=$((after - before)) used_memory=$(used "$2")"
 }
-for data in bighash bigzset smallhashes; do
-  redis-server --port 7783 --save '' --appendonly no >/dev/null 2>&1 &
+for data in ${DATA:-bighash bigzset smallhashes tiny20m}; do
+  redis-server --port 7783 --save '' --appendonly no --enable-debug-command yes >/dev/null 2>&1 &
   RP=$!
-  ./target/release/damselfly --port 7784 --threads 2 --loglevel warning --save "" >/dev/null 2>&1 &
+  "${DAMSELFLY:-./target/release/damselfly}" --port 7784 --threads 2 --loglevel warning --save "" >/dev/null 2>&1 &
   DP=$!
   trap 'kill $RP $DP 2>/dev/null' EXIT
   sleep 1
