@@ -2,12 +2,14 @@
 //! on one shard (Redis 7.0's cluster.c), and the shard-side parts of DEBUG DIGEST and DEBUG
 //! DIGEST-VALUE (debug.c), whose per-shard results the coordinator merges.
 
+use std::fmt::Write as _;
+
 use damselfly_persistence::digest::{value_digest, DatasetDigest, Digest};
 use damselfly_persistence::dump;
 use damselfly_persistence::rdb::WriteOptions;
 use damselfly_protocol::number::parse_i64;
 use damselfly_storage::notify::class;
-use damselfly_storage::Shard;
+use damselfly_storage::{Shard, ValueRef};
 
 use crate::{errors, Args, ExecCtx};
 
@@ -30,19 +32,21 @@ pub fn dump(ctx: &mut ExecCtx, args: &Args) {
 struct RestoreOptions {
     replace: bool,
     absttl: bool,
+    idle: Option<u64>,
+    freq: Option<u8>,
 }
 
 impl RestoreOptions {
     /// Parses `[REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]` as restoreCommand does:
     /// IDLETIME and FREQ exclude each other (the second one is a syntax error), and each is
-    /// range-checked. They are validated only: without eviction Damselfly keeps no access
-    /// clock or counter for them to set.
+    /// range-checked.
     fn parse(args: &Args) -> Result<Self, &'static str> {
         let mut opts = RestoreOptions {
             replace: false,
             absttl: false,
+            idle: None,
+            freq: None,
         };
-        let (mut idle, mut freq) = (false, false);
         let mut i = 4;
         while i < args.len() {
             let has_value = i + 1 < args.len();
@@ -50,19 +54,16 @@ impl RestoreOptions {
                 opts.replace = true;
             } else if args.is(i, "absttl") {
                 opts.absttl = true;
-            } else if args.is(i, "idletime") && has_value && !freq {
+            } else if args.is(i, "idletime") && has_value && opts.freq.is_none() {
                 let n = parse_i64(args.get(i + 1)).ok_or(errors::NOT_INT)?;
-                if n < 0 {
-                    return Err("ERR Invalid IDLETIME value, must be >= 0");
-                }
-                idle = true;
+                let n = u64::try_from(n).map_err(|_| "ERR Invalid IDLETIME value, must be >= 0")?;
+                opts.idle = Some(n);
                 i += 1;
-            } else if args.is(i, "freq") && has_value && !idle {
+            } else if args.is(i, "freq") && has_value && opts.idle.is_none() {
                 let n = parse_i64(args.get(i + 1)).ok_or(errors::NOT_INT)?;
-                if !(0..=255).contains(&n) {
-                    return Err("ERR Invalid FREQ value, must be >= 0 and <= 255");
-                }
-                freq = true;
+                let n = u8::try_from(n)
+                    .map_err(|_| "ERR Invalid FREQ value, must be >= 0 and <= 255")?;
+                opts.freq = Some(n);
                 i += 1;
             } else {
                 return Err(errors::SYNTAX);
@@ -114,6 +115,12 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
         return ctx.reply.ok();
     }
     ctx.shard.set(ctx.db, key, value, deadline as u64);
+    let eviction = ctx.shard.eviction;
+    if let Some(access) = eviction.restored_access(opts.idle, opts.freq, ctx.now) {
+        if let Some(e) = ctx.shard.dbs[ctx.db].table.get_mut(key) {
+            e.set_access(access);
+        }
+    }
     ctx.notify(class::GENERIC, "restore", key);
     if deadline != ttl {
         // The journal gets the deadline, not the time left.
@@ -136,7 +143,8 @@ pub fn restore(ctx: &mut ExecCtx, args: &Args) {
 pub enum DebugScope {
     /// DEBUG DIGEST: every database of every shard.
     Dataset,
-    /// DEBUG DIGEST-VALUE key [key ...]: the keys from argument 2 on, in the current database.
+    /// DEBUG DIGEST-VALUE key [key ...] and DEBUG OBJECT key: the keys from argument 2 on, in
+    /// the current database.
     Keys,
     /// DEBUG RELOAD [options]: replaces every database of every shard.
     Reload,
@@ -148,7 +156,9 @@ impl DebugScope {
     pub fn parse(args: &Args) -> Option<Self> {
         if args.len() == 2 && args.is(1, "digest") {
             Some(DebugScope::Dataset)
-        } else if args.len() >= 2 && args.is(1, "digest-value") {
+        } else if args.len() >= 2 && args.is(1, "digest-value")
+            || args.len() == 3 && args.is(1, "object")
+        {
             Some(DebugScope::Keys)
         } else if args.len() >= 2 && args.is(1, "reload") {
             Some(DebugScope::Reload)
@@ -156,6 +166,40 @@ impl DebugScope {
             None
         }
     }
+}
+
+/// DEBUG OBJECT key: Redis's description of a key on this shard, None when there is none. A
+/// key past its deadline is described, as in Redis (DEBUG looks without expiring).
+pub fn debug_object(shard: &Shard, db: usize, key: &[u8], now_ms: u64) -> Option<String> {
+    let e = shard.dbs.get(db)?.table.get(key)?;
+    let cfg = &shard.eviction;
+    let opts = WriteOptions::for_limits(&shard.limits);
+    // A DUMP payload is the type byte, the value as RDB writes it, the version and the CRC.
+    let serialized = dump::encode(e.value(), &opts).len().saturating_sub(11);
+    let lru = cfg.redis_lru_field(e.access(), now_ms);
+    // Redis's estimateObjectIdleTime over its 24-bit clock, whatever the policy.
+    let clock = (now_ms / 1000) & 0xff_ffff;
+    let idle = if clock >= lru {
+        clock - lru
+    } else {
+        clock + (0xff_ffff - lru)
+    };
+    let mut line = format!(
+        "Value at:{:p} refcount:{} encoding:{} serializedlength:{serialized} lru:{lru} lru_seconds_idle:{idle}",
+        e as *const _,
+        crate::keys_family::refcount(e.value(), cfg),
+        e.encoding(),
+    );
+    if let ValueRef::List(list) = e.value() {
+        let (nodes, bytes) = list.node_stats();
+        let _ = write!(
+            line,
+            " ql_nodes:{nodes} ql_avg_node:{:.2} ql_listpack_max:{} ql_compressed:0 ql_uncompressed_size:{bytes}",
+            list.len() as f64 / nodes.max(1) as f64,
+            shard.limits.list_max_listpack_size,
+        );
+    }
+    Some(line)
 }
 
 /// This shard's part of DEBUG DIGEST. Keys past their deadline but not yet removed count, as

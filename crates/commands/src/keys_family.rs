@@ -6,7 +6,7 @@ use damselfly_protocol::number::parse_i64;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::glob::glob_match;
 use damselfly_storage::notify::class;
-use damselfly_storage::{evict, Shard, Value, ValueRef, SCAN_SHARD_BITS};
+use damselfly_storage::{evict, EvictionConfig, Shard, Value, ValueRef, SCAN_SHARD_BITS};
 
 use crate::scan_args::{parse_scan_cursor, reply_scan, ScanArgs};
 use crate::{errors, Args, ExecCtx};
@@ -118,10 +118,21 @@ pub fn object(ctx: &mut ExecCtx, args: &Args) {
             ctx.reply.int(idle as i64)
         }
         _ => {
-            let shared = matches!(e.value(), ValueRef::Int(0..=9999))
-                && !(cfg.maxmemory > 0 && cfg.policy.tracks_access());
-            ctx.reply.int(if shared { SHARED_REFCOUNT } else { 1 })
+            let n = refcount(e.value(), &cfg);
+            ctx.reply.int(n)
         }
+    }
+}
+
+/// Redis's reference count of a value: its shared integers 0-9999 (used unless an eviction
+/// policy needs per-key access data) count as never freed, everything else is 1.
+pub fn refcount(value: ValueRef, cfg: &EvictionConfig) -> i64 {
+    let shared = matches!(value, ValueRef::Int(0..=9999))
+        && !(cfg.maxmemory > 0 && cfg.policy.tracks_access());
+    if shared {
+        SHARED_REFCOUNT
+    } else {
+        1
     }
 }
 

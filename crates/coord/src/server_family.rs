@@ -532,12 +532,13 @@ impl Connection {
             b"digest" if argc == 2 => self.debug_digest(args).await,
             b"reload" => self.debug_reload(args).await,
             b"digest-value" => self.debug_digest_values(args).await,
+            b"object" if argc == 3 => self.debug_object(args).await,
             #[cfg(debug_assertions)]
             b"panic" => self.debug_panic(args).await,
             b"help" => {
                 self.out.array(1);
                 self.out.simple(
-                    "DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE|DIGEST|DIGEST-VALUE|RELOAD> ...",
+                    "DEBUG <SLEEP|ERROR|SET-ACTIVE-EXPIRE|POPULATE|DIGEST|DIGEST-VALUE|OBJECT|RELOAD> ...",
                 );
             }
             _ => {
@@ -549,10 +550,10 @@ impl Connection {
         }
     }
 
-    /// Runs `parts` as hops of a transaction holding DEBUG's digest intents (or of the EXEC
-    /// running it, whose plan holds them): the digests see one consistent state, never half of
-    /// a cross-shard command. None when a shard is unavailable.
-    async fn digest_hops<T: Send + 'static>(
+    /// Runs `parts` as hops of a transaction holding DEBUG's intents (or of the EXEC running
+    /// it, whose plan holds them): digests and descriptions see one consistent state, never
+    /// half of a cross-shard command. None when a shard is unavailable.
+    async fn debug_hops<T: Send + 'static>(
         &mut self,
         args: &Args<'_>,
         parts: Vec<(usize, ShardWork<T>)>,
@@ -592,7 +593,7 @@ impl Connection {
                 (shard, work)
             })
             .collect();
-        match self.digest_hops(args, parts).await {
+        match self.debug_hops(args, parts).await {
             Some(digests) => {
                 let mut all = DatasetDigest::new();
                 for d in &digests {
@@ -600,6 +601,22 @@ impl Connection {
                 }
                 self.out.simple(&to_hex(&all.finish()));
             }
+            None => self.reply_error("ERR shard unavailable"),
+        }
+    }
+
+    /// DEBUG OBJECT key: the key's shard describes it.
+    async fn debug_object(&mut self, args: &Args<'_>) {
+        let (db, key) = (self.info.db.get(), args.get(2).to_vec());
+        let shard = shard_for_key(&key, self.worker.num_shards());
+        let work: ShardWork<Option<String>> = Box::new(move |w: &Worker| {
+            dump_family::debug_object(&w.shard.borrow(), db, &key, w.now_ms.get())
+        });
+        match self.debug_hops(args, vec![(shard, work)]).await {
+            Some(mut described) => match described.pop().flatten() {
+                Some(line) => self.out.simple(&line),
+                None => self.reply_error("ERR no such key"),
+            },
             None => self.reply_error("ERR shard unavailable"),
         }
     }
@@ -630,7 +647,7 @@ impl Connection {
         let digests = if key_shards.is_empty() {
             Some(Vec::new())
         } else {
-            self.digest_hops(args, parts).await
+            self.debug_hops(args, parts).await
         };
         let Some(digests) = digests else {
             return self.reply_error("ERR shard unavailable");

@@ -6,8 +6,9 @@
 //! pipelining clients that must stop close to it without losing an acknowledged write (also
 //! with 3 and 4 shards). Each runs under both backends.
 //!
-//! Redis's used memory includes about a megabyte of its own, so `maxmemory 1` puts it over
-//! the limit at once; Damselfly counts the data only, so both are loaded with keys first.
+//! Both servers count all they allocate against the limit (Damselfly samples what is not
+//! data every tick), so `maxmemory 1` puts either over it at once; both are loaded with the
+//! same keys first all the same, so the data is the same when the limit bites.
 
 mod common;
 

@@ -187,6 +187,34 @@ impl EvictionConfig {
         }
     }
 
+    /// The access information RESTORE's IDLETIME or FREQ gives a key (Redis's
+    /// objectSetLRUOrLFU): under an LFU policy the counter `freq`, under LRU (or no policy)
+    /// a last access `idle` seconds ago (at most the clock's 18 hours). None when the option
+    /// given does not apply to the policy, or under cache mode, which keeps no clock.
+    pub fn restored_access(&self, idle: Option<u64>, freq: Option<u8>, now_ms: u64) -> Option<u16> {
+        if self.policy.is_clock() {
+            None
+        } else if self.policy.is_lfu() {
+            freq.map(|f| (lfu_minutes(now_ms) as u16) << 8 | f as u16)
+        } else {
+            idle.map(|i| lru_clock(now_ms).wrapping_sub(i.min(u16::MAX as u64) as u16))
+        }
+    }
+
+    /// Redis's `lru` field of DEBUG OBJECT for a key's access information: the 24-bit LRU
+    /// clock (seconds) of its last access, or under LFU the 16-bit minute of its last
+    /// decrement and its counter.
+    pub fn redis_lru_field(&self, access: u16, now_ms: u64) -> u64 {
+        if self.policy.is_lfu() {
+            let (last, counter) = ((access >> 8) as u8, access as u8);
+            let minutes = now_ms / 60_000;
+            let elapsed = u64::from((minutes as u8).wrapping_sub(last));
+            ((minutes - elapsed) & 0xffff) << 8 | u64::from(counter)
+        } else {
+            (now_ms / 1000 - idle_seconds(access, now_ms)) & 0xff_ffff
+        }
+    }
+
     /// Records an access to `e`: the clock under LRU; under LFU the decayed counter, raised
     /// with probability 1 / ((counter - LFU_INIT) * lfu-log-factor + 1) as Redis does.
     /// `random` is a uniform draw in [0, 1).

@@ -52,6 +52,13 @@ impl List {
         "quicklist"
     }
 
+    /// (nodes, their bytes as listpacks: entries plus Redis's 6-byte header and end byte):
+    /// DEBUG OBJECT's quicklist fields.
+    pub fn node_stats(&self) -> (usize, usize) {
+        let bytes = self.nodes.iter().map(|n| n.bytes() + 7).sum();
+        (self.nodes.len(), bytes)
+    }
+
     pub fn mem_size(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Pack>()
             + self.nodes.iter().map(Pack::mem_size).sum::<usize>()
