@@ -17,36 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::diff::{parse, Node};
-use common::{assert_same, bulk, cmds, encode, info_field, Backend, Raw, Server};
+use common::{assert_same, bulk, cmds, encode, info_field, Backend, Pair, Raw, Server};
 
 const OOM: &[u8] = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n";
-
-/// The same commands to redis-server and to Damselfly, on one connection each.
-struct Pair {
-    redis: Raw,
-    ours: Raw,
-}
-
-impl Pair {
-    fn connect(redis: &Server, ours: &Server) -> Pair {
-        Pair {
-            redis: redis.raw(),
-            ours: ours.raw(),
-        }
-    }
-
-    /// Sends `cmd` to both, asserts the replies are equal, returns ours.
-    fn same(&mut self, cmd: &[&str]) -> Vec<u8> {
-        let theirs = self.redis.cmd(cmd);
-        let mine = self.ours.cmd(cmd);
-        assert_eq!(
-            String::from_utf8_lossy(&mine),
-            String::from_utf8_lossy(&theirs),
-            "{cmd:?}"
-        );
-        mine
-    }
-}
 
 /// Every value each parameter is set to: good and bad ones, units, edges of the ranges.
 const SETTINGS: &[(&str, &[&str])] = &[

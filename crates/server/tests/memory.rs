@@ -7,47 +7,26 @@
 mod common;
 
 use common::diff::{parse, Node};
-use common::{info_field, Backend, Raw, Server};
+use common::{info_field, Backend, Pair, Raw, Server};
 
-/// The same commands to redis-server and to Damselfly.
-struct Pair {
-    redis: Raw,
-    ours: Raw,
+/// Both servers, started fresh, and a connection to each.
+fn start_pair(b: Backend) -> (Server, Server, Pair) {
+    let redis = Server::redis();
+    let ours = Server::start(b, &[]);
+    let pair = Pair::connect(&redis, &ours);
+    (redis, ours, pair)
 }
 
-impl Pair {
-    fn start(b: Backend) -> (Server, Server, Pair) {
-        let redis = Server::redis();
-        let ours = Server::start(b, &[]);
-        let pair = Pair {
-            redis: redis.raw(),
-            ours: ours.raw(),
-        };
-        (redis, ours, pair)
-    }
-
-    /// Sends `cmd` to both, asserts the replies are equal.
-    fn same(&mut self, cmd: &[&str]) {
-        let theirs = self.redis.cmd(cmd);
-        let mine = self.ours.cmd(cmd);
-        assert_eq!(
-            String::from_utf8_lossy(&mine),
-            String::from_utf8_lossy(&theirs),
-            "{cmd:?}"
-        );
-    }
-
-    /// The same data in both: strings, a list, a hash, keys with TTLs, two databases.
-    fn load(&mut self) {
-        for c in [&mut self.redis, &mut self.ours] {
-            assert_eq!(c.cmd(&["DEBUG", "POPULATE", "3000"]), b"+OK\r\n");
-            c.cmd(&["RPUSH", "list", "a", "b", "c"]);
-            c.cmd(&["HSET", "hash", "f", "v"]);
-            c.cmd(&["SET", "ttl", "v", "EX", "1000"]);
-            c.cmd(&["SELECT", "3"]);
-            c.cmd(&["SET", "other", "v"]);
-            c.cmd(&["SELECT", "0"]);
-        }
+/// The same data in both: strings, a list, a hash, keys with TTLs, two databases.
+fn load(pair: &mut Pair) {
+    for c in [&mut pair.redis, &mut pair.ours] {
+        assert_eq!(c.cmd(&["DEBUG", "POPULATE", "3000"]), b"+OK\r\n");
+        c.cmd(&["RPUSH", "list", "a", "b", "c"]);
+        c.cmd(&["HSET", "hash", "f", "v"]);
+        c.cmd(&["SET", "ttl", "v", "EX", "1000"]);
+        c.cmd(&["SELECT", "3"]);
+        c.cmd(&["SET", "other", "v"]);
+        c.cmd(&["SELECT", "0"]);
     }
 }
 
@@ -103,8 +82,8 @@ fn memory(c: &mut Raw, field: &str) -> u64 {
 /// INFO memory and MEMORY STATS name the same fields in the same order as Redis with the
 /// same data, and their figures agree with each other.
 fn fields_like_redis(b: Backend) {
-    let (_r, _o, mut pair) = Pair::start(b);
-    pair.load();
+    let (_r, _o, mut pair) = start_pair(b);
+    load(&mut pair);
     assert_eq!(info_names(&mut pair.ours), info_names(&mut pair.redis));
     let ours = memory_stats(&mut pair.ours);
     let theirs = memory_stats(&mut pair.redis);
@@ -201,8 +180,8 @@ fn figures_follow_the_data(b: Backend) {
 
 /// MEMORY's subcommands, arities and errors as Redis replies them.
 fn subcommands_like_redis(b: Backend) {
-    let (_r, _o, mut pair) = Pair::start(b);
-    pair.load();
+    let (_r, _o, mut pair) = start_pair(b);
+    load(&mut pair);
     for cmd in [
         &["MEMORY", "HELP"][..],
         &["MEMORY", "help"],
@@ -264,7 +243,7 @@ fn doctor_reports_on_data(b: Backend) {
 /// DEBUG OBJECT describes keys as Redis does: encoding, refcount, serialized length and the
 /// quicklist fields of lists.
 fn debug_object_like_redis(b: Backend) {
-    let (_r, _o, mut pair) = Pair::start(b);
+    let (_r, _o, mut pair) = start_pair(b);
     let long = "x".repeat(100);
     for c in [&mut pair.redis, &mut pair.ours] {
         c.cmd(&["RPUSH", "list", "a", "b", "c"]);

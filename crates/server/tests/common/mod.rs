@@ -730,6 +730,33 @@ pub fn wait_blocked(raw: &mut Raw, n: usize) {
     }
 }
 
+/// One connection each to redis-server and to Damselfly, to send both the same commands.
+pub struct Pair {
+    pub redis: Raw,
+    pub ours: Raw,
+}
+
+impl Pair {
+    pub fn connect(redis: &Server, ours: &Server) -> Pair {
+        Pair {
+            redis: redis.raw(),
+            ours: ours.raw(),
+        }
+    }
+
+    /// Sends `cmd` to both, asserts the replies are equal, returns ours.
+    pub fn same(&mut self, cmd: &[&str]) -> Vec<u8> {
+        let theirs = self.redis.cmd(cmd);
+        let mine = self.ours.cmd(cmd);
+        assert_eq!(
+            String::from_utf8_lossy(&mine),
+            String::from_utf8_lossy(&theirs),
+            "{cmd:?}"
+        );
+        mine
+    }
+}
+
 /// Sends each command to both servers and asserts equal replies, listing every difference.
 /// `HELLO` replies differ by design (server name, version, id) and are not compared.
 pub fn assert_same(redis: &mut Raw, ours: &mut Raw, cmds: &[Vec<String>]) {
