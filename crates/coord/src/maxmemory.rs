@@ -43,9 +43,9 @@ const PUBLISH_MAX_STEP: u64 = 64 << 10;
 pub struct MemoryGauge {
     total: AtomicU64,
     /// What the allocator holds beyond the shards' published data (connections, scripts,
-    /// the server's own structures), sampled at thread 0's ticks while a limit is set: the
-    /// limit applies to all the process allocates, as Redis's does. A wrapping difference:
-    /// negative where the shards' estimates exceed what the allocator gave them.
+    /// the server's own structures), sampled at thread 0's ticks (0 without a limit): the
+    /// limit applies to all the process allocates, as Redis's does. An i64 stored as its
+    /// bits: negative where the shards' estimates exceed what the allocator gave them.
     overhead: AtomicU64,
     /// The most the allocator was seen holding (INFO's `used_memory_peak`).
     peak: AtomicU64,
@@ -132,6 +132,12 @@ impl MemoryGauge {
         self.overhead.store(overhead, Ordering::Relaxed);
     }
 
+    /// The last sampled overhead (negative where the shards' estimates exceed the
+    /// allocator's figure).
+    fn overhead(&self) -> i64 {
+        self.overhead.load(Ordering::Relaxed) as i64
+    }
+
     /// The most the allocator was seen holding.
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
@@ -202,12 +208,14 @@ impl Worker {
     pub(crate) fn used_memory_for_limit(&self) -> u64 {
         let own = self.shard.borrow().footprint() as u64;
         let gauge = &self.cluster.memory;
-        gauge
+        let data = gauge
             .total
             .load(Ordering::Relaxed)
             .wrapping_sub(self.published_memory.bytes.get())
-            .wrapping_add(own)
-            .wrapping_add(gauge.overhead.load(Ordering::Relaxed))
+            .wrapping_add(own);
+        // A negative overhead sampled before the data shrank (FLUSHALL) must not wrap.
+        let used = (i128::from(data) + i128::from(gauge.overhead())).max(0);
+        u64::try_from(used).unwrap_or(u64::MAX)
     }
 
     /// Used memory is over a configured `maxmemory`.
@@ -262,7 +270,7 @@ impl Worker {
         let excess = self
             .used_memory_for_limit()
             .saturating_sub(config.maxmemory);
-        let overhead = self.cluster.memory.overhead.load(Ordering::Relaxed) as i64;
+        let overhead = self.cluster.memory.overhead();
         let for_data = (i128::from(config.maxmemory) - i128::from(overhead)).max(0);
         let share = u64::try_from(for_data).unwrap_or(u64::MAX) / self.num_shards() as u64;
         let outcome = {

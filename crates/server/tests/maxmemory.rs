@@ -569,7 +569,7 @@ fn fill(port: u16, client: usize, stop: Arc<AtomicBool>) -> Filled {
 /// 32 clients pipeline SETs of 1 KB values past a 20 MB limit: they get OOM once it is
 /// reached; once one client has filled the room their buffers left, used memory (all the
 /// allocator holds) is within a few percent of the limit,
-/// every acknowledged key reads back, and deleting makes room again.
+/// every acknowledged key reads back, and deleting (or FLUSHALL) makes room again.
 fn fill_stops_at_the_limit(b: Backend, threads: usize) {
     let s = Server::start_with(
         b,
@@ -657,6 +657,9 @@ fn fill_stops_at_the_limit(b: Backend, threads: usize) {
     }
     let stats = String::from_utf8_lossy(&c.cmd(&["INFO", "stats"])).into_owned();
     assert!(stats.contains("evicted_keys:0\r\n"), "{stats}");
+    // Emptied, the server takes writes at once, before a tick samples the allocator again.
+    assert_eq!(c.cmd(&["FLUSHALL"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", "after:flush", "x"]), b"+OK\r\n");
 }
 
 backend_tests!(
