@@ -193,6 +193,8 @@ fn disrespected(maxmemory: u64, used: u64, oom: u64) -> Option<String> {
 
 /// What the server reported at the end.
 struct Reported {
+    /// Keys held at the end (DBSIZE): what the memory bought.
+    keys: u64,
     evicted: u64,
     keyspace_hits: u64,
     keyspace_misses: u64,
@@ -204,7 +206,11 @@ impl Reported {
     fn of(server: &Server) -> Reported {
         let stat = |f| server.info_field("stats", f).unwrap_or(0);
         let (used, rss) = server.memory();
+        let keys = server.command(&["DBSIZE"]).ok();
         Reported {
+            keys: keys
+                .and_then(|k| k.trim_start_matches(':').parse().ok())
+                .unwrap_or(0),
             evicted: stat("evicted_keys"),
             keyspace_hits: stat("keyspace_hits"),
             keyspace_misses: stat("keyspace_misses"),
@@ -376,7 +382,7 @@ pub fn run(args: HitrateArgs) -> Result<String, String> {
     Ok(markdown(&setup, &rows, maxmemory))
 }
 
-const HEADER: &str = "| policy | server | hit rate | evicted keys | keyspace hits / misses | used_memory / maxmemory | RSS MB | requests/s |\n|---|---|---|---|---|---|---|---|\n";
+const HEADER: &str = "| policy | server | hit rate | keys held | evicted keys | keyspace hits / misses | used_memory / maxmemory | RSS MB | requests/s |\n|---|---|---|---|---|---|---|---|---|\n";
 
 fn markdown(setup: &str, rows: &[Row], maxmemory: u64) -> String {
     let mut out = format!("{setup}\n{HEADER}");
@@ -391,7 +397,8 @@ fn markdown_row(row: &Row, maxmemory: u64) -> String {
     let mb = |b: u64| b as f64 / 1e6;
     let reported = |r: &Reported| {
         format!(
-            "{} | {} / {} | {:.1} / {:.1} MB ({:.2}x) | {:.1}",
+            "{} | {} | {} / {} | {:.1} / {:.1} MB ({:.2}x) | {:.1}",
+            r.keys,
             r.evicted,
             r.keyspace_hits,
             r.keyspace_misses,
@@ -408,7 +415,7 @@ fn markdown_row(row: &Row, maxmemory: u64) -> String {
             reported: r,
         } => format!("{:.2}% | {} | {per_sec:.0}", hit_rate * 100.0, reported(r)),
         Outcome::Disrespected(why, r) => format!("not measured: {why} | {} | ", reported(r)),
-        Outcome::Failed(e) => format!("failed: {e} | | | | | "),
+        Outcome::Failed(e) => format!("failed: {e} | | | | | | "),
     };
     format!("| {} | {} | {cells} |", row.policy, row.server)
 }
@@ -508,6 +515,7 @@ mod tests {
                     hit_rate: 0.5,
                     per_sec: 1e5,
                     reported: Reported {
+                        keys: 40,
                         evicted: 7,
                         keyspace_hits: 5,
                         keyspace_misses: 5,
@@ -522,6 +530,7 @@ mod tests {
                 outcome: Outcome::Disrespected(
                     grew,
                     Reported {
+                        keys: 90,
                         evicted: 0,
                         keyspace_hits: 5,
                         keyspace_misses: 5,
@@ -532,7 +541,7 @@ mod tests {
             },
         ];
         let table = markdown("setup\n", &rows, 1_000_000);
-        assert!(table.contains("| allkeys-lru | redis | 50.00% | 7 | 5 / 5 | 1.0 / 1.0 MB (1.00x) | 5.0 | 100000 |"), "{table}");
+        assert!(table.contains("| allkeys-lru | redis | 50.00% | 40 | 7 | 5 / 5 | 1.0 / 1.0 MB (1.00x) | 5.0 | 100000 |"), "{table}");
         assert!(
             table.contains(
                 "| allkeys-lru | damselfly | not measured: used_memory is 9.8x maxmemory"
