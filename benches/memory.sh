@@ -3,10 +3,10 @@
 # 1,000,000-field hash, a 1,000,000-member sorted set, 1,000,000 hashes of 10 fields, and
 # 20,000,000 tiny strings (`DEBUG POPULATE 20000000`, as in Dragonfly's dashtable document).
 # Each data set is loaded (with `redis-cli --pipe`, or the populate) into a fresh server; the
-# script prints the
-# process's resident memory growth (VmRSS after loading minus before, in bytes) and the
-# server's own `used_memory`. Run from the repo root after `cargo build --release`; ports
-# 7783/7784 (DAMSELFLY=path picks another binary, DATA="bighash tiny20m" some data sets). Results are in docs/benchmarks.md.
+# script prints the process's resident memory growth (VmRSS after loading minus before, in
+# bytes), the server's `used_memory` and its allocator's active and resident bytes. Run from
+# the repo root after `cargo build --release`; ports 7783/7784. DAMSELFLY=path picks another
+# binary, DATA="bighash tiny20m" some of the data sets. Results are in docs/benchmarks.md.
 set -e
 gen() {
   python3 - "$1" <<'PY'
@@ -40,7 +40,8 @@ else:
 PY
 }
 rss() { awk '/VmRSS/ {printf "%d", $2 * 1024}' "/proc/$1/status"; }
-used() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
+# used_memory and the allocator's own figures (both servers use jemalloc).
+used() { redis-cli -p "$1" info memory | tr -d '\r' | awk -F: '$1 ~ /^(used_memory|allocator_active|allocator_resident)$/ {printf "%s=%s ", $1, $2}'; }
 measure() { # name port pid data
   local before after
   before=$(rss "$3")
@@ -51,7 +52,7 @@ measure() { # name port pid data
   fi
   sleep 1
   after=$(rss "$3")
-  echo "$4 $1 rss_growth=$((after - before)) used_memory=$(used "$2")"
+  echo "$4 $1 rss_growth=$((after - before)) $(used "$2")"
 }
 for data in ${DATA:-bighash bigzset smallhashes tiny20m}; do
   redis-server --port 7783 --save '' --appendonly no --enable-debug-command yes >/dev/null 2>&1 &
