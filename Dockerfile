@@ -8,6 +8,11 @@
 # read-only root filesystem: the server writes only under /data (deploy/kubernetes).
 
 FROM rust:1.95-slim-bookworm AS build
+# make builds jemalloc (tikv-jemalloc-sys); the slim image has a C compiler but no make.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p damselfly \
