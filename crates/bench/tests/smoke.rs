@@ -99,7 +99,7 @@ fn hitrate_measures_redis_and_reports_both_servers() {
         &[
             "hitrate",
             // maxmemory also holds each server's start-up memory (Redis ~0.9 MB, Damselfly
-            // ~1.7 MB with 2 threads) and the replay's client buffers (~0.2 MB), so the cache
+            // ~0.3 MB with 2 threads) and the replay's client buffers (~0.2 MB), so the cache
             // must be well above that: 20,000 keys, about 4.7 MB. The trace touches enough
             // distinct keys that both must evict.
             "--requests",

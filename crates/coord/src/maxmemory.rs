@@ -115,19 +115,20 @@ impl MemoryGauge {
     /// first time).
     pub fn sample(&self) -> AllocatorStats {
         let stats = AllocatorStats::read();
-        self.peak.fetch_max(stats.allocated, Ordering::Relaxed);
-        let _ =
-            self.startup
-                .compare_exchange(0, stats.allocated, Ordering::Relaxed, Ordering::Relaxed);
+        let used = stats.in_use();
+        self.peak.fetch_max(used, Ordering::Relaxed);
+        let _ = self
+            .startup
+            .compare_exchange(0, used, Ordering::Relaxed, Ordering::Relaxed);
         stats
     }
 
     /// Samples the allocator and, under a limit, what it holds beyond the shards' data.
     fn sample_overhead(&self, maxmemory: u64) {
-        let allocated = self.sample().allocated;
+        let used = self.sample().in_use();
         let overhead = match maxmemory {
             0 => 0,
-            _ => allocated.wrapping_sub(self.total.load(Ordering::Relaxed)),
+            _ => used.wrapping_sub(self.total.load(Ordering::Relaxed)),
         };
         self.overhead.store(overhead, Ordering::Relaxed);
     }

@@ -94,7 +94,7 @@ impl MemoryFigures {
         MemoryFigures {
             allocator,
             rss: damselfly_memory::rss_bytes(),
-            peak: cluster.memory.peak().max(allocator.allocated),
+            peak: cluster.memory.peak().max(allocator.in_use()),
             startup: cluster.memory.startup(),
             dataset: entries.saturating_sub(keys * SLOT_SIZE as u64),
             keys,
@@ -112,9 +112,9 @@ impl MemoryFigures {
         }
     }
 
-    /// `used_memory`: what the allocator says is allocated.
+    /// `used_memory`: what the allocator says the program holds.
     pub(crate) fn used(&self) -> u64 {
-        self.allocator.allocated
+        self.allocator.in_use()
     }
 
     /// Everything allocated that is not the keys' own bytes: start-up structures, tables,

@@ -47,8 +47,8 @@ pub fn start_background_purging() -> bool {
 /// What the allocator holds, in bytes, as of the moment [`AllocatorStats::read`] ran.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AllocatorStats {
-    /// Bytes the program has allocated and not freed (Redis's `used_memory` and
-    /// `allocator_allocated`).
+    /// Bytes the arenas have handed out, the thread caches' free objects included
+    /// (`allocator_allocated`).
     pub allocated: u64,
     /// Bytes in pages that hold at least one allocation (`allocator_active`).
     pub active: u64,
@@ -61,6 +61,9 @@ pub struct AllocatorStats {
     pub mapped: u64,
     /// Bytes of address space kept mapped but given back to the kernel.
     pub retained: u64,
+    /// Bytes of free objects the threads' caches hold (cached or stashed): allocated as far
+    /// as the arenas know, free as far as the program does.
+    pub thread_cached: u64,
 }
 
 impl AllocatorStats {
@@ -79,7 +82,21 @@ impl AllocatorStats {
             metadata: get(stats::metadata::read()),
             mapped: get(stats::mapped::read()),
             retained: get(stats::retained::read()),
+            thread_cached: ["tcache_bytes", "tcache_stashed_bytes"]
+                .iter()
+                .map(|stat| {
+                    let name = format!("stats.arenas.{ARENAS_ALL}.{stat}\0");
+                    // SAFETY: both controls are a size_t, which `usize` is.
+                    get(unsafe { raw::read::<usize>(name.as_bytes()) })
+                })
+                .sum(),
         }
+    }
+
+    /// Bytes the program holds: allocated less what the thread caches hold free (Redis's
+    /// `used_memory` counts the program's allocations the same way, with its own counter).
+    pub fn in_use(&self) -> u64 {
+        self.allocated.saturating_sub(self.thread_cached)
     }
 }
 
@@ -151,6 +168,8 @@ mod tests {
         );
         assert!(during.active >= during.allocated);
         assert!(during.resident >= during.active);
+        assert!(during.in_use() <= during.allocated);
+        assert!(during.in_use() + slack >= before.in_use() + (8 << 20));
         drop(block);
         assert!(purge());
         let after = AllocatorStats::read();

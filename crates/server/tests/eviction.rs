@@ -200,12 +200,13 @@ fn lowering_the_limit_evicts_at_once(b: Backend) {
     loop {
         let keys = dbsize(&mut c) as usize;
         let used = info_u64(&mut c, "memory", "used_memory") as usize;
-        if keys * VALUE <= LIMIT_BYTES && used <= LIMIT_BYTES {
+        // INFO's own buffers are part of the figure it reads: 1% of slack.
+        if keys * VALUE <= LIMIT_BYTES && used <= LIMIT_BYTES / 100 * 101 {
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(5),
-            "{keys} keys left"
+            "{keys} keys left, used_memory {used}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -108,7 +108,7 @@ fn fields_like_redis(b: Backend) {
         total
     );
     assert_eq!(stat(&ours, "keys.count"), 3004.0);
-    let per_key = ((total - stat(&ours, "startup.allocated")) / 3004.0).floor();
+    let per_key = ((total - stat(&ours, "startup.allocated")).max(0.0) / 3004.0).floor();
     assert_eq!(stat(&ours, "keys.bytes-per-key"), per_key);
     assert!(stat(&ours, "peak.allocated") >= total);
     let active = stat(&ours, "allocator.active");
@@ -128,7 +128,8 @@ fn fields_like_redis(b: Backend) {
         line.and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name}"))
     };
-    assert_eq!(field("used_memory"), field("allocator_allocated"));
+    // What the program holds: the arenas' figure less the thread caches' free objects.
+    assert!(field("used_memory") <= field("allocator_allocated"));
     assert_eq!(
         field("used_memory_overhead") + field("used_memory_dataset"),
         field("used_memory")
