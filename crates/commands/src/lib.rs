@@ -13,6 +13,7 @@ pub mod errors;
 pub mod hash_family;
 pub mod hll_family;
 pub mod keys_family;
+mod lcs;
 pub mod list_family;
 mod long_double;
 pub mod scan_args;

@@ -401,6 +401,78 @@ pub fn strlen(ctx: &mut ExecCtx, args: &Args) {
     ctx.reply.int(n as i64);
 }
 
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]: the longest common
+/// subsequence of two strings (a missing key is the empty string), its length, or its matching
+/// ranges, with Redis 7.0's checks in its order: the keys' types, the options, the table size.
+pub fn lcs(ctx: &mut ExecCtx, args: &Args) {
+    let mut strings = [Vec::new(), Vec::new()];
+    for (n, s) in strings.iter_mut().enumerate() {
+        if let Some(e) = ctx.lookup_read(args.get(n + 1)) {
+            if e.value().kind() != Kind::String {
+                return ctx.error("ERR The specified keys must contain string values");
+            }
+            *s = e.value().to_bytes();
+        }
+    }
+    let (mut len_only, mut idx, mut with_len, mut min_len) = (false, false, false, 0u64);
+    let mut i = 3;
+    while i < args.len() {
+        if args.is(i, "idx") {
+            idx = true;
+        } else if args.is(i, "len") {
+            len_only = true;
+        } else if args.is(i, "withmatchlen") {
+            with_len = true;
+        } else if args.is(i, "minmatchlen") && i + 1 < args.len() {
+            let Some(n) = parse_i64(args.get(i + 1)) else {
+                return ctx.error(errors::NOT_INT);
+            };
+            min_len = n.max(0) as u64;
+            i += 1;
+        } else {
+            return ctx.error(errors::SYNTAX);
+        }
+        i += 1;
+    }
+    if idx && len_only {
+        return ctx.error("ERR If you want both the length and indexes, please just use IDX.");
+    }
+    let [a, b] = &strings;
+    if crate::lcs::table_bytes(a.len(), b.len()) > u128::from(ctx.max_bulk_len) {
+        return ctx
+            .error("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len");
+    }
+    let found = crate::lcs::lcs(a, b);
+    if len_only {
+        return ctx.reply.int(found.len as i64);
+    }
+    if !idx {
+        return ctx.reply.bulk(&found.text);
+    }
+    let kept: Vec<_> = found
+        .matches
+        .iter()
+        .filter(|m| m.len() as u64 >= min_len)
+        .collect();
+    let reply = &mut *ctx.reply;
+    reply.map(2);
+    reply.bulk(b"matches");
+    reply.array(kept.len());
+    for m in kept {
+        reply.array(2 + usize::from(with_len));
+        for (start, end) in [m.a, m.b] {
+            reply.array(2);
+            reply.int(start as i64);
+            reply.int(end as i64);
+        }
+        if with_len {
+            reply.int(m.len() as i64);
+        }
+    }
+    reply.bulk(b"len");
+    reply.int(found.len as i64);
+}
+
 /// GETRANGE and SUBSTR.
 pub fn getrange(ctx: &mut ExecCtx, args: &Args) {
     let (Some(mut start), Some(mut end)) = (parse_i64(args.get(2)), parse_i64(args.get(3))) else {

@@ -432,6 +432,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("mset", -3, WRITE | DENYOOM, PAIRS, "@write @string @slow", "string", "1.0.1", "Atomically creates or modifies the string values of one or more keys.", Keys(Merge::AllOk), S(strings::mset)),
     cmd!("msetnx", -3, WRITE | DENYOOM, PAIRS, "@write @string @slow", "string", "1.0.1", "Atomically modifies the string values of one or more keys only when all keys don't exist.", Keys(Merge::MsetNx), S(strings::msetnx)),
     cmd!("append", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.", Key, S(strings::append)),
+    cmd!("lcs", -3, READONLY, (1, 2, 1), "@read @string @slow", "string", "7.0.0", "Finds the longest common substring.", Keys(Merge::Gather), S(strings::lcs)),
     cmd!("strlen", 2, READONLY | FAST, ONE_KEY, "@read @string @fast", "string", "2.2.0", "Returns the length of a string value.", Key, S(strings::strlen)),
     cmd!("getrange", 4, READONLY, ONE_KEY, "@read @string @slow", "string", "2.4.0", "Returns a substring of the string stored at a key.", Key, S(strings::getrange)),
     cmd!("substr", 4, READONLY, ONE_KEY, "@read @string @slow", "string", "1.0.0", "Returns a substring from a string value.", Key, S(strings::getrange)),
