@@ -10,6 +10,8 @@ pub mod config;
 pub mod ctx;
 pub mod dump_family;
 pub mod errors;
+pub mod geo_family;
+mod geohash;
 pub mod hash_family;
 pub mod hll_family;
 pub mod keys_family;

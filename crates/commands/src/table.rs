@@ -4,9 +4,9 @@
 
 use crate::{
     args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, dump_family as dumps,
-    hash_family as hash, hll_family as hll, keys_family as keys, list_family as lists,
-    server_family as server, set_family as sets, sort_family as sort, string_family as strings,
-    zset_family as zsets,
+    geo_family as geo, hash_family as hash, hll_family as hll, keys_family as keys,
+    list_family as lists, server_family as server, set_family as sets, sort_family as sort,
+    string_family as strings, zset_family as zsets,
 };
 use damselfly_pubsub::Kind;
 
@@ -512,6 +512,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "2.2.0", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::brpoplpush)),
     cmd!("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "6.2.0", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(blocking::blmove)),
     cmd!(numkeys 2; "blmpop", -5, WRITE | BLOCKING, NO_KEYS, "@write @list @slow @blocking", "list", "7.0.0", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::blmpop)),
+    cmd!("geoadd", -5, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", Key, S(geo::geoadd)),
+    cmd!("geopos", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the longitude and latitude of members from a geospatial index.", Key, S(geo::geopos)),
+    cmd!("geodist", -4, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the distance between two members of a geospatial index.", Key, S(geo::geodist)),
+    cmd!("geohash", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns members from a geospatial index as geohash strings.", Key, S(geo::geohash)),
     cmd!("zadd", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", Key, S(zsets::zadd)),
     cmd!("zincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Increments the score of a member in a sorted set.", Key, S(zsets::zincrby)),
     cmd!("zrem", -3, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", Key, S(zsets::zrem)),

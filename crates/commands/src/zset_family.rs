@@ -232,13 +232,13 @@ fn store_pairs(
 // ZADD, ZINCRBY, ZREM
 
 #[derive(Default, Clone, Copy)]
-struct AddFlags {
-    nx: bool,
-    xx: bool,
-    gt: bool,
-    lt: bool,
-    ch: bool,
-    incr: bool,
+pub(crate) struct AddFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+    pub ch: bool,
+    pub incr: bool,
 }
 
 enum Added {
@@ -319,11 +319,18 @@ fn add_generic(ctx: &mut ExecCtx, args: &Args, mut f: AddFlags, first_pair: usiz
             None => return ctx.error(errors::NOT_FLOAT),
         }
     }
+    add_pairs(ctx, args.get(1), f, &pairs);
+}
+
+/// ZADD's work once its arguments are checked (GEOADD's too): applies the score-member pairs
+/// to the sorted set at `key` (made when missing, unless XX), replies, and announces `zadd`
+/// (or `zincr`) when something changed.
+pub(crate) fn add_pairs(ctx: &mut ExecCtx, key: &[u8], f: AddFlags, pairs: &[(f64, &[u8])]) {
     // Whether some member was added or changed: then the write is announced.
     let apply = |z: &mut ZSet, r: &mut ReplyBuf, limits: &EncodingLimits| -> bool {
         let (mut changed, mut processed, mut last) = (0, 0, 0.0);
         let mut added = 0;
-        for &(score, member) in &pairs {
+        for &(score, member) in pairs {
             match add_one(z, member, score, f, limits) {
                 Err(e) => {
                     r.error(e);
@@ -345,7 +352,6 @@ fn add_generic(ctx: &mut ExecCtx, args: &Args, mut f: AddFlags, first_pair: usiz
         reply_added(r, f, added, changed, processed, last);
         added + changed > 0
     };
-    let key = args.get(1);
     let changed = match ctx.write_as(key, apply) {
         Err(WrongType) => false,
         Ok(Some(changed)) => changed,

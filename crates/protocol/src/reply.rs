@@ -141,12 +141,18 @@ impl ReplyBuf {
     pub fn double(&mut self, v: f64) {
         let mut tmp = Vec::with_capacity(32);
         format_f64_17g(v, &mut tmp);
+        self.double_text(&tmp);
+    }
+
+    /// A double already formatted by the caller (Redis's "human" long doubles: GEOPOS):
+    /// `,text` in RESP3, a bulk string in RESP2.
+    pub fn double_text(&mut self, text: &[u8]) {
         if self.resp3 {
             self.buf.push(b',');
-            self.buf.extend_from_slice(&tmp);
+            self.buf.extend_from_slice(text);
             self.buf.extend_from_slice(b"\r\n");
         } else {
-            self.bulk(&tmp);
+            self.bulk(text);
         }
     }
 
