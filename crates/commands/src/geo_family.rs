@@ -24,7 +24,7 @@ pub fn geoadd(ctx: &mut ExecCtx, args: &Args) {
         }
         at += 1;
     }
-    if (args.len() - at) % 3 != 0 || (f.nx && f.xx) {
+    if !(args.len() - at).is_multiple_of(3) || (f.nx && f.xx) {
         return ctx.error(errors::SYNTAX);
     }
     let mut pairs = Vec::with_capacity((args.len() - at) / 3);
