@@ -52,20 +52,31 @@ fn reply_position(r: &mut ReplyBuf, score: f64) {
 
 /// GEOPOS key [member ...]: each member's position, or a null array when it has none.
 pub fn geopos(ctx: &mut ExecCtx, args: &Args) {
+    per_member(ctx, args, ReplyBuf::null_array, reply_position);
+}
+
+/// One reply per member named from argument 2 on: `found` with its score, else `missing`
+/// (also for every member of a missing key).
+fn per_member(
+    ctx: &mut ExecCtx,
+    args: &Args,
+    missing: fn(&mut ReplyBuf),
+    found: fn(&mut ReplyBuf, f64),
+) {
     let members = || args.iter().skip(2);
     let n = args.len() - 2;
     ctx.read_as::<ZSet>(
         args.get(1),
         |r| {
             r.array(n);
-            members().for_each(|_| r.null_array());
+            members().for_each(|_| missing(r));
         },
         |z, r| {
             r.array(n);
             for m in members() {
                 match z.score(m) {
-                    Some(s) => reply_position(r, s),
-                    None => r.null_array(),
+                    Some(s) => found(r, s),
+                    None => missing(r),
                 }
             }
         },
@@ -98,22 +109,7 @@ pub fn geodist(ctx: &mut ExecCtx, args: &Args) {
 
 /// GEOHASH key [member ...]: each member's standard 11-character geohash, or null.
 pub fn geohash(ctx: &mut ExecCtx, args: &Args) {
-    let members = || args.iter().skip(2);
-    let n = args.len() - 2;
-    ctx.read_as::<ZSet>(
-        args.get(1),
-        |r| {
-            r.array(n);
-            members().for_each(|_| r.null());
-        },
-        |z, r| {
-            r.array(n);
-            for m in members() {
-                match z.score(m) {
-                    Some(s) => r.bulk(&geohash::to_standard(s as u64)),
-                    None => r.null(),
-                }
-            }
-        },
-    );
+    per_member(ctx, args, ReplyBuf::null, |r, s| {
+        r.bulk(&geohash::to_standard(s as u64))
+    });
 }
