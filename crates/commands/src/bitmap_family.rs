@@ -28,27 +28,30 @@ fn read_string(ctx: &mut ExecCtx, key: &[u8], f: impl FnOnce(Option<&[u8]>, &mut
 }
 
 /// Runs `f` on the string under `key` as raw bytes, creating an empty one when missing (so
-/// that a new key is one that `f` lengthens).
+/// that a new key is one that `f` lengthens). `f` says whether it changed the bytes: a write
+/// that changed nothing is not counted as a change.
 fn write_string<R>(
     ctx: &mut ExecCtx,
     key: &[u8],
-    f: impl FnOnce(&mut Vec<u8>) -> R,
+    f: impl FnOnce(&mut Vec<u8>) -> (R, bool),
 ) -> Result<R, WrongType> {
-    match ctx.lookup_write(key).map(|e| e.value().kind()) {
-        Some(Kind::String) => {}
+    let created = match ctx.lookup_write(key).map(|e| e.value().kind()) {
+        Some(Kind::String) => false,
         Some(_) => {
             ctx.wrongtype();
             return Err(WrongType);
         }
         None => {
             ctx.shard.set(ctx.db, key, Value::Str(Vec::new()), 0);
+            true
         }
-    }
-    let mut f = Some(f);
-    let r = ctx
-        .shard
-        .update(ctx.db, key, ctx.now, |e| f.take().map(|f| f(e.make_raw())));
-    r.flatten().ok_or(WrongType)
+    };
+    // A key just made was counted as a change already: one change, as in Redis.
+    let r = ctx.shard.update_if(ctx.db, key, ctx.now, |e| {
+        let (r, changed) = f(e.make_raw());
+        (r, changed && !created)
+    });
+    r.ok_or(WrongType)
 }
 
 /// A bit offset as SETBIT/GETBIT/BITFIELD take it; `#n` (BITFIELD only) counts in units of
@@ -97,11 +100,13 @@ pub fn setbit(ctx: &mut ExecCtx, args: &Args) {
     let key = args.get(1);
     let written = write_string(ctx, key, |s| {
         let len = s.len();
-        (set_bit(s, bit, on), s.len() != len)
+        let old = set_bit(s, bit, on);
+        // Redis counts a change only: a new key or a longer string, or a flipped bit.
+        let changed = s.len() != len || old != u8::from(on);
+        ((old, changed), changed)
     });
-    if let Ok((old, grown)) = written {
-        // Redis names a change only: a new key or a longer string, or a flipped bit.
-        if grown || old != u8::from(on) {
+    if let Ok((old, changed)) = written {
+        if changed {
             ctx.notify(class::STRING, "setbit", key);
         }
         ctx.reply.int(i64::from(old));
@@ -536,12 +541,13 @@ fn bitfield_generic(ctx: &mut ExecCtx, args: &Args, read_only: bool) {
             s.resize(need, 0);
         }
         let (results, wrote, changed) = run_fields(s, &cmds);
-        (results, wrote, grown || changed)
+        // The data changed if the string grew or a field took a new value; the event is
+        // announced, as in Redis, only for a write that OVERFLOW FAIL did not cancel.
+        let changed = grown || changed;
+        ((results, wrote && changed), changed)
     });
-    if let Ok((results, wrote, changed)) = ran {
-        // As in Redis: a write that OVERFLOW FAIL did not cancel, on a new or longer string
-        // or changing a value.
-        if wrote && changed {
+    if let Ok((results, announce)) = ran {
+        if announce {
             ctx.notify(class::STRING, "setbit", key);
         }
         reply_fields(ctx.reply, &results);

@@ -491,23 +491,38 @@ impl Shard {
         now: u64,
         f: impl FnOnce(&mut Entry) -> R,
     ) -> Option<R> {
+        self.update_if(db, key, now, |e| (f(e), true))
+    }
+
+    /// [`Shard::update`] for a write that may turn out to change nothing (SETBIT of a bit
+    /// already set): `f` says whether it changed the value, and only a change counts as one
+    /// (the dirty counter, WATCH, client tracking, blocked clients), as in Redis.
+    pub fn update_if<R>(
+        &mut self,
+        db: usize,
+        key: &[u8],
+        now: u64,
+        f: impl FnOnce(&mut Entry) -> (R, bool),
+    ) -> Option<R> {
         self.expire_if_needed(db, key, now);
         self.before_change(db, key);
         self.clock_ms = now;
         let draw = self.lfu_draw();
         let e = self.dbs[db].table.get_mut(key)?;
         self.eviction.touch(e, now, draw);
-        self.dirty += 1;
-        Self::touch(&mut self.watched[db], key);
-        self.tracking.changed(key);
         let before = e.mem_size();
         let had_ttl = e.expire_at();
-        let r = f(e);
+        let (r, changed) = f(e);
         let after = e.mem_size();
         let now_ttl = e.expire_at();
         self.used_memory = self.used_memory + after - before.min(self.used_memory + after);
         self.track_ttl_change(db, key, had_ttl, now_ttl);
-        self.note_write(db, key);
+        if changed {
+            self.dirty += 1;
+            Self::touch(&mut self.watched[db], key);
+            self.tracking.changed(key);
+            self.note_write(db, key);
+        }
         Some(r)
     }
 
