@@ -135,17 +135,11 @@ pub fn spec(args: &Args, now: u64) -> Option<BlockSpec> {
     })
 }
 
-/// True when serving `op` from `key` would succeed now: the key holds a collection of the
-/// right type (collections are never empty) and, for a move, the destination can take a list.
+/// True when `op` has an answer from `key` now: the key holds a collection of the right type
+/// (collections are never empty). A move whose destination holds another type answers too:
+/// WRONGTYPE, the element left in the source, as Redis does.
 pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
-    let kind_of = |ctx: &mut ExecCtx, k: &[u8]| ctx.lookup_write(k).map(|e| e.value().kind());
-    if kind_of(ctx, key) != Some(op.kind()) {
-        return false;
-    }
-    match op {
-        BlockOp::Move { dst, .. } => matches!(kind_of(ctx, dst), None | Some(Kind::List)),
-        _ => true,
-    }
+    ctx.lookup_write(key).map(|e| e.value().kind()) == Some(op.kind())
 }
 
 /// Serves a blocked client from `key` (which `ready` accepted), writing its reply. The
@@ -166,6 +160,10 @@ pub fn serve(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) {
             let mut args = vec![name, key];
             args.extend(n.as_deref().map(str::as_bytes));
             ctx.propagate(&args);
+        }
+        BlockOp::Move { dst, .. } if ctx.check_write(dst, Kind::List).is_none() => {
+            // The destination holds another type: WRONGTYPE was the answer, nothing moved.
+            return;
         }
         BlockOp::Move { from, to, dst } => {
             let side = |e: &End| -> &[u8] {

@@ -53,6 +53,50 @@ fn fifo_wake_order(b: Backend) {
     wait_blocked(&mut admin, 0);
 }
 
+/// A blocked BRPOPLPUSH or BLMOVE whose destination holds another type gets WRONGTYPE when
+/// the source gets an element, which stays in the source, as in Redis; with the destination
+/// on the same shard (the next waiter then gets the element) and on the other one (alone:
+/// a cross-shard move is retried by its connection, and a waiter behind it can take the
+/// element first, a known difference from Redis's order).
+fn move_to_a_wrong_type_answers_wrongtype(b: Backend) {
+    let server = Server::start_with(b, 2, &[]);
+    let mut admin = server.raw();
+    let (src, far) = keys_on_two_shards("mv");
+    let near = "{mv-a}near".to_string();
+    assert_eq!(
+        shard_for_key(near.as_bytes(), 2),
+        shard_for_key(src.as_bytes(), 2)
+    );
+    for (dst, block) in [
+        (&near, vec!["BRPOPLPUSH", &src, &near, "0"]),
+        (&far, vec!["BLMOVE", &src, &far, "LEFT", "RIGHT", "0"]),
+    ] {
+        assert_eq!(admin.cmd(&["SET", dst, "string"]), b"+OK\r\n");
+        let mover = blocked_client(server.port, strings(&block));
+        wait_blocked(&mut admin, 1);
+        let popper = (dst == &near).then(|| {
+            let popper = blocked_client(server.port, strings(&["BLPOP", &src, "0"]));
+            wait_blocked(&mut admin, 2);
+            popper
+        });
+        assert_eq!(admin.cmd(&["RPUSH", &src, "x"]), b":1\r\n");
+        assert_eq!(
+            mover.join().unwrap_or_default(),
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            "{block:?}"
+        );
+        match popper {
+            Some(popper) => {
+                let want = [b"*2\r\n".to_vec(), bulk(&src), bulk("x")].concat();
+                assert_eq!(popper.join().unwrap_or_default(), want, "{block:?}");
+            }
+            None => assert_eq!(admin.cmd(&["LPOP", &src]), bulk("x")),
+        }
+        assert_eq!(admin.cmd(&["GET", dst]), bulk("string"));
+        wait_blocked(&mut admin, 0);
+    }
+}
+
 fn timeouts_reply_nil(b: Backend) {
     let server = Server::start_with(b, 2, &[]);
     let mut c = server.raw();
@@ -268,6 +312,7 @@ fn cross_shard_blmove_loses_nothing(b: Backend) {
 backend_tests!(
     client_unblock,
     fifo_wake_order,
+    move_to_a_wrong_type_answers_wrongtype,
     timeouts_reply_nil,
     disconnect_while_blocked,
     multi_runs_the_non_blocking_form,
