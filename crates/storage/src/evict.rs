@@ -207,9 +207,8 @@ impl EvictionConfig {
     pub fn redis_lru_field(&self, access: u16, now_ms: u64) -> u64 {
         if self.policy.is_lfu() {
             let (last, counter) = ((access >> 8) as u8, access as u8);
-            let minutes = now_ms / 60_000;
-            let elapsed = u64::from((minutes as u8).wrapping_sub(last));
-            ((minutes - elapsed) & 0xffff) << 8 | u64::from(counter)
+            let elapsed = u64::from(lfu_minutes(now_ms).wrapping_sub(last));
+            ((now_ms / 60_000 - elapsed) & 0xffff) << 8 | u64::from(counter)
         } else {
             (now_ms / 1000 - idle_seconds(access, now_ms)) & 0xff_ffff
         }
