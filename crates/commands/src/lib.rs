@@ -18,6 +18,7 @@ pub mod keys_family;
 mod lcs;
 pub mod list_family;
 mod long_double;
+mod partial_sort;
 pub mod scan_args;
 pub mod server_family;
 pub mod set_family;

@@ -179,6 +179,8 @@ pub enum MoreKeys {
     Sort {
         store: bool,
     },
+    /// GEORADIUS's and GEORADIUSBYMEMBER's STORE/STOREDIST destination among their options.
+    GeoStore,
 }
 
 /// What a transaction running a command locks on the shards it touches. Commands whose
@@ -242,9 +244,12 @@ impl CommandSpec {
             MoreKeys::Sort { store: true } => crate::sort_family::store_position(args),
             _ => None,
         };
+        let geo_stores = (self.more_keys == MoreKeys::GeoStore)
+            .then(|| crate::geo_family::store_positions(args));
         self.fixed_key_positions(args.len())
             .chain(counted.into_iter().flatten())
             .chain(store)
+            .chain(geo_stores.into_iter().flatten())
     }
 
     /// True when the command reads keys its arguments do not name (SORT with BY/GET
@@ -516,6 +521,12 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("geopos", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the longitude and latitude of members from a geospatial index.", Key, S(geo::geopos)),
     cmd!("geodist", -4, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the distance between two members of a geospatial index.", Key, S(geo::geodist)),
     cmd!("geohash", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns members from a geospatial index as geohash strings.", Key, S(geo::geohash)),
+    cmd!("geosearch", -7, READONLY, ONE_KEY, "@read @geo @slow", "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle.", Key, S(geo::geosearch)),
+    cmd!("geosearchstore", -8, WRITE | DENYOOM, (1, 2, 1), "@write @geo @slow", "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.", Keys(Merge::Gather), S(geo::geosearchstore)),
+    cmd!(more MoreKeys::GeoStore; "georadius", -6, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.", Keys(Merge::Gather), S(geo::georadius)),
+    cmd!("georadius_ro", -6, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a coordinate.", Key, S(geo::georadius_ro)),
+    cmd!(more MoreKeys::GeoStore; "georadiusbymember", -5, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Queries a geospatial index for members within a distance from a member, optionally stores the result.", Keys(Merge::Gather), S(geo::georadiusbymember)),
+    cmd!("georadiusbymember_ro", -5, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a member.", Key, S(geo::georadiusbymember_ro)),
     cmd!("zadd", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", Key, S(zsets::zadd)),
     cmd!("zincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Increments the score of a member in a sorted set.", Key, S(zsets::zincrby)),
     cmd!("zrem", -3, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", Key, S(zsets::zrem)),

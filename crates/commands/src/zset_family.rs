@@ -213,7 +213,7 @@ fn reply_pair(r: &mut ReplyBuf, member: &[u8], score: f64, with_scores: bool, ne
 /// replies with their count. The items go one by one into `start`, so encoding conversions
 /// happen where Redis's do (which shows: listpack scores are text, so a -0 inserted before a
 /// conversion reads back as 0).
-fn store_pairs(
+pub(crate) fn store_pairs(
     ctx: &mut ExecCtx,
     dst: &[u8],
     items: &[(Vec<u8>, f64)],
