@@ -1,5 +1,5 @@
-//! The blocking commands (BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP)
-//! as one shard sees them: their non-blocking form (what runs first, and all that runs inside
+//! The blocking commands (BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP,
+//! XREAD and XREADGROUP with BLOCK) as one shard sees them: their non-blocking form (what runs first, and all that runs inside
 //! MULTI), what a client that found nothing waits for ([`BlockSpec`]), and serving a waiter
 //! from a key that received data. The waiting itself (per-key FIFO queues, wake-ups, timeouts,
 //! disconnects) belongs to the coordinator (crates/coord/src/blocking.rs).
@@ -8,6 +8,7 @@ use damselfly_storage::notify::class;
 use damselfly_storage::{End, Kind};
 
 use crate::list_family::{move_element, parse_end, parse_mpop, pop_event, pop_lists};
+use crate::stream_family::{self, GroupRead, ReadFrom, ReadStarts};
 use crate::zset_family::{pop_first, PopReply};
 use crate::{errors, Args, ExecCtx};
 
@@ -20,15 +21,64 @@ pub enum BlockOp {
     ZPop { max: bool, count: Option<usize> },
     /// BLMOVE/BRPOPLPUSH: moves one element onto `dst`, replies with it.
     Move { from: End, to: End, dst: Vec<u8> },
+    /// XREAD/XREADGROUP: where each key is read from (`$` resolved to the stream's last id
+    /// when the client blocks), at most `count` entries (0: Redis's default for a blocked
+    /// read), through `group` for XREADGROUP.
+    StreamRead {
+        from: ReadStarts,
+        count: usize,
+        group: Option<GroupRead>,
+    },
 }
 
 impl BlockOp {
     fn kind(&self) -> Kind {
         match self {
             BlockOp::ZPop { .. } => Kind::ZSet,
+            BlockOp::StreamRead { .. } => Kind::Stream,
             _ => Kind::List,
         }
     }
+
+    /// Keys whose start is `$`, to resolve (with [`BlockOp::resolve_last`]) on their shards
+    /// before the client blocks.
+    pub fn unresolved_keys(&self) -> Vec<Vec<u8>> {
+        match self {
+            BlockOp::StreamRead { from, .. } => from
+                .iter()
+                .filter(|(_, f)| *f == ReadFrom::Last)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Sets the start of a `$` key to the stream's last id found on its shard.
+    pub fn resolve_last(&mut self, key: &[u8], last: damselfly_storage::StreamId) {
+        if let BlockOp::StreamRead { from, .. } = self {
+            for (k, f) in from.iter_mut() {
+                if k == key && *f == ReadFrom::Last {
+                    *f = ReadFrom::After(last);
+                }
+            }
+        }
+    }
+
+    /// Where a stream reader starts on `key` (unresolved `$` never has data).
+    fn read_start(&self, key: &[u8]) -> damselfly_storage::StreamId {
+        match self {
+            BlockOp::StreamRead { from, .. } => match from.iter().find(|(k, _)| k == key) {
+                Some((_, ReadFrom::After(id))) => *id,
+                _ => damselfly_storage::StreamId::MAX,
+            },
+            _ => damselfly_storage::StreamId::MAX,
+        }
+    }
+}
+
+/// The last id of the stream under `key`, for resolving a blocked reader's `$`.
+pub fn stream_last_id(ctx: &mut ExecCtx, key: &[u8]) -> damselfly_storage::StreamId {
+    stream_family::last_id(ctx, key)
 }
 
 /// What a client whose blocking command found nothing waits for.
@@ -125,6 +175,20 @@ pub fn spec(args: &Args, now: u64) -> Option<BlockSpec> {
             };
             (keys, 1, op)
         }
+        b"xread" | b"xreadgroup" => {
+            let (from, read) = stream_family::block_spec(args, now)?;
+            let keys = from.iter().map(|(k, _)| k.clone()).collect();
+            let op = BlockOp::StreamRead {
+                from,
+                count: read.count,
+                group: read.group,
+            };
+            return Some(BlockSpec {
+                keys,
+                timeout_ms: read.block?,
+                op,
+            });
+        }
         _ => return None,
     };
     let timeout_ms = parse_timeout(args.get(timeout_at), now).ok()?;
@@ -139,6 +203,9 @@ pub fn spec(args: &Args, now: u64) -> Option<BlockSpec> {
 /// (collections are never empty). A move whose destination holds another type answers too:
 /// WRONGTYPE, the element left in the source, as Redis does.
 pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
+    if let BlockOp::StreamRead { group, .. } = op {
+        return stream_family::read_ready(ctx, key, op.read_start(key), group.as_ref());
+    }
     ctx.lookup_write(key).map(|e| e.value().kind()) == Some(op.kind())
 }
 
@@ -146,56 +213,54 @@ pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
 /// journal records the non-blocking command that has the same effect.
 pub fn serve(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) {
     let count = |n: &Option<usize>| n.map(|n| n.to_string());
+    let side = |e: &End| -> &[u8] {
+        if *e == End::Head {
+            b"LEFT"
+        } else {
+            b"RIGHT"
+        }
+    };
     match op {
+        BlockOp::StreamRead { count, group, .. } => {
+            let start = op.read_start(key);
+            stream_family::serve_blocked_read(ctx, key, start, *count, group.as_ref());
+        }
         BlockOp::ListPop { end, count: n } => {
             let name: &[u8] = if *end == End::Head { b"LPOP" } else { b"RPOP" };
-            let n = count(n);
+            let text = count(n);
             let mut args = vec![name, key];
-            args.extend(n.as_deref().map(str::as_bytes));
+            args.extend(text.as_deref().map(str::as_bytes));
             ctx.propagate(&args);
+            match n {
+                None => {
+                    pop_one_list(ctx, &[key], *end);
+                }
+                Some(n) => {
+                    pop_lists(ctx, &[key], *end, *n);
+                }
+            }
         }
         BlockOp::ZPop { max, count: n } => {
             let name: &[u8] = if *max { b"ZPOPMAX" } else { b"ZPOPMIN" };
-            let n = count(n);
+            let text = count(n);
             let mut args = vec![name, key];
-            args.extend(n.as_deref().map(str::as_bytes));
+            args.extend(text.as_deref().map(str::as_bytes));
             ctx.propagate(&args);
-        }
-        BlockOp::Move { dst, .. } if ctx.check_write(dst, Kind::List).is_none() => {
-            // The destination holds another type: WRONGTYPE was the answer, nothing moved.
-            return;
-        }
-        BlockOp::Move { from, to, dst } => {
-            let side = |e: &End| -> &[u8] {
-                if *e == End::Head {
-                    b"LEFT"
-                } else {
-                    b"RIGHT"
+            match n {
+                None => {
+                    pop_first(ctx, &[key], *max, 1, PopReply::KeyMemberScore);
                 }
-            };
+                Some(n) => {
+                    pop_first(ctx, &[key], *max, *n, PopReply::WithKey);
+                }
+            }
+        }
+        // The destination holds another type: WRONGTYPE was the answer, nothing moved.
+        BlockOp::Move { dst, .. } if ctx.check_write(dst, Kind::List).is_none() => {}
+        BlockOp::Move { from, to, dst } => {
             ctx.propagate(&[b"LMOVE", key, dst, side(from), side(to)]);
+            move_element(ctx, key, dst, *from, *to);
         }
-    }
-    match op {
-        BlockOp::ListPop { end, count: None } => {
-            pop_one_list(ctx, &[key], *end);
-        }
-        BlockOp::ListPop {
-            end,
-            count: Some(n),
-        } => {
-            pop_lists(ctx, &[key], *end, *n);
-        }
-        BlockOp::ZPop { max, count: None } => {
-            pop_first(ctx, &[key], *max, 1, PopReply::KeyMemberScore);
-        }
-        BlockOp::ZPop {
-            max,
-            count: Some(n),
-        } => {
-            pop_first(ctx, &[key], *max, *n, PopReply::WithKey);
-        }
-        BlockOp::Move { from, to, dst } => move_element(ctx, key, dst, *from, *to),
     }
 }
 

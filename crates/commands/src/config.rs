@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 use damselfly_protocol::number::parse_i64;
+use damselfly_storage::stream::NodeLimits;
 use damselfly_storage::EncodingLimits;
 use damselfly_storage::{EvictionConfig, Policy};
 
@@ -251,8 +252,8 @@ pub static PARAMS: &[Param] = &[
     p("list-max-listpack-size", "-2", INT, true, Y),
     p("list-max-ziplist-size", "-2", INT, true, Y),
     p("list-compress-depth", "0", NONNEG, true, A),
-    p("stream-node-max-bytes", "4096", MEMORY, true, A),
-    p("stream-node-max-entries", "100", NONNEG, true, A),
+    p("stream-node-max-bytes", "4096", MEMORY, true, Y),
+    p("stream-node-max-entries", "100", NONNEG, true, Y),
     p("slowlog-log-slower-than", "10000", INT, true, A),
     p("slowlog-max-len", "128", NONNEG, true, A),
     p("latency-monitor-threshold", "0", NONNEG, true, A),
@@ -598,6 +599,10 @@ impl Config {
             list_max_listpack_size: self.get("list-max-listpack-size").parse().unwrap_or(-2),
             hll_sparse_max_bytes: size("hll-sparse-max-bytes"),
             rdb_compression: self.get("rdbcompression") == "yes",
+            stream_node: NodeLimits {
+                max_bytes: size("stream-node-max-bytes"),
+                max_entries: size("stream-node-max-entries"),
+            },
         }
     }
 

@@ -24,6 +24,8 @@ pub mod server_family;
 pub mod set_family;
 pub mod sort_family;
 pub mod stats;
+pub mod stream_family;
+pub mod stream_group_family;
 pub mod string_family;
 pub mod table;
 pub mod zset_family;

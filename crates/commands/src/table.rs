@@ -6,7 +6,8 @@ use crate::{
     args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, dump_family as dumps,
     geo_family as geo, hash_family as hash, hll_family as hll, keys_family as keys,
     list_family as lists, server_family as server, set_family as sets, sort_family as sort,
-    string_family as strings, zset_family as zsets,
+    stream_family as streams, stream_group_family as groups, string_family as strings,
+    zset_family as zsets,
 };
 use damselfly_pubsub::Kind;
 
@@ -181,6 +182,8 @@ pub enum MoreKeys {
     },
     /// GEORADIUS's and GEORADIUSBYMEMBER's STORE/STOREDIST destination among their options.
     GeoStore,
+    /// XREAD's and XREADGROUP's keys: the first half of what follows STREAMS.
+    Streams,
 }
 
 /// What a transaction running a command locks on the shards it touches. Commands whose
@@ -246,10 +249,15 @@ impl CommandSpec {
         };
         let geo_stores = (self.more_keys == MoreKeys::GeoStore)
             .then(|| crate::geo_family::store_positions(args));
+        let streams = match self.more_keys {
+            MoreKeys::Streams => crate::stream_family::read_keys_at(args).map(|(at, n)| at..at + n),
+            _ => None,
+        };
         self.fixed_key_positions(args.len())
             .chain(counted.into_iter().flatten())
             .chain(store)
             .chain(geo_stores.into_iter().flatten())
+            .chain(streams.into_iter().flatten())
     }
 
     /// True when the command reads keys its arguments do not name (SORT with BY/GET
@@ -517,6 +525,22 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "2.2.0", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::brpoplpush)),
     cmd!("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "6.2.0", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(blocking::blmove)),
     cmd!(numkeys 2; "blmpop", -5, WRITE | BLOCKING, NO_KEYS, "@write @list @slow @blocking", "list", "7.0.0", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::blmpop)),
+    // streams
+    cmd!("xadd", -5, WRITE | DENYOOM | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Appends a new message to a stream. Creates the key if it doesn't exist.", Key, S(streams::xadd)),
+    cmd!("xlen", 2, READONLY | FAST, ONE_KEY, "@read @stream @fast", "stream", "5.0.0", "Return the number of messages in a stream.", Key, S(streams::xlen)),
+    cmd!("xrange", -4, READONLY, ONE_KEY, "@read @stream @slow", "stream", "5.0.0", "Returns the messages from a stream within a range of IDs.", Key, S(streams::xrange)),
+    cmd!("xrevrange", -4, READONLY, ONE_KEY, "@read @stream @slow", "stream", "5.0.0", "Returns the messages from a stream within a range of IDs in reverse order.", Key, S(streams::xrevrange)),
+    cmd!("xdel", -3, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Returns the number of messages after removing them from a stream.", Key, S(streams::xdel)),
+    cmd!("xtrim", -4, WRITE, ONE_KEY, "@write @stream @slow", "stream", "5.0.0", "Deletes messages from the beginning of a stream.", Key, S(streams::xtrim)),
+    cmd!("xsetid", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "An internal command for replicating stream values.", Key, S(streams::xsetid)),
+    cmd!(more MoreKeys::Streams; "xread", -4, READONLY | BLOCKING, NO_KEYS, "@read @stream @slow @blocking", "stream", "5.0.0", "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.", Keys(Merge::Gather), S(streams::xread)),
+    cmd!(more MoreKeys::Streams; "xreadgroup", -7, WRITE | BLOCKING, NO_KEYS, "@write @stream @slow @blocking", "stream", "5.0.0", "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.", Keys(Merge::Gather), S(streams::xread)),
+    cmd!("xgroup", -2, 0, (2, 2, 1), "@slow", "stream", "5.0.0", "A container for consumer groups commands.", Key, S(groups::xgroup)),
+    cmd!("xack", -4, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.", Key, S(groups::xack)),
+    cmd!("xpending", -3, READONLY, ONE_KEY, "@read @stream @slow", "stream", "5.0.0", "Returns the information and entries from a stream consumer group's pending entries list.", Key, S(groups::xpending)),
+    cmd!("xclaim", -6, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.", Key, S(groups::xclaim)),
+    cmd!("xautoclaim", -6, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "6.2.0", "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.", Key, S(groups::xautoclaim)),
+    cmd!("xinfo", -2, 0, (2, 2, 1), "@slow", "stream", "5.0.0", "A container for stream introspection commands.", Key, S(groups::xinfo)),
     cmd!("geoadd", -5, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", Key, S(geo::geoadd)),
     cmd!("geopos", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the longitude and latitude of members from a geospatial index.", Key, S(geo::geopos)),
     cmd!("geodist", -4, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the distance between two members of a geospatial index.", Key, S(geo::geodist)),

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use damselfly_commands::blocking::{self, BlockOp, BlockSpec};
 use damselfly_commands::Args;
 use damselfly_protocol::ReplyBuf;
-use damselfly_storage::shard_for_key;
+use damselfly_storage::{shard_for_key, StreamId};
 
 use crate::connection::Connection;
 use crate::messages::{ExecBatch, Payload, RemoteCmd, ShardMsg};
@@ -284,14 +284,15 @@ impl Connection {
             BlockOp::Move { dst, .. } => shard_for_key(&spec.keys[0], n) == shard_for_key(dst, n),
             _ => true,
         };
-        let (slot, wait) = self.worker.open_wait();
         let db = self.info.db.get();
+        let op = self.resolve_last_ids(db, spec.op.clone()).await;
+        let (slot, wait) = self.worker.open_wait();
         let waiter = Arc::new(Waiter::new(
             self.worker.id,
             slot,
             db,
             self.info.resp.get() == 3,
-            spec.op.clone(),
+            op,
             local,
         ));
         let mut by_shard: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
@@ -348,6 +349,34 @@ impl Connection {
         }
         // Registered everywhere, or a shard served the waiter meanwhile: its reply is coming.
         Some(blocked)
+    }
+
+    /// Resolves a blocking XREAD's `$` starts to each stream's last id, asked of the key's
+    /// shard: the read then waits for what arrives after this point.
+    async fn resolve_last_ids(&mut self, db: usize, mut op: BlockOp) -> BlockOp {
+        let n = self.worker.num_shards();
+        for key in op.unresolved_keys() {
+            let k = key.clone();
+            let ask = self
+                .worker
+                .ask(shard_for_key(&key, n), move |origin, slot| ShardMsg::Run {
+                    f: Box::new(move |wk: &Worker| {
+                        let last = wk.with_ctx(db, &mut ReplyBuf::new(false), None, |ctx| {
+                            blocking::stream_last_id(ctx, &k)
+                        });
+                        Box::new(last) as Box<dyn Any + Send>
+                    }),
+                    origin,
+                    slot,
+                });
+            let last = match ask.await {
+                Some(Payload::Hop { value, .. }) => value.downcast::<StreamId>().ok().map(|b| *b),
+                _ => None,
+            };
+            // A shard that went away (shutdown) leaves the read waiting for anything new.
+            op.resolve_last(&key, last.unwrap_or(StreamId::MIN));
+        }
+        op
     }
 
     /// Takes a waiter off every shard it was registered on; `claimed_here` when this

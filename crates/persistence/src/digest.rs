@@ -19,7 +19,7 @@
 
 use damselfly_protocol::number::format_f64_17g;
 use damselfly_storage::set::Member;
-use damselfly_storage::{Kind, ValueRef};
+use damselfly_storage::{Kind, StreamId, ValueRef};
 
 /// A 20-byte digest.
 pub type Digest = [u8; 20];
@@ -49,6 +49,7 @@ fn type_number(kind: Kind) -> u32 {
         Kind::Set => 2,
         Kind::ZSet => 3,
         Kind::Hash => 4,
+        Kind::Stream => 6,
     }
 }
 
@@ -98,6 +99,14 @@ fn add_value(d: &mut Digest, value: ValueRef<'_>, has_expire: bool) {
                 start += CHUNK;
             }
         }
+        ValueRef::Stream(s) => s.range(StreamId::MIN, StreamId::MAX, false, |id, pairs| {
+            mix(d, format!("{}.{}", id.ms, id.seq).as_bytes());
+            for (f, v) in pairs {
+                mix(d, f);
+                mix(d, v);
+            }
+            true
+        }),
     }
     if has_expire {
         xor(d, b"!!expire!!");

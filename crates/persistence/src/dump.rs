@@ -31,7 +31,7 @@ pub fn encode(value: ValueRef<'_>, opts: &WriteOptions) -> Vec<u8> {
 }
 
 /// Appends the RDB version and the CRC-64 of everything before the checksum.
-fn with_footer(mut out: Vec<u8>) -> Vec<u8> {
+pub(crate) fn with_footer(mut out: Vec<u8>) -> Vec<u8> {
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = crc64(&out);
     out.extend_from_slice(&crc.to_le_bytes());

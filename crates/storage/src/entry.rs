@@ -18,7 +18,7 @@ use std::mem::{align_of, size_of, ManuallyDrop};
 use std::ptr;
 
 use crate::value::{Collection, Kind, Value, ValueRef};
-use crate::{varint, Hash, List, Set, ZSet};
+use crate::{varint, Hash, List, Set, Stream, ZSet};
 
 /// Strings up to this long are stored in the record; longer ones keep a buffer of their own,
 /// so a large value is never copied to build or resize its record.
@@ -41,6 +41,7 @@ const HASH: u64 = 3;
 const LIST: u64 = 4;
 const SET: u64 = 5;
 const ZSET: u64 = 6;
+const STREAM: u64 = 7;
 
 // Bodies sit 8-aligned (after an optional 8-byte expiry in a 16-aligned record).
 const _: () = assert!(
@@ -49,6 +50,7 @@ const _: () = assert!(
         && align_of::<List>() <= 8
         && align_of::<Set>() <= 8
         && align_of::<ZSet>() <= 8
+        && align_of::<Stream>() <= 8
 );
 
 fn body_size(code: u64) -> usize {
@@ -59,7 +61,8 @@ fn body_size(code: u64) -> usize {
         HASH => size_of::<Hash>(),
         LIST => size_of::<List>(),
         SET => size_of::<Set>(),
-        _ => size_of::<ZSet>(),
+        ZSET => size_of::<ZSet>(),
+        _ => size_of::<Stream>(),
     }
 }
 
@@ -70,6 +73,7 @@ fn code_of(kind: Kind) -> u64 {
         Kind::List => LIST,
         Kind::Set => SET,
         Kind::ZSet => ZSET,
+        Kind::Stream => STREAM,
     }
 }
 
@@ -153,6 +157,7 @@ impl Entry {
             Value::List(_) => LIST,
             Value::Set(_) => SET,
             Value::ZSet(_) => ZSET,
+            Value::Stream(_) => STREAM,
         };
         let body_at = if expire_at != 0 { 8 } else { 0 };
         let key_at = body_at + body_size(code);
@@ -171,6 +176,7 @@ impl Entry {
                 Value::List(l) => ptr::write(body as *mut List, *l),
                 Value::Set(s) => ptr::write(body as *mut Set, *s),
                 Value::ZSet(z) => ptr::write(body as *mut ZSet, *z),
+                Value::Stream(x) => ptr::write(body as *mut Stream, *x),
             }
             let rest = std::slice::from_raw_parts_mut(base.add(key_at), size - key_at);
             let at = varint::put(rest, key.len());
@@ -279,7 +285,8 @@ impl Entry {
                 HASH => ValueRef::Hash(&*(body as *const Hash)),
                 LIST => ValueRef::List(&*(body as *const List)),
                 SET => ValueRef::Set(&*(body as *const Set)),
-                _ => ValueRef::ZSet(&*(body as *const ZSet)),
+                ZSET => ValueRef::ZSet(&*(body as *const ZSet)),
+                _ => ValueRef::Stream(&*(body as *const Stream)),
             }
         }
     }
@@ -422,7 +429,8 @@ impl Entry {
                 HASH => Value::Hash(Box::new(ptr::read(body as *const Hash))),
                 LIST => Value::List(Box::new(ptr::read(body as *const List))),
                 SET => Value::Set(Box::new(ptr::read(body as *const Set))),
-                _ => Value::ZSet(Box::new(ptr::read(body as *const ZSet))),
+                ZSET => Value::ZSet(Box::new(ptr::read(body as *const ZSet))),
+                _ => Value::Stream(Box::new(ptr::read(body as *const Stream))),
             };
             alloc::dealloc(this.base(), layout(this.record_size()));
             value
@@ -443,6 +451,7 @@ impl Drop for Entry {
                 LIST => ptr::drop_in_place(body as *mut List),
                 SET => ptr::drop_in_place(body as *mut Set),
                 ZSET => ptr::drop_in_place(body as *mut ZSet),
+                STREAM => ptr::drop_in_place(body as *mut Stream),
                 _ => {}
             }
             alloc::dealloc(self.base(), layout(size));

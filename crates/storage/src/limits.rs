@@ -1,6 +1,8 @@
 //! Thresholds that decide when a value leaves its compact encoding (and whether serialized
 //! strings are compressed), with Redis's config names and defaults. The server copies them from the configuration into each shard.
 
+use crate::stream::NodeLimits;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EncodingLimits {
     /// `hash-max-listpack-entries`
@@ -20,6 +22,8 @@ pub struct EncodingLimits {
     pub hll_sparse_max_bytes: usize,
     /// `rdbcompression`: DUMP payloads and snapshot files LZF-compress long strings.
     pub rdb_compression: bool,
+    /// `stream-node-max-bytes` and `stream-node-max-entries`.
+    pub stream_node: NodeLimits,
 }
 
 impl Default for EncodingLimits {
@@ -33,6 +37,7 @@ impl Default for EncodingLimits {
             list_max_listpack_size: -2,
             hll_sparse_max_bytes: 3000,
             rdb_compression: true,
+            stream_node: NodeLimits::default(),
         }
     }
 }

@@ -8,6 +8,7 @@
 use crate::hash::Hash;
 use crate::list::List;
 use crate::set::Set;
+use crate::stream::Stream;
 use crate::zset::ZSet;
 
 /// A stored value.
@@ -19,6 +20,7 @@ pub enum Value {
     List(Box<List>),
     Set(Box<Set>),
     ZSet(Box<ZSet>),
+    Stream(Box<Stream>),
 }
 
 /// The kinds of value, as TYPE names them.
@@ -29,6 +31,7 @@ pub enum Kind {
     List,
     Set,
     ZSet,
+    Stream,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::List => "list",
             Kind::Set => "set",
             Kind::ZSet => "zset",
+            Kind::Stream => "stream",
         }
     }
 }
@@ -75,6 +79,7 @@ impl Value {
             Value::List(l) => ValueRef::List(l),
             Value::Set(s) => ValueRef::Set(s),
             Value::ZSet(z) => ValueRef::ZSet(z),
+            Value::Stream(x) => ValueRef::Stream(x),
         }
     }
 
@@ -101,6 +106,7 @@ pub enum ValueRef<'a> {
     List(&'a List),
     Set(&'a Set),
     ZSet(&'a ZSet),
+    Stream(&'a Stream),
 }
 
 impl<'a> ValueRef<'a> {
@@ -116,6 +122,7 @@ impl<'a> ValueRef<'a> {
             ValueRef::List(_) => Kind::List,
             ValueRef::Set(_) => Kind::Set,
             ValueRef::ZSet(_) => Kind::ZSet,
+            ValueRef::Stream(_) => Kind::Stream,
         }
     }
 
@@ -130,6 +137,7 @@ impl<'a> ValueRef<'a> {
             ValueRef::List(l) => l.encoding(),
             ValueRef::Set(s) => s.encoding(),
             ValueRef::ZSet(z) => z.encoding(),
+            ValueRef::Stream(_) => "stream",
         }
     }
 
@@ -141,6 +149,7 @@ impl<'a> ValueRef<'a> {
             ValueRef::List(l) => l.mem_size(),
             ValueRef::Set(s) => s.mem_size(),
             ValueRef::ZSet(z) => z.mem_size(),
+            ValueRef::Stream(x) => x.mem_size(),
         }
     }
 
@@ -152,6 +161,8 @@ impl<'a> ValueRef<'a> {
             ValueRef::List(l) => l.is_empty(),
             ValueRef::Set(s) => s.is_empty(),
             ValueRef::ZSet(z) => z.is_empty(),
+            // An empty stream is kept, as in Redis (its groups and last id matter).
+            ValueRef::Stream(_) => false,
         }
     }
 
@@ -182,6 +193,7 @@ impl<'a> ValueRef<'a> {
             ValueRef::List(l) => Value::List(Box::new(l.clone())),
             ValueRef::Set(s) => Value::Set(Box::new(s.clone())),
             ValueRef::ZSet(z) => Value::ZSet(Box::new(z.clone())),
+            ValueRef::Stream(x) => Value::Stream(Box::new(x.clone())),
         }
     }
 }
@@ -226,6 +238,7 @@ collection!(Hash, Hash);
 collection!(List, List);
 collection!(Set, Set);
 collection!(ZSet, ZSet);
+collection!(Stream, Stream);
 
 #[cfg(test)]
 mod tests {

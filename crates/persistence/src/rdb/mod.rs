@@ -9,6 +9,7 @@
 //! specially encoded string instead (8-, 16- or 32-bit little-endian integer, or LZF).
 
 mod read;
+pub mod stream;
 mod write;
 
 pub use read::{Entry, Event, RdbReader};

@@ -8,7 +8,10 @@
 use std::io::{self, Read};
 
 use damselfly_protocol::number::parse_f64;
-use damselfly_storage::{EncodingLimits, End, Hash, List, Set, Value, ZSet};
+use damselfly_storage::stream::{Consumer, Group, Pending};
+use damselfly_storage::{EncodingLimits, End, Hash, List, Set, Stream, Value, ZSet};
+
+use super::stream::StreamRecord;
 
 use super::{enc, opcodes, types, CONTAINER_PACKED, CONTAINER_PLAIN, MAX_READ_VERSION};
 use crate::crc64::Crc64;
@@ -93,7 +96,7 @@ impl<R: Read> Input<R> {
     }
 
     /// The next `N` bytes.
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
         let mut out = [0u8; N];
         for b in out.iter_mut() {
             *b = self.u8()?;
@@ -570,7 +573,8 @@ pub(crate) fn read_value<R: Read>(
         }
         types::MODULE | types::MODULE_2 => return Err(unsupported(at, key, "a module value")),
         types::STREAM_LISTPACKS | types::STREAM_LISTPACKS_2 | types::STREAM_LISTPACKS_3 => {
-            return Err(unsupported(at, key, "a stream"))
+            let record = super::stream::read_stream(input, ty)?;
+            Value::Stream(Box::new(stream_from_record(record, limits)))
         }
         types::LIST_QUICKLIST | types::LIST_QUICKLIST_2 => {
             let nodes = input.len()?;
@@ -611,6 +615,49 @@ pub(crate) fn read_value<R: Read>(
         _ => return read_blob_value(input, ty, key, limits),
     };
     Ok((!value.as_ref().is_empty_collection()).then_some(value))
+}
+
+/// A stream holding what an RDB record describes, its entries appended into nodes of this
+/// server's size.
+fn stream_from_record(r: StreamRecord, limits: &EncodingLimits) -> Stream {
+    let mut s = Stream::new();
+    for (id, pairs) in &r.entries {
+        let flat: Vec<&[u8]> = pairs
+            .iter()
+            .flat_map(|(f, v)| [f.as_slice(), v.as_slice()])
+            .collect();
+        s.append(*id, &flat, limits.stream_node);
+    }
+    s.last_id = r.last_id;
+    s.first_id = r.first_id;
+    s.max_deleted_id = r.max_deleted_id;
+    s.entries_added = r.entries_added;
+    for g in r.groups {
+        let mut group = Group::new(g.last_id, g.entries_read);
+        for c in g.consumers {
+            for id in &c.pending {
+                // The reader gives the group's pending entries in id order.
+                if let Ok(i) = g.pending.binary_search_by_key(id, |p| p.id) {
+                    let p = &g.pending[i];
+                    group.pending.insert(
+                        *id,
+                        Pending {
+                            consumer: c.name.clone(),
+                            delivery_time: p.delivery_time_ms,
+                            delivery_count: p.delivery_count,
+                        },
+                    );
+                }
+            }
+            let consumer = Consumer {
+                seen_time: c.seen_time_ms,
+                pending: c.pending.into_iter().collect(),
+            };
+            group.consumers.insert(c.name, consumer);
+        }
+        s.groups.insert(g.name, group);
+    }
+    s
 }
 
 /// Old ZSET (type 3) scores: a length byte, 253/254/255 for NaN/+inf/-inf, else the text.

@@ -4,8 +4,10 @@ use std::io::{self, Write};
 
 use damselfly_protocol::number::{format_f64_17g, parse_i64, push_i64};
 use damselfly_storage::set::Member;
-use damselfly_storage::{EncodingLimits, Hash, List, Set, ValueRef, ZSet};
+use damselfly_storage::stream::NodeLimits;
+use damselfly_storage::{EncodingLimits, Hash, List, Set, StreamId, ValueRef, ZSet};
 
+use super::stream::{ConsumerRecord, GroupRecord, PendingRecord, StreamRecord};
 use super::{
     double_to_i64, enc, opcodes, types, CONTAINER_PACKED, CONTAINER_PLAIN, RDB_VERSION,
     REDIS_VERSION,
@@ -23,6 +25,8 @@ pub struct WriteOptions {
     pub checksum: bool,
     /// `list-max-listpack-size`: how list elements are grouped into listpack nodes.
     pub list_max_listpack_size: i64,
+    /// `stream-node-max-bytes` and `stream-node-max-entries`: where stream nodes split.
+    pub stream_node: NodeLimits,
 }
 
 impl WriteOptions {
@@ -32,6 +36,7 @@ impl WriteOptions {
         WriteOptions {
             compression: limits.rdb_compression,
             list_max_listpack_size: limits.list_max_listpack_size,
+            stream_node: limits.stream_node,
             ..WriteOptions::default()
         }
     }
@@ -43,6 +48,7 @@ impl Default for WriteOptions {
             compression: true,
             checksum: true,
             list_max_listpack_size: -2,
+            stream_node: NodeLimits::default(),
         }
     }
 }
@@ -69,6 +75,7 @@ impl Sink for Vec<u8> {
 pub(crate) struct Encoder {
     compression: bool,
     list_fill: i64,
+    stream_node: NodeLimits,
     lzf: Compressor,
 }
 
@@ -77,8 +84,13 @@ impl Encoder {
         Encoder {
             compression: opts.compression,
             list_fill: opts.list_max_listpack_size,
+            stream_node: opts.stream_node,
             lzf: Compressor::new(),
         }
+    }
+
+    fn stream_node(&self) -> NodeLimits {
+        self.stream_node
     }
 
     /// `rdbSaveRawString`: an integer encoding for short canonical integers, else LZF when
@@ -163,6 +175,7 @@ pub(crate) fn value_type(v: ValueRef<'_>) -> u8 {
             ZSet::Pack(_) => types::ZSET_LISTPACK,
             ZSet::Tree(_) => types::ZSET_2,
         },
+        ValueRef::Stream(_) => types::STREAM_LISTPACKS_2,
     }
 }
 
@@ -171,6 +184,16 @@ pub(crate) fn write_value<S: Sink>(s: &mut S, e: &mut Encoder, v: ValueRef<'_>) 
     match v {
         ValueRef::Int(i) => put_int_string(s.buf(), i),
         ValueRef::Str(b) => e.string(s.buf(), b),
+        ValueRef::Stream(st) => {
+            let limits = e.stream_node();
+            super::stream::encode_stream(
+                s,
+                e,
+                &stream_record(st),
+                limits.max_bytes,
+                limits.max_entries,
+            )?;
+        }
         ValueRef::List(l) => write_list(s, e, l)?,
         ValueRef::Set(set) => match set {
             Set::Ints(members) => e.string(s.buf(), &intset::encode(members)),
@@ -482,5 +505,56 @@ impl<W: Write> RdbWriter<W> {
         self.stream.written += 8;
         self.stream.out.flush()?;
         Ok(self.stream.out)
+    }
+}
+
+/// A stream's content as the RDB codec takes it.
+fn stream_record(s: &damselfly_storage::Stream) -> StreamRecord {
+    let mut entries = Vec::with_capacity(s.len() as usize);
+    s.range(StreamId::MIN, StreamId::MAX, false, |id, pairs| {
+        entries.push((
+            id,
+            pairs
+                .iter()
+                .map(|(f, v)| (f.to_vec(), v.to_vec()))
+                .collect(),
+        ));
+        true
+    });
+    let groups = s
+        .groups
+        .iter()
+        .map(|(name, g)| GroupRecord {
+            name: name.clone(),
+            last_id: g.last_id,
+            entries_read: g.entries_read,
+            pending: g
+                .pending
+                .iter()
+                .map(|(id, p)| PendingRecord {
+                    id: *id,
+                    delivery_time_ms: p.delivery_time,
+                    delivery_count: p.delivery_count,
+                })
+                .collect(),
+            consumers: g
+                .consumers
+                .iter()
+                .map(|(name, c)| ConsumerRecord {
+                    name: name.clone(),
+                    seen_time_ms: c.seen_time,
+                    pending: c.pending.iter().copied().collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    StreamRecord {
+        length: entries.len() as u64,
+        entries,
+        last_id: s.last_id,
+        first_id: s.first_id,
+        max_deleted_id: s.max_deleted_id,
+        entries_added: s.entries_added,
+        groups,
     }
 }
