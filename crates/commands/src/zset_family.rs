@@ -360,9 +360,11 @@ pub(crate) fn add_pairs(ctx: &mut ExecCtx, key: &[u8], f: AddFlags, pairs: &[(f6
             false
         }
         Ok(None) => {
-            let longest = pairs.iter().map(|(_, m)| m.len()).max().unwrap_or(0);
+            // Redis 7.0 picks the encoding of a new set from its first member alone, and
+            // converts while adding the rest (so a -0 added first reads back as 0).
+            let first = pairs.first().map_or(0, |(_, m)| m.len());
             let limits = ctx.limits();
-            let mut z = ZSet::sized_for(pairs.len(), longest, &limits);
+            let mut z = ZSet::sized_for(1, first, &limits);
             let changed = apply(&mut z, ctx.reply, &limits);
             ctx.store(key, Value::ZSet(Box::new(z)));
             changed

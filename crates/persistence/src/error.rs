@@ -22,7 +22,7 @@ pub enum ErrorKind {
     BadHeader(String),
     /// A record or nested encoding breaks the format's rules.
     Corrupt(String),
-    /// Valid Redis data that Damselfly cannot hold (streams, module values).
+    /// Valid Redis data that Damselfly cannot hold (module values).
     Unsupported(String),
     /// The CRC-64 trailer does not match the data.
     Checksum { stored: u64, computed: u64 },

@@ -185,6 +185,7 @@ fn every_type_and_encoding_round_trips() {
             compression: false,
             checksum: false,
             list_max_listpack_size: 3,
+            ..WriteOptions::default()
         },
         WriteOptions {
             list_max_listpack_size: -5,

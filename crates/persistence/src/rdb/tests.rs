@@ -318,9 +318,7 @@ fn functions_are_events() {
 #[test]
 fn unsupported_types_are_named() {
     for (ty, what) in [
-        (types::STREAM_LISTPACKS, "a stream"),
-        (types::STREAM_LISTPACKS_2, "a stream"),
-        (types::STREAM_LISTPACKS_3, "a stream"),
+        (types::MODULE, "a module value"),
         (types::MODULE_2, "a module value"),
     ] {
         let mut r = Raw::new(10);

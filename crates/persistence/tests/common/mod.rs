@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use damselfly_storage::stream::{Group, Stream, StreamId};
 use damselfly_storage::{EncodingLimits, End, Hash, List, Set, Value, ZSet};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +15,18 @@ pub enum Logical {
     Hash(BTreeMap<Vec<u8>, Vec<u8>>),
     /// Ascending by (score, member), as ZRANGE returns them.
     ZSet(Vec<(Vec<u8>, Score)>),
+    /// Entries (XRANGE), the metadata XINFO shows and the groups with their pending entries.
+    Stream(LogicalStream),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicalStream {
+    pub entries: Vec<(StreamId, Vec<(Vec<u8>, Vec<u8>)>)>,
+    pub last_id: StreamId,
+    pub first_id: StreamId,
+    pub max_deleted_id: StreamId,
+    pub entries_added: u64,
+    pub groups: Vec<(Vec<u8>, Group)>,
 }
 
 /// A score compared bit for bit, so -0 and 0 differ (DEBUG DIGEST tells them apart).
@@ -33,6 +46,31 @@ pub fn logical(v: &Value) -> Logical {
         Value::Set(s) => Logical::Set(s.iter().map(|m| m.to_vec()).collect()),
         Value::Hash(h) => Logical::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
         Value::ZSet(z) => Logical::ZSet(z.all().into_iter().map(|(m, s)| (m, Score(s))).collect()),
+        Value::Stream(s) => {
+            let mut entries = Vec::new();
+            s.range(StreamId::MIN, StreamId::MAX, false, |id, pairs| {
+                entries.push((
+                    id,
+                    pairs
+                        .iter()
+                        .map(|(f, v)| (f.to_vec(), v.to_vec()))
+                        .collect(),
+                ));
+                true
+            });
+            Logical::Stream(LogicalStream {
+                entries,
+                last_id: s.last_id,
+                first_id: s.first_id,
+                max_deleted_id: s.max_deleted_id,
+                entries_added: s.entries_added,
+                groups: s
+                    .groups
+                    .iter()
+                    .map(|(n, g)| (n.clone(), g.clone()))
+                    .collect(),
+            })
+        }
     }
 }
 
@@ -70,6 +108,19 @@ pub fn build(l: &Logical, limits: &EncodingLimits) -> Value {
                 z.insert(m, s.0, limits);
             }
             Value::ZSet(Box::new(z))
+        }
+        Logical::Stream(l) => {
+            let mut s = Stream::new();
+            for (id, pairs) in &l.entries {
+                let flat: Vec<&[u8]> = pairs.iter().flat_map(|(f, v)| [&f[..], &v[..]]).collect();
+                s.append(*id, &flat, limits.stream_node);
+            }
+            s.last_id = l.last_id;
+            s.first_id = l.first_id;
+            s.max_deleted_id = l.max_deleted_id;
+            s.entries_added = l.entries_added;
+            s.groups = l.groups.iter().cloned().collect();
+            Value::Stream(Box::new(s))
         }
     }
 }

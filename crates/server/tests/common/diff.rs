@@ -439,6 +439,7 @@ pub fn state_difference(redis: &mut Raw, ours: &mut Raw) -> Option<String> {
             b"+list\r\n" => (&[b"LRANGE", b"0", b"-1"], Check::Exact),
             b"+set\r\n" => (&[b"SMEMBERS"], Check::Unordered),
             b"+zset\r\n" => (&[b"ZRANGE", b"0", b"-1", b"WITHSCORES"], Check::Exact),
+            b"+stream\r\n" => (&[b"XRANGE", b"-", b"+"], Check::Exact),
             _ => {
                 return Some(format!(
                     "{name:?} has a type this check does not know: {ty:?}"
