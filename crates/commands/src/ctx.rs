@@ -225,6 +225,17 @@ impl<'a> ExecCtx<'a> {
         }
     }
 
+    /// The clock of stream bookkeeping (delivery and seen times): the command's time, or the
+    /// wall clock while the journal is replayed, whose commands run at time 0 so that nothing
+    /// expires mid-replay.
+    pub fn stream_clock(&self) -> u64 {
+        if self.now == 0 {
+            damselfly_storage::now_ms()
+        } else {
+            self.now
+        }
+    }
+
     pub fn limits(&self) -> EncodingLimits {
         self.shard.limits
     }

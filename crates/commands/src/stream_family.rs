@@ -170,11 +170,11 @@ pub(crate) fn write_stream<R>(
             return Err(WrongType);
         }
     }
-    let (db, now) = (ctx.db, ctx.now);
+    let (db, now, clock) = (ctx.db, ctx.now, ctx.stream_clock());
     let reply = &mut *ctx.reply;
     Ok(ctx.shard.update_if(db, key, now, |e| {
         match e.collection_mut::<Stream>() {
-            Some(s) => f(s, reply, now),
+            Some(s) => f(s, reply, clock),
             // The kind was checked just above.
             None => unreachable!("a stream key holds a stream"),
         }

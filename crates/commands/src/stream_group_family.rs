@@ -101,10 +101,21 @@ fn subcommand(
     Some(name)
 }
 
+/// XGROUP's subcommands. The container is not flagged a write (XGROUP HELP is not one), so
+/// a subcommand that changed the stream records its words in the journal itself.
 pub fn xgroup(ctx: &mut ExecCtx, args: &Args) {
     let Some(sub) = subcommand(ctx, args, "xgroup", XGROUP_SUBCOMMANDS) else {
         return;
     };
+    let dirty = ctx.shard.dirty;
+    xgroup_subcommand(ctx, args, sub);
+    if ctx.shard.dirty != dirty {
+        let words: Vec<&[u8]> = args.iter().collect();
+        ctx.propagate(&words);
+    }
+}
+
+fn xgroup_subcommand(ctx: &mut ExecCtx, args: &Args, sub: &str) {
     if sub == "help" {
         return reply_help(ctx.reply, "XGROUP", XGROUP_HELP);
     }
@@ -178,7 +189,7 @@ pub fn xgroup(ctx: &mut ExecCtx, args: &Args) {
         }
         "createconsumer" => {
             let consumer = args.get(4);
-            let now = ctx.now;
+            let now = ctx.stream_clock();
             let created = write_stream(ctx, key, |s, _, _| {
                 let created = s.groups.get_mut(name).is_some_and(|g| {
                     !g.consumers.contains_key(consumer) && touch_consumer(g, consumer, now)
@@ -456,7 +467,7 @@ pub fn xclaim(ctx: &mut ExecCtx, args: &Args) {
         return ctx.error("ERR Invalid min-idle-time argument for XCLAIM");
     };
     let min_idle = min_idle.max(0);
-    let now = ctx.now as i64;
+    let now = ctx.stream_clock() as i64;
     let mut ids = Vec::new();
     let mut j = 5;
     while j < args.len() {
@@ -642,7 +653,7 @@ pub fn xautoclaim(ctx: &mut ExecCtx, args: &Args) {
         }
         Ok(_) => {}
     }
-    let now = ctx.now;
+    let now = ctx.stream_clock();
     let resp3 = ctx.reply.resp3;
     let done = write_stream(ctx, key, |s, _, _| {
         let mut out = ReplyBuf::new(resp3);
