@@ -515,6 +515,12 @@ pub fn xrevrange(ctx: &mut ExecCtx, args: &Args) {
 
 /// XDEL key id [id ...]
 pub fn xdel(ctx: &mut ExecCtx, args: &Args) {
+    // The key first: a missing key answers 0 whatever the ids, as in Redis.
+    match ctx.lookup_write(args.get(1)).map(|e| e.value().kind()) {
+        None => return ctx.reply.int(0),
+        Some(Kind::Stream) => {}
+        Some(_) => return ctx.wrongtype(),
+    }
     let mut ids = Vec::with_capacity(args.len() - 2);
     for i in 2..args.len() {
         match strict_id(args.get(i)) {
@@ -1007,8 +1013,9 @@ fn serve_key(
     let top = s.edge_id(true);
     let after = match (group, from) {
         (Some(_), ReadFrom::After(id)) => {
-            // A consumer's history: served whatever it holds.
+            // A consumer's history after `id`: served whatever it holds.
             let g = group.cloned();
+            let id = id.next().unwrap_or(StreamId::MAX);
             return serve_group(ctx, key, out, |s, r, now| match &g {
                 Some(g) => deliver_history(s, r, g, id, count, now),
                 None => false,

@@ -41,7 +41,7 @@ fn subcommand_syntax(cmd: &str, sub: &[u8]) -> String {
 }
 
 fn reply_help(r: &mut ReplyBuf, cmd: &str, lines: &[&str]) {
-    r.array(lines.len() + 2);
+    r.array(lines.len() + 3);
     r.simple(&format!(
         "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
     ));
@@ -73,7 +73,7 @@ const XGROUP_HELP: &[&str] = &[
 ];
 
 /// XGROUP's subcommands with their arities (Redis's `xgroup|...` entries).
-const XGROUP_SUBCOMMANDS: &[(&str, i32)] = &[
+pub(crate) const XGROUP_SUBCOMMANDS: &[(&str, i32)] = &[
     ("create", -5),
     ("setid", -5),
     ("destroy", 4),
@@ -82,23 +82,32 @@ const XGROUP_SUBCOMMANDS: &[(&str, i32)] = &[
     ("help", 2),
 ];
 
-/// Finds a container's subcommand and checks its arity, replying Redis's errors.
+/// A container's subcommand with its arity checked: its name, or Redis's error.
+pub(crate) fn find_subcommand(
+    args: &Args,
+    cmd: &str,
+    table: &[(&'static str, i32)],
+) -> Result<&'static str, String> {
+    let Some(&(name, arity)) = table.iter().find(|(n, _)| args.is(1, n)) else {
+        return Err(errors::unknown_subcommand(cmd, args.get(1)));
+    };
+    let n = args.len() as i32;
+    if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
+        return Err(errors::wrong_arity(&format!("{cmd}|{name}")));
+    }
+    Ok(name)
+}
+
+/// [`find_subcommand`], replying the error.
 fn subcommand(
     ctx: &mut ExecCtx,
     args: &Args,
     cmd: &str,
     table: &[(&'static str, i32)],
 ) -> Option<&'static str> {
-    let Some(&(name, arity)) = table.iter().find(|(n, _)| args.is(1, n)) else {
-        ctx.error(&errors::unknown_subcommand(cmd, args.get(1)));
-        return None;
-    };
-    let n = args.len() as i32;
-    if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
-        ctx.error(&errors::wrong_arity(&format!("{cmd}|{name}")));
-        return None;
-    }
-    Some(name)
+    find_subcommand(args, cmd, table)
+        .map_err(|e| ctx.error(&e))
+        .ok()
 }
 
 /// XGROUP's subcommands. The container is not flagged a write (XGROUP HELP is not one), so
@@ -762,7 +771,7 @@ const XINFO_HELP: &[&str] = &[
     "    Show information about the stream.",
 ];
 
-const XINFO_SUBCOMMANDS: &[(&str, i32)] =
+pub(crate) const XINFO_SUBCOMMANDS: &[(&str, i32)] =
     &[("consumers", 4), ("groups", 3), ("stream", -3), ("help", 2)];
 
 /// Redis's streamReplyWithCGLag: the entries the group has yet to read, or nil when that

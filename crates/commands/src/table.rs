@@ -221,6 +221,18 @@ impl CommandSpec {
         }
     }
 
+    /// The error Redis gives before running (even when queueing it in MULTI) a container
+    /// command whose subcommand is unknown or has the wrong number of arguments.
+    pub fn subcommand_refusal(&self, args: &Args) -> Option<String> {
+        use crate::stream_group_family::{find_subcommand, XGROUP_SUBCOMMANDS, XINFO_SUBCOMMANDS};
+        let table = match self.name {
+            "xgroup" => XGROUP_SUBCOMMANDS,
+            "xinfo" => XINFO_SUBCOMMANDS,
+            _ => return None,
+        };
+        find_subcommand(args, self.name, table).err()
+    }
+
     pub fn is_write(&self) -> bool {
         self.flags & WRITE != 0
     }

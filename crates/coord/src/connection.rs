@@ -568,6 +568,11 @@ impl Connection {
             self.refuse_command(&errors::wrong_arity(spec.name));
             return;
         }
+        if let Some(e) = spec.subcommand_refusal(args) {
+            self.worker.stats.borrow_mut().record_rejected(idx);
+            self.refuse_command(&e);
+            return;
+        }
         if !self.authenticated && spec.flags & flags::NO_AUTH == 0 {
             self.worker.stats.borrow_mut().record_rejected(idx);
             self.refuse_command(errors::NO_AUTH);
