@@ -11,6 +11,8 @@
 //! - `hitrate`: the hit rate of a Zipfian key trace replayed cache-aside against each server
 //!   under maxmemory, per eviction policy.
 //! - `memcurve`: memory per key from 100k to 10M keys for both servers, with plots.
+//! - `streamgeo`: streams and geo (XADD, consumer groups, GEOADD, GEOSEARCH, memory of a
+//!   large stream and geo set) against redis-server.
 
 mod compare;
 mod hitrate;
@@ -19,6 +21,7 @@ mod memcurve;
 mod pubsub;
 mod report;
 mod servers;
+mod streamgeo;
 mod tools;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +47,8 @@ enum Cmd {
     Hitrate(hitrate::HitrateArgs),
     /// Measures memory per key of both servers from 100k to 10M keys and plots it.
     Memcurve(memcurve::MemcurveArgs),
+    /// Streams and geo throughput and memory against redis-server.
+    Streamgeo(streamgeo::StreamGeoArgs),
 }
 
 #[derive(Parser)]
@@ -90,6 +95,7 @@ fn main() {
         Cmd::Pubsub(args) => pubsub::pubsub(args),
         Cmd::Hitrate(args) => print_report("hitrate", hitrate::run(args)),
         Cmd::Memcurve(args) => print_report("memcurve", memcurve::run(args)),
+        Cmd::Streamgeo(args) => print_report("streamgeo", streamgeo::run(&args)),
         Cmd::Compare(args) => {
             let (report, plots) = (args.report.clone(), args.plots.clone());
             let run = match compare::run(args) {

@@ -209,6 +209,17 @@ pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
     ctx.lookup_write(key).map(|e| e.value().kind()) == Some(op.kind())
 }
 
+/// True when the command's non-blocking form would answer from `key` now (a client finding
+/// that when it registers runs the command again instead). For a stream reader that is a live
+/// entry past its start, while [`ready`] wakes it once the stream's last id passed its start
+/// (Redis answers a woken reader whose new entries were deleted with an empty list).
+pub fn serves_now(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
+    if let BlockOp::StreamRead { group, .. } = op {
+        return stream_family::read_serves_now(ctx, key, op.read_start(key), group.as_ref());
+    }
+    ready(ctx, op, key)
+}
+
 /// Serves a blocked client from `key` (which `ready` accepted), writing its reply. The
 /// journal records the non-blocking command that has the same effect.
 pub fn serve(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) {

@@ -1093,6 +1093,25 @@ pub fn read_ready(
     }
 }
 
+/// Whether a read of `key` would be served now (a live entry past its start, or the error of
+/// a missing group).
+pub fn read_serves_now(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    after: StreamId,
+    group: Option<&GroupRead>,
+) -> bool {
+    match (ctx.lookup_write(key).map(|e| e.value()), group) {
+        (Some(ValueRef::Stream(s)), None) => s.edge_id(true).is_some_and(|top| top > after),
+        (Some(ValueRef::Stream(s)), Some(g)) => match s.groups.get(&g.group) {
+            Some(grp) => s.edge_id(true).is_some_and(|top| top > grp.last_id),
+            None => true,
+        },
+        (_, Some(_)) => true,
+        _ => false,
+    }
+}
+
 /// Serves a blocked reader from `key` (which `read_ready` accepted), as Redis's
 /// serveClientsBlockedOnStreamKey does: `[[key, entries]]`, or the group's error.
 pub fn serve_blocked_read(

@@ -128,7 +128,7 @@ impl Worker {
     pub(crate) fn block_on(&self, waiter: Arc<Waiter>, keys: &[Vec<u8>]) -> bool {
         let any_ready = keys.iter().any(|k| {
             self.with_ctx(waiter.db, &mut ReplyBuf::new(false), None, |ctx| {
-                blocking::ready(ctx, &waiter.op, k)
+                blocking::serves_now(ctx, &waiter.op, k)
             })
         });
         if any_ready {

@@ -631,6 +631,8 @@ impl Shard {
         self.dirty += 1;
         Self::touch(&mut self.watched[db], key);
         self.tracking.changed(key);
+        // A group reader blocked on a deleted stream is answered with an error.
+        self.note_write(db, key);
         self.used_memory -= old.mem_size().min(self.used_memory);
         if old.expire_at() != 0 {
             self.dbs[db].volatile -= 1;
@@ -668,6 +670,9 @@ impl Shard {
             ..Db::default()
         };
         self.used_memory -= freed.min(self.used_memory);
+        // Group readers blocked on streams that went are answered with an error.
+        let keys: Vec<Box<[u8]>> = self.awaited[db].iter().cloned().collect();
+        self.ready.extend(keys.into_iter().map(|k| (db, k)));
     }
 
     pub fn flush_all(&mut self, now: u64) {

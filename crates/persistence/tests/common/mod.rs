@@ -21,7 +21,7 @@ pub enum Logical {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogicalStream {
-    pub entries: Vec<(StreamId, Vec<(Vec<u8>, Vec<u8>)>)>,
+    pub entries: Vec<damselfly_persistence::rdb::stream::StreamEntry>,
     pub last_id: StreamId,
     pub first_id: StreamId,
     pub max_deleted_id: StreamId,
