@@ -200,7 +200,7 @@ pub fn run(args: &StreamGeoArgs) -> Result<String, String> {
         q(200_000, 5_000),
         q(1_000_000, 20_000),
         q(200_000, 5_000),
-        q(100_000, 2_000),
+        q(20_000, 1_000),
     );
     let (drain, big) = (q(200_000, 5_000), q(1_000_000, 20_000));
     let row = |what: String, unit, higher_better| Row {

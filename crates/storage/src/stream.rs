@@ -352,6 +352,11 @@ impl Stream {
                 && (limits.max_entries == 0 || ((n.live + n.deleted) as usize) < limits.max_entries)
         });
         if !tail_fits {
+            // The tail node is full: give back its spare capacity (Redis shrinks the listpack
+            // to fit at this point too).
+            if let Some((_, tail)) = self.nodes.iter_mut().next_back() {
+                tail.data.shrink_to_fit();
+            }
             let mut data = Vec::new();
             varint::push(&mut data, numfields);
             let mut lp_base = OVERHEAD + int_entry_size(numfields as i64) + int_entry_size(0);

@@ -374,9 +374,10 @@ pub fn decode_stream(data: &[u8], type_byte: u8) -> Result<StreamRecord, Error> 
 /// entry has an owner. Any breach, or input ending early, is an error, never a panic; no
 /// buffer is sized from a stated count.
 ///
-/// One cost is not bounded by the input's size: the master fields are copied into every
-/// entry that shares them (SAMEFIELDS), so a node of n bytes holding one long master field
-/// and many tiny entries decodes to up to about n²/40 bytes. Redis keeps them shared.
+/// The master fields are copied into every entry that shares them (SAMEFIELDS), which Redis
+/// keeps shared: a node of n bytes holding one long master field and many tiny entries would
+/// decode to about n²/40 bytes. Those copies are capped at [`SHARED_FIELDS_RATIO`] times the
+/// node's size (plus 1 MB); a node asking for more is refused as corrupt.
 ///
 /// Type 15 (Redis 5 and 6) lacks some metadata; it is derived as Redis 7.0's loader does:
 /// `entries_added` = length, `max_deleted_id` = 0-0, `first_id` = the first live entry or,
@@ -417,7 +418,7 @@ pub(crate) fn read_stream<R: Read>(input: &mut Input<R>, ty: u8) -> Result<Strea
         let lp = input.string()?;
         let items = listpack::decode(&lp)
             .map_err(|c| Error::corrupt(at, format!("stream node {master}: {c}")))?;
-        read_node(&items, master, &mut last_entry, &mut entries)
+        read_node(&items, lp.len(), master, &mut last_entry, &mut entries)
             .map_err(|m| Error::corrupt(at, format!("stream node {master}: {m}")))?;
     }
 
@@ -649,13 +650,23 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// How many times its own size a node's entries may copy of its master fields. Real streams
+/// stay far below (ten fields of 20 bytes with one-byte values copy about 9 times the node);
+/// a crafted payload cannot make a RESTORE allocate without bound.
+pub const SHARED_FIELDS_RATIO: usize = 256;
+
 /// One node: appends its live entries to `out`, checking its layout.
 fn read_node(
     items: &[Item<'_>],
+    node_bytes: usize,
     master: StreamId,
     last: &mut Option<StreamId>,
     out: &mut Vec<StreamEntry>,
 ) -> Result<(), String> {
+    let budget = node_bytes
+        .saturating_mul(SHARED_FIELDS_RATIO)
+        .saturating_add(1 << 20);
+    let mut copied = 0usize;
     if items.is_empty() {
         return Err("empty listpack".into());
     }
@@ -686,6 +697,12 @@ fn read_node(
         *last = Some(id);
         let same = flags & FLAG_SAMEFIELDS != 0;
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = if same {
+            copied = copied.saturating_add(master_fields.iter().map(Vec::len).sum::<usize>());
+            if copied > budget {
+                return Err(
+                    "entries copy more of the master fields than the node could mean".into(),
+                );
+            }
             let values = c.texts(nfields, "values")?;
             master_fields.iter().cloned().zip(values).collect()
         } else {
@@ -1439,6 +1456,36 @@ mod tests {
                 (id(1, 2), pairs(&[("f", "c")]))
             ]
         );
+    }
+
+    #[test]
+    fn shared_master_fields_are_copied_within_a_budget() {
+        // One node of 3,000 entries sharing a 4 KB field: about 20 KB of listpack that would
+        // decode to 12 MB of field copies, past 256 times the node.
+        let field = vec![b'f'; 4096];
+        let record = |n: u64| StreamRecord {
+            entries: (1..=n)
+                .map(|i| (StreamId::new(i, 0), vec![(field.clone(), b"1".to_vec())]))
+                .collect(),
+            length: n,
+            last_id: StreamId::new(n, 0),
+            first_id: StreamId::new(1, 0),
+            entries_added: n,
+            ..StreamRecord::default()
+        };
+        let opts = WriteOptions {
+            compression: false,
+            ..WriteOptions::default()
+        };
+        let mut out = Vec::new();
+        write_stream(&mut out, &record(3000), 0, 0, &opts);
+        let err = decode_stream(&out, 19).unwrap_err();
+        assert!(err.to_string().contains("master fields"), "{err}");
+        // Within the budget the same shape decodes.
+        let mut out = Vec::new();
+        write_stream(&mut out, &record(200), 0, 0, &opts);
+        let decoded = decode_stream(&out, 19).expect("a node within the budget");
+        assert_eq!(decoded.entries.len(), 200);
     }
 
     #[test]
