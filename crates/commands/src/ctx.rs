@@ -46,6 +46,12 @@ impl<'a> ExecCtx<'a> {
         }
     }
 
+    /// Whether the journal is on (so a handler need not build words [`ExecCtx::propagate`]
+    /// would drop).
+    pub fn journaling(&self) -> bool {
+        self.effects.is_some()
+    }
+
     /// Records the keyspace notification `event` of `class` (damselfly_storage::notify::class)
     /// for `key`; the shard's thread publishes it after the command, if that class is on.
     pub fn notify(&mut self, class: u32, event: &'static str, key: &[u8]) {

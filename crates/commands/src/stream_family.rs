@@ -337,27 +337,24 @@ pub fn xadd(ctx: &mut ExecCtx, args: &Args) {
     }
     let pairs: Vec<&[u8]> = (fields_at..args.len()).map(|i| args.get(i)).collect();
     let limits = ctx.limits().stream_node;
-    let now = ctx.now;
+    let (now, journaling) = (ctx.now, ctx.journaling());
     let added = write_stream(ctx, key, |s, _, _| {
-        let r = add_entry(s, a.id, &pairs, limits, now);
-        let changed = r.is_ok();
-        (r, changed)
-    });
-    let (id, trimmed, exact) = match added {
-        Ok(Some(Ok(id))) => {
-            let trimmed = a.trim.and_then(|t| {
-                write_stream(ctx, key, |s, _, _| {
-                    let n = s.trim(t);
-                    ((n, exact_trim_words(s, &t)), n > 0)
-                })
-                .ok()
-                .flatten()
-            });
-            match trimmed {
-                Some((n, exact)) => (id, n, Some(exact)),
-                None => (id, 0, None),
+        match add_entry(s, a.id, &pairs, limits, now) {
+            Err(e) => (Err(e), false),
+            Ok(id) => {
+                let (trimmed, exact) = match a.trim {
+                    Some(t) => {
+                        let n = s.trim(t);
+                        (n, (journaling && t.approx).then(|| exact_trim_words(s, &t)))
+                    }
+                    None => (0, None),
+                };
+                (Ok((id, trimmed, exact)), true)
             }
         }
+    });
+    let (id, trimmed, exact) = match added {
+        Ok(Some(Ok(done))) => done,
         Ok(Some(Err(e))) => return ctx.error(e),
         _ => return,
     };
@@ -366,12 +363,14 @@ pub fn xadd(ctx: &mut ExecCtx, args: &Args) {
     if trimmed > 0 {
         ctx.notify(class::STREAM, "xtrim", key);
     }
+    if !ctx.journaling() {
+        return;
+    }
     // The journal gets the id chosen and an approximate trim's result as an exact trim.
     let id_text = id.to_string();
     let mut words: Vec<&[u8]> = args.iter().collect();
     words[a.id_at] = id_text.as_bytes();
-    let approx = a.trim.is_some_and(|t| t.approx);
-    if let (true, Some(exact)) = (approx, exact.as_ref()) {
+    if let Some(exact) = exact.as_ref() {
         words[a.trim_at - 1] = b"=";
         words[a.trim_at] = exact;
         // LIMIT has no meaning for an exact trim.

@@ -94,6 +94,9 @@ impl Default for NodeLimits {
     }
 }
 
+/// Bytes a node costs besides its buffer: its slot in the index.
+const NODE_OVERHEAD: usize = 64;
+
 /// The largest listpack Redis lets a stream node reach (STREAM_LISTPACK_MAX_SIZE).
 const LISTPACK_MAX: usize = 1 << 30;
 
@@ -149,6 +152,20 @@ impl Node {
             at = next;
         }
         (fields, at)
+    }
+
+    /// Whether the fields of `pairs` (fields and values alternating) are the master fields, in
+    /// order, read in place (every XADD asks).
+    fn has_master_fields(&self, pairs: &[&[u8]]) -> bool {
+        let (n, mut at) = varint::read(&self.data);
+        if n != pairs.len() / 2 {
+            return false;
+        }
+        pairs.iter().step_by(2).all(|field| {
+            let (f, next) = read_bytes(&self.data, at);
+            at = next;
+            f == *field
+        })
     }
 
     /// Every entry, deleted or not, in id order.
@@ -306,6 +323,9 @@ impl Group {
 #[derive(Debug, Clone, Default)]
 pub struct Stream {
     nodes: BTreeMap<StreamId, Node>,
+    /// Bytes the nodes hold (their buffers' capacity and a per-node overhead), kept as they
+    /// change: memory accounting asks after every write.
+    node_bytes: usize,
     length: u64,
     /// The greatest id ever added (or set by XSETID).
     pub last_id: StreamId,
@@ -355,7 +375,9 @@ impl Stream {
             // The tail node is full: give back its spare capacity (Redis shrinks the listpack
             // to fit at this point too).
             if let Some((_, tail)) = self.nodes.iter_mut().next_back() {
+                let before = tail.data.capacity();
                 tail.data.shrink_to_fit();
+                self.node_bytes -= before - tail.data.capacity();
             }
             let mut data = Vec::new();
             varint::push(&mut data, numfields);
@@ -371,19 +393,14 @@ impl Stream {
                 lp_base: lp_base as u32,
                 last: id,
             };
+            self.node_bytes += NODE_OVERHEAD + node.data.capacity();
             self.nodes.insert(id, node);
         }
         let Some((&master, node)) = self.nodes.iter_mut().next_back() else {
             return;
         };
-        let same = {
-            let (fields, _) = node.master_fields();
-            fields.len() == numfields
-                && fields
-                    .iter()
-                    .zip(pairs.iter().step_by(2))
-                    .all(|(a, b)| a == b)
-        };
+        let capacity = node.data.capacity();
+        let same = node.has_master_fields(pairs);
         let flags = if same { SAME_FIELDS } else { 0 };
         let ms_delta = id.ms - master.ms;
         let seq = if ms_delta == 0 {
@@ -415,6 +432,7 @@ impl Stream {
         }
         lp += int_entry_size(lp_count as i64);
         node.lp_base += lp as u32;
+        self.node_bytes += node.data.capacity() - capacity;
         node.live += 1;
         node.last = id;
         self.length += 1;
@@ -538,10 +556,16 @@ impl Stream {
         node.live -= 1;
         node.deleted += 1;
         if node.live == 0 {
-            self.nodes.remove(&master);
+            self.drop_node(master);
         }
         self.length -= 1;
         true
+    }
+
+    fn drop_node(&mut self, master: StreamId) {
+        if let Some(n) = self.nodes.remove(&master) {
+            self.node_bytes -= NODE_OVERHEAD + n.data.capacity();
+        }
     }
 
     /// Sets `first_id` from the entries after deletions (0-0 when empty).
@@ -573,7 +597,7 @@ impl Stream {
                 TrimTo::MinId(min) => node.last < min,
             };
             if whole {
-                self.nodes.remove(&master);
+                self.drop_node(master);
                 self.length -= entries;
                 removed += entries;
                 continue;
@@ -642,15 +666,15 @@ impl Stream {
         count(&keys, 0)
     }
 
-    /// Bytes the stream holds in its own allocations.
+    /// Bytes the stream holds in its own allocations: exact for the entries, estimated for
+    /// the consumer groups; O(number of groups).
     pub fn mem_size(&self) -> usize {
-        let nodes: usize = self.nodes.values().map(|n| 64 + n.data.capacity()).sum();
         let groups: usize = self
             .groups
             .iter()
             .map(|(name, g)| name.len() + g.mem_size())
             .sum();
-        std::mem::size_of::<Stream>() + nodes + groups
+        self.node_bytes + groups
     }
 
     /// Node boundaries and Redis listpack sizes, for tests.
@@ -814,6 +838,38 @@ mod tests {
             10,
             "a node that would pass the limit stays"
         );
+    }
+
+    #[test]
+    fn node_bytes_follow_every_change() {
+        let recount = |s: &Stream| -> usize {
+            s.nodes
+                .values()
+                .map(|n| NODE_OVERHEAD + n.data.capacity())
+                .sum()
+        };
+        let limits = NodeLimits {
+            max_bytes: 300,
+            max_entries: 7,
+        };
+        let mut s = Stream::new();
+        for i in 0..200u64 {
+            let v = "x".repeat((i % 40) as usize);
+            s.append(id(i + 1, 0), &[b"f", v.as_bytes()], limits);
+            assert_eq!(s.node_bytes, recount(&s));
+        }
+        for i in (1..200u64).step_by(3) {
+            s.delete(id(i, 0));
+            assert_eq!(s.node_bytes, recount(&s));
+        }
+        let t = Trim {
+            strategy: TrimTo::MaxLen(20),
+            approx: false,
+            limit: 0,
+        };
+        s.trim(t);
+        assert_eq!(s.node_bytes, recount(&s));
+        assert_eq!(s.mem_size(), recount(&s), "no groups");
     }
 
     #[test]
