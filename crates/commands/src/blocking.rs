@@ -204,7 +204,7 @@ pub fn spec(args: &Args, now: u64) -> Option<BlockSpec> {
 /// WRONGTYPE, the element left in the source, as Redis does.
 pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
     if let BlockOp::StreamRead { group, .. } = op {
-        return stream_family::read_ready(ctx, key, op.read_start(key), group.as_ref());
+        return stream_family::read_answers(ctx, key, op.read_start(key), group.as_ref(), true);
     }
     ctx.lookup_write(key).map(|e| e.value().kind()) == Some(op.kind())
 }
@@ -215,7 +215,7 @@ pub fn ready(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
 /// (Redis answers a woken reader whose new entries were deleted with an empty list).
 pub fn serves_now(ctx: &mut ExecCtx, op: &BlockOp, key: &[u8]) -> bool {
     if let BlockOp::StreamRead { group, .. } = op {
-        return stream_family::read_serves_now(ctx, key, op.read_start(key), group.as_ref());
+        return stream_family::read_answers(ctx, key, op.read_start(key), group.as_ref(), false);
     }
     ready(ctx, op, key)
 }

@@ -1073,45 +1073,40 @@ pub fn last_id(ctx: &mut ExecCtx, key: &[u8]) -> StreamId {
     }
 }
 
-/// Whether a blocked reader of `key` has an answer: new entries past its id (or its group's
-/// last id), or, for a group reader, the error of a group or key that is gone.
-pub fn read_ready(
+/// Whether a reader of `key` blocked after `after` has an answer: entries past its start (its
+/// group's last delivered id for a group reader), or, for a group reader, the error of a
+/// group or key that is gone. A client about to block asks whether a live entry is there to
+/// serve (`woken` false); a waiter is woken once the stream's last id passed its start,
+/// which Redis answers even when those entries were deleted (with an empty list).
+pub fn read_answers(
     ctx: &mut ExecCtx,
     key: &[u8],
     after: StreamId,
     group: Option<&GroupRead>,
+    woken: bool,
 ) -> bool {
     match (ctx.lookup_write(key).map(|e| e.value()), group) {
-        (Some(ValueRef::Stream(s)), None) => s.last_id > after,
-        (Some(ValueRef::Stream(s)), Some(g)) => match s.groups.get(&g.group) {
-            Some(grp) => s.last_id > grp.last_id,
-            None => true,
-        },
+        (Some(ValueRef::Stream(s)), group) => {
+            let start = match group {
+                None => after,
+                Some(g) => match s.groups.get(&g.group) {
+                    Some(grp) => grp.last_id,
+                    None => return true,
+                },
+            };
+            let top = if woken {
+                Some(s.last_id)
+            } else {
+                s.edge_id(true)
+            };
+            top.is_some_and(|top| top > start)
+        }
         (_, Some(_)) => true,
         _ => false,
     }
 }
 
-/// Whether a read of `key` would be served now (a live entry past its start, or the error of
-/// a missing group).
-pub fn read_serves_now(
-    ctx: &mut ExecCtx,
-    key: &[u8],
-    after: StreamId,
-    group: Option<&GroupRead>,
-) -> bool {
-    match (ctx.lookup_write(key).map(|e| e.value()), group) {
-        (Some(ValueRef::Stream(s)), None) => s.edge_id(true).is_some_and(|top| top > after),
-        (Some(ValueRef::Stream(s)), Some(g)) => match s.groups.get(&g.group) {
-            Some(grp) => s.edge_id(true).is_some_and(|top| top > grp.last_id),
-            None => true,
-        },
-        (_, Some(_)) => true,
-        _ => false,
-    }
-}
-
-/// Serves a blocked reader from `key` (which `read_ready` accepted), as Redis's
+/// Serves a blocked reader from `key` (which `read_answers` accepted), as Redis's
 /// serveClientsBlockedOnStreamKey does: `[[key, entries]]`, or the group's error.
 pub fn serve_blocked_read(
     ctx: &mut ExecCtx,

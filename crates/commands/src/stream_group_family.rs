@@ -185,31 +185,16 @@ fn xgroup_subcommand(ctx: &mut ExecCtx, args: &Args, sub: &str) {
             ctx.reply.ok();
             ctx.notify(class::STREAM, "xgroup-setid", key);
         }
-        "destroy" => {
-            let gone = write_stream(ctx, key, |s, _, _| {
-                let gone = s.groups.remove(name).is_some();
-                (gone, gone)
-            });
-            let gone = matches!(gone, Ok(Some(true)));
-            ctx.reply.int(i64::from(gone));
-            if gone {
-                ctx.notify(class::STREAM, "xgroup-destroy", key);
-            }
-        }
+        "destroy" => change_or_not(ctx, key, "xgroup-destroy", |s| {
+            s.groups.remove(name).is_some()
+        }),
         "createconsumer" => {
-            let consumer = args.get(4);
-            let now = ctx.stream_clock();
-            let created = write_stream(ctx, key, |s, _, _| {
-                let created = s.groups.get_mut(name).is_some_and(|g| {
+            let (consumer, now) = (args.get(4), ctx.stream_clock());
+            change_or_not(ctx, key, "xgroup-createconsumer", |s| {
+                s.groups.get_mut(name).is_some_and(|g| {
                     !g.consumers.contains_key(consumer) && touch_consumer(g, consumer, now)
-                });
-                (created, created)
-            });
-            let created = matches!(created, Ok(Some(true)));
-            ctx.reply.int(i64::from(created));
-            if created {
-                ctx.notify(class::STREAM, "xgroup-createconsumer", key);
-            }
+                })
+            })
         }
         "delconsumer" => {
             let consumer = args.get(4);
@@ -234,6 +219,24 @@ fn xgroup_subcommand(ctx: &mut ExecCtx, args: &Args, sub: &str) {
             }
         }
         _ => ctx.error(&subcommand_syntax("XGROUP", args.get(1))),
+    }
+}
+
+/// Runs `f` on the stream; replies 1 and records `event` when it changed something, else 0.
+fn change_or_not(
+    ctx: &mut ExecCtx,
+    key: &[u8],
+    event: &'static str,
+    f: impl FnOnce(&mut Stream) -> bool,
+) {
+    let changed = write_stream(ctx, key, |s, _, _| {
+        let changed = f(s);
+        (changed, changed)
+    });
+    let changed = matches!(changed, Ok(Some(true)));
+    ctx.reply.int(i64::from(changed));
+    if changed {
+        ctx.notify(class::STREAM, event, key);
     }
 }
 

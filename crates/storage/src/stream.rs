@@ -77,6 +77,9 @@ impl std::fmt::Display for StreamId {
     }
 }
 
+/// An entry as an owned copy: its id and its field/value pairs in order.
+pub type OwnedEntry = (StreamId, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// Node size limits: Redis's `stream-node-max-bytes` and `stream-node-max-entries` (0 means
 /// no limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,19 +508,20 @@ impl Stream {
         }
     }
 
+    /// The live entries of `start..=end`, ascending, as owned copies.
+    pub fn entries(&self, start: StreamId, end: StreamId) -> Vec<OwnedEntry> {
+        let mut out = Vec::new();
+        self.range(start, end, false, |id, pairs| {
+            let pairs = pairs.iter().map(|(f, v)| (f.to_vec(), v.to_vec()));
+            out.push((id, pairs.collect()));
+            true
+        });
+        out
+    }
+
     /// The pairs of the entry `id`, if it is live.
     pub fn get(&self, id: StreamId) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut found = None;
-        self.range(id, id, false, |_, pairs| {
-            found = Some(
-                pairs
-                    .iter()
-                    .map(|(f, v)| (f.to_vec(), v.to_vec()))
-                    .collect(),
-            );
-            false
-        });
-        found
+        self.entries(id, id).pop().map(|(_, pairs)| pairs)
     }
 
     pub fn contains(&self, id: StreamId) -> bool {
@@ -695,21 +699,8 @@ mod tests {
         StreamId::new(ms, seq)
     }
 
-    type Entry = (StreamId, Vec<(Vec<u8>, Vec<u8>)>);
-
-    fn all(s: &Stream) -> Vec<Entry> {
-        let mut out = Vec::new();
-        s.range(StreamId::MIN, StreamId::MAX, false, |id, pairs| {
-            out.push((
-                id,
-                pairs
-                    .iter()
-                    .map(|(f, v)| (f.to_vec(), v.to_vec()))
-                    .collect(),
-            ));
-            true
-        });
-        out
+    fn all(s: &Stream) -> Vec<OwnedEntry> {
+        s.entries(StreamId::MIN, StreamId::MAX)
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use super::{le, Corrupt, Item};
 use damselfly_protocol::number::parse_i64;
+use damselfly_storage::listpack_size::backlen_size;
 
 const HEADER: usize = 6;
 const EOF: u8 = 0xff;
@@ -26,17 +27,6 @@ impl Default for Builder {
             buf: vec![0; HEADER],
             count: 0,
         }
-    }
-}
-
-/// Bytes the backlen of an entry of `len` bytes takes (Redis switches at 127, 16382, ...).
-fn backlen_size(len: usize) -> usize {
-    match len {
-        0..=127 => 1,
-        128..=16382 => 2,
-        16383..=2097150 => 3,
-        2097151..=268435454 => 4,
-        _ => 5,
     }
 }
 
@@ -134,21 +124,9 @@ impl Builder {
     }
 }
 
-/// Bytes the entry for `s` takes in a listpack, backlen included (what `lpAppend` adds).
-pub fn entry_size(s: &[u8]) -> usize {
-    let size = match parse_i64(s) {
-        Some(0..=127) => 1,
-        Some(-4096..=4095) => 2,
-        Some(-32768..=32767) => 3,
-        Some(-8388608..=8388607) => 4,
-        Some(-2147483648..=2147483647) => 5,
-        Some(_) => 9,
-        None if s.len() < 64 => 1 + s.len(),
-        None if s.len() < 4096 => 2 + s.len(),
-        None => 5 + s.len(),
-    };
-    size + backlen_size(size)
-}
+/// Bytes the entry for a text takes in a listpack, backlen included (what `lpAppend` adds):
+/// the storage layer counts them too, to split stream nodes where Redis does.
+pub use damselfly_storage::listpack_size::entry_size;
 
 fn corrupt(what: &str, at: usize) -> Corrupt {
     Corrupt(format!("listpack: {what} (entry at blob offset {at})"))

@@ -53,7 +53,7 @@ const EMPTY_LISTPACK: usize = 7;
 pub use damselfly_storage::StreamId;
 
 /// An entry: its id and its field/value pairs in order.
-pub type StreamEntry = (StreamId, Vec<(Vec<u8>, Vec<u8>)>);
+pub use damselfly_storage::stream::OwnedEntry as StreamEntry;
 
 /// A stream's content as the RDB holds it, less the node structure (which the writer derives
 /// from the entries as appending them would).

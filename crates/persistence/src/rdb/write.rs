@@ -510,17 +510,7 @@ impl<W: Write> RdbWriter<W> {
 
 /// A stream's content as the RDB codec takes it.
 fn stream_record(s: &damselfly_storage::Stream) -> StreamRecord {
-    let mut entries = Vec::with_capacity(s.len() as usize);
-    s.range(StreamId::MIN, StreamId::MAX, false, |id, pairs| {
-        entries.push((
-            id,
-            pairs
-                .iter()
-                .map(|(f, v)| (f.to_vec(), v.to_vec()))
-                .collect(),
-        ));
-        true
-    });
+    let entries = s.entries(StreamId::MIN, StreamId::MAX);
     let groups = s
         .groups
         .iter()

@@ -47,17 +47,7 @@ pub fn logical(v: &Value) -> Logical {
         Value::Hash(h) => Logical::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
         Value::ZSet(z) => Logical::ZSet(z.all().into_iter().map(|(m, s)| (m, Score(s))).collect()),
         Value::Stream(s) => {
-            let mut entries = Vec::new();
-            s.range(StreamId::MIN, StreamId::MAX, false, |id, pairs| {
-                entries.push((
-                    id,
-                    pairs
-                        .iter()
-                        .map(|(f, v)| (f.to_vec(), v.to_vec()))
-                        .collect(),
-                ));
-                true
-            });
+            let entries = s.entries(StreamId::MIN, StreamId::MAX);
             Logical::Stream(LogicalStream {
                 entries,
                 last_id: s.last_id,
