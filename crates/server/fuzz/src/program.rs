@@ -187,12 +187,65 @@ const WORDS: &[&str] = &[
     "\\",
     "maxmemory",
     "*max*",
+    // Streams and geo.
+    "STREAMS",
+    "GROUP",
+    "NOACK",
+    "BLOCK",
+    "MINID",
+    "~",
+    "=",
+    "NOMKSTREAM",
+    "MKSTREAM",
+    "ENTRIESREAD",
+    "ENTRIESADDED",
+    "MAXDELETEDID",
+    "JUSTID",
+    "FORCE",
+    "RETRYCOUNT",
+    "LASTID",
+    "IDLE",
+    "TIME",
+    "FULL",
+    "$",
+    ">",
+    "FROMMEMBER",
+    "FROMLONLAT",
+    "BYRADIUS",
+    "BYBOX",
+    "km",
+    "m",
+    "WITHCOORD",
+    "WITHDIST",
+    "WITHHASH",
+    "ANY",
+    "STOREDIST",
 ];
 
-/// Score and lex bounds.
+/// Score, lex and stream id bounds.
 const BOUNDS: &[&str] = &[
-    "(1", "-inf", "+inf", "[a", "(b", "-", "+", "(", "[", "(-inf", "(+inf", "(nan", "a", "(0", "1",
+    "(1",
+    "-inf",
+    "+inf",
+    "[a",
+    "(b",
+    "-",
+    "+",
+    "(",
+    "[",
+    "(-inf",
+    "(+inf",
+    "(nan",
+    "a",
+    "(0",
+    "1",
     "-1",
+    "0-0",
+    "1-1",
+    "1-*",
+    "2-0",
+    "(1-1",
+    "18446744073709551615-18446744073709551615",
 ];
 
 /// Members, fields and values, few so that sets and hashes overlap.
@@ -243,14 +296,21 @@ fn subcommands(name: &str) -> &'static [&'static str] {
             "GETKEYSANDFLAGS",
         ],
         "hello" => &["2", "3", "1", "4"],
+        "xgroup" => &[
+            "CREATE",
+            "SETID",
+            "DESTROY",
+            "CREATECONSUMER",
+            "DELCONSUMER",
+            "HELP",
+        ],
+        "xinfo" => &["STREAM", "GROUPS", "CONSUMERS", "HELP"],
         _ => &[],
     }
 }
 
 /// Names that are not in the table: Redis commands Damselfly lacks, and junk.
-const UNKNOWN: &[&str] = &[
-    "xadd", "geoadd", "eval", "lcs", "wait", "object2", "GET\0", "ping ",
-];
+const UNKNOWN: &[&str] = &["wait", "migrate", "object2", "xadd2", "GET\0", "ping "];
 
 /// How the input ends after its commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,8 +373,8 @@ fn generic(b: u8, bytes: &mut Bytes) -> Vec<u8> {
         96..=111 => pick(FLOATS, b),
         // More words than selector values: the next byte picks one.
         112..=175 => pick(WORDS, bytes.byte()),
-        176..=191 => pick(BOUNDS, b),
-        192..=239 => pick(VALUES, b),
+        176..=199 => pick(BOUNDS, b),
+        200..=239 => pick(VALUES, b),
         _ => bytes.raw(),
     }
 }
@@ -582,8 +642,8 @@ mod tests {
             (KEYS, 48),
             (INTS, 48),
             (FLOATS, 16),
-            (BOUNDS, 16),
-            (VALUES, 48),
+            (BOUNDS, 24),
+            (VALUES, 40),
         ] {
             assert!(pool.len() <= values, "{pool:?}");
         }
