@@ -165,29 +165,39 @@ impl Server {
         panic!("damselfly did not start");
     }
 
-    /// Starts Debian's redis-server as the reference.
+    /// Starts Debian's redis-server as the reference. A free port can be taken by another
+    /// test's server before redis-server binds it: then it exits, and a new port is tried.
     pub fn redis() -> Server {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let unix = dir.path().join("redis.sock");
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
-            .args(["--enable-debug-command", "yes"])
-            .arg("--unixsocket")
-            .arg(&unix)
-            .args(["--dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server); .ci/run installs it");
-        let mut s = Server {
-            child: Some(child),
-            port,
-            unix,
-            dir,
+        let mut started = None;
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let unix = dir.path().join("redis.sock");
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+                .args(["--enable-debug-command", "yes"])
+                .arg("--unixsocket")
+                .arg(&unix)
+                .args(["--dir"])
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed (apt-get install redis-server); .ci/run installs it");
+            let mut s = Server {
+                child: Some(child),
+                port,
+                unix,
+                dir,
+            };
+            if s.wait_ready() {
+                started = Some(s);
+                break;
+            }
+        }
+        let Some(s) = started else {
+            panic!("redis-server did not start");
         };
-        assert!(s.wait_ready(), "redis-server did not start");
         // The differential tests expect Redis 7.0's replies; another version would only show
         // up as confusing differences.
         let version = info_field(&mut s.raw(), "server", "redis_version").unwrap_or_default();
