@@ -163,6 +163,7 @@ pub static PARAMS: &[Param] = &[
     p("threads", "0", NONNEG, false, Y),
     p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
     p("pin-threads", "yes", Kind::Bool, false, Y),
+    p("migrate-connections", "yes", Kind::Bool, true, Y),
     p("disable-thp", "yes", Kind::Bool, false, Y),
     p("cache-mode", "no", Kind::Bool, true, Y),
     p(
@@ -444,6 +445,8 @@ pub struct Config {
     /// journal to be on disk.
     pub journal_always: AtomicBool,
     pub active_expire: AtomicBool,
+    /// `migrate-connections`: a connection using one other shard moves to its thread.
+    pub migrate_connections: AtomicBool,
     /// `notify-keyspace-events` as flags (damselfly_storage::notify::class).
     pub notify_flags: AtomicU32,
     /// `busy-reply-threshold` in milliseconds (read by every script run).
@@ -481,6 +484,7 @@ impl Default for Config {
             has_password: AtomicBool::new(false),
             journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
+            migrate_connections: AtomicBool::new(true),
             busy_reply_ms: AtomicU64::new(0),
             notify_flags: AtomicU32::new(0),
             script_locking: AtomicU8::new(0),
@@ -633,6 +637,8 @@ impl Config {
         }
         self.maxclients.store(self.get_u64("maxclients"), r);
         self.timeout_secs.store(self.get_u64("timeout"), r);
+        self.migrate_connections
+            .store(self.get("migrate-connections") == "yes", r);
         self.journal_always.store(
             self.get("appendonly") == "yes" && self.get("appendfsync") == "always",
             r,

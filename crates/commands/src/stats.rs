@@ -32,6 +32,8 @@ pub struct ThreadStats {
     pub tx_retries: u64,
     /// Script runs restarted with every shard locked (docs/scripting.md).
     pub script_restarts: u64,
+    /// Connections that moved from this thread to the thread of the shard they use.
+    pub connections_moved: u64,
 }
 
 impl Default for ThreadStats {
@@ -46,6 +48,7 @@ impl Default for ThreadStats {
             multi_shard_txs: 0,
             tx_retries: 0,
             script_restarts: 0,
+            connections_moved: 0,
             net_input_bytes: 0,
             net_output_bytes: 0,
         }
@@ -104,6 +107,7 @@ impl ThreadStats {
         self.multi_shard_txs += other.multi_shard_txs;
         self.tx_retries += other.tx_retries;
         self.script_restarts += other.script_restarts;
+        self.connections_moved += other.connections_moved;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
     }

@@ -20,6 +20,7 @@ use damselfly_protocol::{Limits, ParsedCommand, ProtocolError, ReplyBuf, Request
 use damselfly_storage::shard_for_key;
 use futures_channel::oneshot;
 
+use crate::affinity::Affinity;
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
 use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
@@ -116,6 +117,10 @@ pub struct Connection {
     /// Used memory was over `maxmemory` when the running client command started (Redis's
     /// `pre_command_oom_state`): the scripts it runs check their calls against it.
     pub(crate) pre_command_oom: bool,
+    /// Which other shard the keyed commands have been going to (affinity.rs).
+    pub(crate) affinity: Affinity,
+    /// The session went to another thread (`detach`): nothing is left to clean up here.
+    pub(crate) moved_away: bool,
 }
 
 /// CLIENT REPLY's mode.
@@ -154,9 +159,14 @@ impl Connection {
     pub fn new(worker: Rc<Worker>, peer: PeerInfo) -> Self {
         let id = worker.cluster.next_client_id();
         let info = Rc::new(ClientInfo::new(id, peer.fd, peer.addr, peer.laddr));
-        worker.clients.borrow_mut().add(info.clone());
         worker.stats.borrow_mut().total_connections += 1;
         let authenticated = !worker.cluster.config.has_password.load(Ordering::Relaxed);
+        Self::with_info(worker, info, authenticated)
+    }
+
+    /// Registers the client `info` on this thread: a new one, or one moved here.
+    pub(crate) fn with_info(worker: Rc<Worker>, info: Rc<ClientInfo>, authenticated: bool) -> Self {
+        worker.clients.borrow_mut().add(info.clone());
         let shards = worker.num_shards();
         Connection {
             worker,
@@ -182,7 +192,14 @@ impl Connection {
             pubsub: ConnPubSub::default(),
             reply_mode: ReplyMode::On,
             pre_command_oom: false,
+            affinity: Affinity::default(),
+            moved_away: false,
         }
+    }
+
+    /// Input received and not run yet.
+    pub(crate) fn unread(&self) -> &[u8] {
+        &self.rbuf[self.rstart..self.rend]
     }
 
     /// Lets this thread's mailbox task run if messages wait; the I/O loop calls it between
@@ -205,6 +222,11 @@ impl Connection {
 
     pub fn id(&self) -> u64 {
         self.info.id
+    }
+
+    /// The client socket's descriptor.
+    pub fn fd(&self) -> i32 {
+        self.info.fd
     }
 
     /// True once CLIENT KILL, an idle timeout or shutdown closed this client.
@@ -802,6 +824,7 @@ impl Connection {
     /// its keys, and so does every later local command of the round (request order); inside
     /// a transaction every command is a hop of it.
     fn run_on(&mut self, shard: usize, spec: usize, db: usize, args: &Args) {
+        self.affinity.note(shard, self.worker.id);
         if shard == self.worker.id
             && self.tx.is_none()
             && self.batches[shard].is_empty()
@@ -1040,6 +1063,10 @@ pub(crate) fn add_to_plan(plan: &mut Vec<(usize, Vec<Lock>)>, shard: usize, lock
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        if self.moved_away {
+            // Its session lives on in the `MovedClient`; it held nothing on this thread.
+            return;
+        }
         self.abandon_block();
         self.drop_subscriptions();
         self.drop_tracking();

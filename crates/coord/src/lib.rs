@@ -8,6 +8,7 @@
 //! `futures-channel` oneshots, so the same code runs under the io_uring (glommio) and the epoll
 //! (tokio) backends.
 
+mod affinity;
 pub mod blocking;
 pub mod client;
 pub mod cluster;
@@ -32,6 +33,7 @@ mod tracking_family;
 pub mod tx;
 pub mod worker;
 
+pub use affinity::MovedClient;
 pub use cluster::{Cluster, JournalFiles, ServerInfo, ShutdownSignal};
 pub use connection::{Connection, PeerInfo, Step};
 pub use durability::ShardStart;

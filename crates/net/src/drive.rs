@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use damselfly_coord::{Connection, Mailbox, PeerInfo, ShardMsg, Step, Worker};
 
+use crate::handoff::{hand_over, ready_to_move, Movers};
 use crate::{Shared, SHUTDOWN_GRACE};
 
 /// The reading half of a client socket.
@@ -26,6 +27,10 @@ pub(crate) trait ConnRead {
 pub(crate) trait ConnWrite {
     /// Writes some bytes; cancel-safe (nothing is written if the future is dropped pending).
     fn write(&mut self, buf: &[u8]) -> impl Future<Output = io::Result<usize>>;
+
+    /// Lets go of the socket without shutting it down: the connection moves to another
+    /// thread, which holds a duplicate of the descriptor.
+    fn let_go(self);
 }
 
 enum Either<A, B> {
@@ -149,14 +154,15 @@ async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Serves one client until it quits, disconnects, is killed, exceeds its output limit, or the
-/// server shuts down. (A panic aborts the process: see the panic policy in
-/// damselfly_coord::crash.)
+/// Serves one client until it quits, disconnects, is killed, exceeds its output limit, moves
+/// to another thread (`movers`), or the server shuts down. (A panic aborts the process: see
+/// the panic policy in damselfly_coord::crash.)
 pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
     mut rd: R,
     mut wr: W,
     mut conn: Connection,
     sleep: impl Fn(Duration) -> S,
+    movers: Movers,
 ) {
     let cluster = conn.cluster();
     let mut pending: Vec<u8> = Vec::new();
@@ -223,6 +229,14 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         if sent == pending.len() {
             pending.clear();
             sent = 0;
+            // Every reply is written: a safe point to move to the thread of the shard the
+            // client keeps using.
+            if let Some((fd, unix)) = ready_to_move(&conn, &movers) {
+                drop(rd);
+                wr.let_go();
+                hand_over(conn, fd, unix, &movers);
+                return;
+            }
             match race(rd.read(conn.read_space()), pushed).await {
                 Either::Left(Ok(0) | Err(_)) => return,
                 Either::Left(Ok(n)) if !conn.advance(n) => return,

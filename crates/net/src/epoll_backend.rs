@@ -8,13 +8,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use damselfly_coord::{Mailbox, MailboxSender, ShardMsg, Worker};
+use damselfly_coord::{Connection, Mailbox, MailboxSender, Worker};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
+use crate::handoff::{MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
-use crate::{Adopted, AdoptedStream, Shared, TICK};
+use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
 
 struct Reader<S>(S);
 struct Writer<S>(S);
@@ -25,19 +26,36 @@ impl<S: AsyncRead + Unpin> ConnRead for Reader<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
+impl<S: AsyncWrite + Unpin + LetGo> ConnWrite for Writer<S> {
     async fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0.write(buf).await
     }
+
+    fn let_go(self) {
+        self.0.let_go();
+    }
 }
 
-pub(crate) fn run(
-    shared: Arc<Shared>,
-    mailboxes: Vec<Mailbox<ShardMsg>>,
-    adopted: Vec<Vec<Adopted>>,
-) -> io::Result<()> {
+/// tokio's write halves shut the socket's writing side down when dropped; `forget` does not.
+trait LetGo {
+    fn let_go(self);
+}
+
+impl LetGo for tokio::net::tcp::OwnedWriteHalf {
+    fn let_go(self) {
+        self.forget();
+    }
+}
+
+impl LetGo for tokio::net::unix::OwnedWriteHalf {
+    fn let_go(self) {
+        self.forget();
+    }
+}
+
+pub(crate) fn run(shared: Arc<Shared>, starts: Vec<ThreadStart>) -> io::Result<()> {
     let mut handles = Vec::new();
-    for ((index, mailbox), adopted) in mailboxes.into_iter().enumerate().zip(adopted) {
+    for (index, start) in starts.into_iter().enumerate() {
         let shared = shared.clone();
         let tcp = shared
             .listeners
@@ -55,7 +73,7 @@ pub(crate) fn run(
             std::thread::Builder::new()
                 .name(format!("damselfly-{index}"))
                 .stack_size(crate::THREAD_STACK)
-                .spawn(move || thread_main(index, shared, mailbox, tcp, unix, adopted))?,
+                .spawn(move || thread_main(index, shared, start, tcp, unix))?,
         );
     }
     for h in handles {
@@ -68,21 +86,26 @@ pub(crate) fn run(
 fn thread_main(
     index: usize,
     shared: Arc<Shared>,
-    mailbox: Mailbox<ShardMsg>,
+    start: ThreadStart,
     tcp: Vec<std::net::TcpListener>,
     unix: Option<std::os::unix::net::UnixListener>,
-    adopted: Vec<Adopted>,
 ) -> io::Result<()> {
     shared.pin(index);
     let rt = runtime(&shared.cluster.mailboxes[index])?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let worker = Worker::new(index, shared.cluster.clone());
+        let movers = shared.movers.clone();
         // tokio's yield_now wakes the task only after the runtime polled its I/O driver.
         spawn_local(mailbox_loop(
             worker.clone(),
-            mailbox,
+            start.mailbox,
             tokio::task::yield_now,
+        ));
+        spawn_local(arrivals_loop(
+            worker.clone(),
+            start.arrivals,
+            movers.clone(),
         ));
         spawn_local(tick_loop(worker.clone()));
         if index == 0 {
@@ -95,7 +118,11 @@ fn thread_main(
         let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
         for l in tcp {
             let listener = tokio::net::TcpListener::from_std(l)?;
-            acceptors.push(spawn_local(accept_tcp(worker.clone(), listener)));
+            acceptors.push(spawn_local(accept_tcp(
+                worker.clone(),
+                listener,
+                movers.clone(),
+            )));
         }
         let path = unix
             .as_ref()
@@ -108,12 +135,13 @@ fn thread_main(
                 worker.clone(),
                 listener,
                 path.clone(),
+                movers.clone(),
             )));
         }
-        for a in adopted {
+        for a in start.adopted {
             // Made non-blocking for the runtime; one that fails is dropped (its client
             // reconnects, as after any lost connection).
-            let _ = adopt(&worker, a, &path);
+            let _ = adopt(&worker, a, &path, &movers);
         }
         shared.cluster.shutdown.wait().await;
         for a in &acceptors {
@@ -146,61 +174,104 @@ async fn tick_loop(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener) {
+async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener, movers: Movers) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => start_tcp(&worker, stream, &[]),
+            Ok((stream, _)) => start_tcp(&worker, stream, &[], &movers),
             Err(e) => accept_failed(e).await,
         }
     }
 }
 
-async fn accept_unix(worker: Rc<Worker>, listener: tokio::net::UnixListener, path: String) {
+async fn accept_unix(
+    worker: Rc<Worker>,
+    listener: tokio::net::UnixListener,
+    path: String,
+    movers: Movers,
+) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => start_unix(&worker, stream, &path, &[]),
+            Ok((stream, _)) => start_unix(&worker, stream, &path, &[], &movers),
             Err(e) => accept_failed(e).await,
         }
     }
 }
 
 /// Admits a TCP client and serves it; `unread` is input it sent before (adopted clients).
-fn start_tcp(worker: &Rc<Worker>, stream: tokio::net::TcpStream, unread: &[u8]) {
+fn start_tcp(worker: &Rc<Worker>, stream: tokio::net::TcpStream, unread: &[u8], movers: &Movers) {
     let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
     if let Some(mut conn) = admit(worker, stream.as_raw_fd(), peer) {
         tune_tcp(worker, stream.as_fd());
         if conn.feed(unread) {
-            let (rd, wr) = stream.into_split();
-            spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
+            serve_tcp(stream, conn, movers);
         }
     }
 }
 
-fn start_unix(worker: &Rc<Worker>, stream: tokio::net::UnixStream, path: &str, unread: &[u8]) {
+fn start_unix(
+    worker: &Rc<Worker>,
+    stream: tokio::net::UnixStream,
+    path: &str,
+    unread: &[u8],
+    movers: &Movers,
+) {
     if let Some(mut conn) = admit(worker, stream.as_raw_fd(), describe_unix(path)) {
         if conn.feed(unread) {
-            let (rd, wr) = stream.into_split();
-            spawn_local(serve(Reader(rd), Writer(wr), conn, tokio::time::sleep));
+            serve_unix(stream, conn, movers);
         }
     }
+}
+
+fn serve_tcp(stream: tokio::net::TcpStream, conn: Connection, movers: &Movers) {
+    let (rd, wr) = stream.into_split();
+    let sleep = tokio::time::sleep;
+    spawn_local(serve(Reader(rd), Writer(wr), conn, sleep, movers.clone()));
+}
+
+fn serve_unix(stream: tokio::net::UnixStream, conn: Connection, movers: &Movers) {
+    let (rd, wr) = stream.into_split();
+    let sleep = tokio::time::sleep;
+    spawn_local(serve(Reader(rd), Writer(wr), conn, sleep, movers.clone()));
 }
 
 /// Serves a connection accepted while the data loaded.
-fn adopt(worker: &Rc<Worker>, a: Adopted, path: &str) -> io::Result<()> {
+fn adopt(worker: &Rc<Worker>, a: Adopted, path: &str, movers: &Movers) -> io::Result<()> {
     match a.stream {
         AdoptedStream::Tcp(s) => {
             s.set_nonblocking(true)?;
-            start_tcp(worker, tokio::net::TcpStream::from_std(s)?, &a.unread);
+            let stream = tokio::net::TcpStream::from_std(s)?;
+            start_tcp(worker, stream, &a.unread, movers);
         }
         AdoptedStream::Unix(s) => {
             s.set_nonblocking(true)?;
-            start_unix(
-                worker,
-                tokio::net::UnixStream::from_std(s)?,
-                path,
-                &a.unread,
-            );
+            let stream = tokio::net::UnixStream::from_std(s)?;
+            start_unix(worker, stream, path, &a.unread, movers);
         }
+    }
+    Ok(())
+}
+
+/// Serves the connections other threads move here.
+async fn arrivals_loop(worker: Rc<Worker>, arrivals: Mailbox<MovedConn>, movers: Movers) {
+    let mut moved = Vec::new();
+    while arrivals.recv_all(&mut moved).await {
+        for m in moved.drain(..) {
+            // One whose socket the runtime cannot take is dropped (its client reconnects).
+            let _ = resume(&worker, m, &movers);
+        }
+    }
+}
+
+fn resume(worker: &Rc<Worker>, moved: MovedConn, movers: &Movers) -> io::Result<()> {
+    let Some((conn, fd, unix)) = moved.attach(worker) else {
+        return Ok(());
+    };
+    if unix {
+        let stream = std::os::unix::net::UnixStream::from(fd);
+        serve_unix(tokio::net::UnixStream::from_std(stream)?, conn, movers);
+    } else {
+        let stream = std::net::TcpStream::from(fd);
+        serve_tcp(tokio::net::TcpStream::from_std(stream)?, conn, movers);
     }
     Ok(())
 }

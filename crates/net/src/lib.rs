@@ -7,6 +7,7 @@
 mod cpus;
 mod drive;
 mod epoll_backend;
+mod handoff;
 mod listeners;
 pub mod probe;
 mod uring_backend;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use damselfly_commands::config::Config;
 use damselfly_coord::{mailbox, Cluster, Mailbox, ServerInfo, ShardMsg};
+use handoff::{MovedConn, Movers};
 
 pub use cpus::available_cpus;
 pub use listeners::{ListenerSpec, Listeners};
@@ -55,6 +57,16 @@ pub(crate) struct Shared {
     pub pin: Option<Vec<core_affinity::CoreId>>,
     /// Threads that have closed all their connections during shutdown.
     pub drained: AtomicUsize,
+    /// Where connections moving to each thread are sent.
+    pub movers: Movers,
+}
+
+/// What one shard thread starts with: its shard's mailbox, its mailbox for connections
+/// moving to it, and the connections accepted while the data loaded that it serves.
+pub(crate) struct ThreadStart {
+    pub mailbox: Mailbox<ShardMsg>,
+    pub arrivals: Mailbox<MovedConn>,
+    pub adopted: Vec<Adopted>,
 }
 
 impl Shared {
@@ -103,6 +115,7 @@ fn deal(adopted: Vec<Adopted>, threads: usize) -> Vec<Vec<Adopted>> {
 pub struct Server {
     shared: Arc<Shared>,
     mailboxes: Vec<Mailbox<ShardMsg>>,
+    arrivals: Vec<Mailbox<MovedConn>>,
     backend: Backend,
     adopted: Vec<Adopted>,
 }
@@ -124,14 +137,17 @@ impl Server {
             ..info
         });
         let pin = pin.then(|| core_affinity::get_core_ids().unwrap_or_default());
+        let (movers, arrivals): (Vec<_>, Vec<_>) = (0..threads).map(|_| mailbox()).unzip();
         Server {
             shared: Arc::new(Shared {
                 cluster,
                 listeners,
                 pin,
                 drained: AtomicUsize::new(0),
+                movers: movers.into(),
             }),
             mailboxes,
+            arrivals,
             backend,
             adopted: Vec::new(),
         }
@@ -149,9 +165,20 @@ impl Server {
     /// Runs until shutdown is triggered and every thread has drained.
     pub fn run(self) -> std::io::Result<()> {
         let adopted = deal(self.adopted, self.mailboxes.len());
+        let starts = self
+            .mailboxes
+            .into_iter()
+            .zip(self.arrivals)
+            .zip(adopted)
+            .map(|((mailbox, arrivals), adopted)| ThreadStart {
+                mailbox,
+                arrivals,
+                adopted,
+            })
+            .collect();
         match self.backend {
-            Backend::Epoll => epoll_backend::run(self.shared, self.mailboxes, adopted),
-            Backend::Uring => uring_backend::run(self.shared, self.mailboxes, adopted),
+            Backend::Epoll => epoll_backend::run(self.shared, starts),
+            Backend::Uring => uring_backend::run(self.shared, starts),
         }
     }
 }

@@ -9,14 +9,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use damselfly_coord::{mailbox, Connection, Mailbox, MailboxSender, ShardMsg, Worker};
+use damselfly_coord::{mailbox, Connection, Mailbox, MailboxSender, Worker};
 use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
+use crate::handoff::{MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
-use crate::{Adopted, AdoptedStream, Shared, TICK};
+use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
 
 struct Reader<S>(S);
 struct Writer<S>(S);
@@ -31,6 +32,9 @@ impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
     async fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0.write(buf).await
     }
+
+    /// glommio's streams only close their descriptor when dropped.
+    fn let_go(self) {}
 }
 
 /// Memory each executor registers with io_uring for the buffers of reads in flight. glommio's
@@ -40,18 +44,19 @@ impl<S: AsyncWrite + Unpin> ConnWrite for Writer<S> {
 const IO_MEMORY: usize = 1 << 20;
 
 /// Serves a glommio stream, split into halves so reads and writes can overlap.
-fn spawn_serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(stream: S, conn: Connection) {
+fn spawn_serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    stream: S,
+    conn: Connection,
+    movers: &Movers,
+) {
     let (rd, wr) = futures_lite::io::split(stream);
-    spawn_local(serve(Reader(rd), Writer(wr), conn, glommio::timer::sleep)).detach();
+    let sleep = glommio::timer::sleep;
+    spawn_local(serve(Reader(rd), Writer(wr), conn, sleep, movers.clone())).detach();
 }
 
-pub(crate) fn run(
-    shared: Arc<Shared>,
-    mailboxes: Vec<Mailbox<ShardMsg>>,
-    adopted: Vec<Vec<Adopted>>,
-) -> io::Result<()> {
+pub(crate) fn run(shared: Arc<Shared>, starts: Vec<ThreadStart>) -> io::Result<()> {
     let (adopt_tx, adopt_rx): (Vec<MailboxSender<i32>>, Vec<Mailbox<i32>>) =
-        (0..mailboxes.len()).map(|_| mailbox()).unzip();
+        (0..starts.len()).map(|_| mailbox()).unzip();
     let unix_path = shared
         .listeners
         .unix
@@ -73,8 +78,7 @@ pub(crate) fn run(
         None => None,
     };
     let mut handles = Vec::new();
-    let threads = mailboxes.into_iter().zip(adopt_rx).zip(adopted).enumerate();
-    for (index, ((mailbox, adopt), adopted)) in threads {
+    for (index, (start, adopt)) in starts.into_iter().zip(adopt_rx).enumerate() {
         let shared = shared.clone();
         let tcp = shared
             .listeners
@@ -95,9 +99,7 @@ pub(crate) fn run(
                     .io_memory(IO_MEMORY)
                     .make()
                     .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
-                executor.run(thread_main(
-                    index, shared, mailbox, adopt, tcp, unix_path, adopted,
-                ))
+                executor.run(thread_main(index, shared, start, adopt, tcp, unix_path))
             })?;
         handles.push(handle);
     }
@@ -149,18 +151,24 @@ fn unix_acceptor(
 async fn thread_main(
     index: usize,
     shared: Arc<Shared>,
-    mailbox: Mailbox<ShardMsg>,
+    start: ThreadStart,
     adopt: Mailbox<i32>,
     tcp: Vec<std::net::TcpListener>,
     unix_path: String,
-    adopted: Vec<Adopted>,
 ) -> io::Result<()> {
     shared.pin(index);
     let worker = Worker::new(index, shared.cluster.clone());
+    let movers = shared.movers.clone();
     // A timer fires only when the reactor runs, which also reaps I/O completions.
-    spawn_local(mailbox_loop(worker.clone(), mailbox, || {
+    spawn_local(mailbox_loop(worker.clone(), start.mailbox, || {
         glommio::timer::sleep(Duration::from_micros(20))
     }))
+    .detach();
+    spawn_local(arrivals_loop(
+        worker.clone(),
+        start.arrivals,
+        movers.clone(),
+    ))
     .detach();
     spawn_local(tick_loop(worker.clone())).detach();
     if index == 0 {
@@ -175,12 +183,21 @@ async fn thread_main(
     for l in tcp {
         // SAFETY: the descriptor comes from a bound, listening socket we own.
         let listener = unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) };
-        acceptors.push(spawn_local(accept_tcp(worker.clone(), listener)));
+        acceptors.push(spawn_local(accept_tcp(
+            worker.clone(),
+            listener,
+            movers.clone(),
+        )));
     }
-    for a in adopted {
-        adopt_loaded(&worker, a, &unix_path);
+    for a in start.adopted {
+        adopt_loaded(&worker, a, &unix_path, &movers);
     }
-    acceptors.push(spawn_local(adopt_unix(worker.clone(), adopt, unix_path)));
+    acceptors.push(spawn_local(adopt_unix(
+        worker.clone(),
+        adopt,
+        unix_path,
+        movers,
+    )));
     shared.cluster.shutdown.wait().await;
     drop(acceptors);
     if index == 0 {
@@ -201,7 +218,7 @@ async fn tick_loop(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
+async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener, movers: Movers) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
@@ -211,7 +228,7 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
                     tune_tcp(&worker, unsafe {
                         BorrowedFd::borrow_raw(stream.as_raw_fd())
                     });
-                    spawn_serve(stream, conn);
+                    spawn_serve(stream, conn, &movers);
                 }
             }
             Err(e) => {
@@ -224,7 +241,7 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener) {
 }
 
 /// Serves a connection accepted while the data loaded, with the input it sent then.
-fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str) {
+fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str, movers: &Movers) {
     match a.stream {
         AdoptedStream::Tcp(s) if s.set_nonblocking(true).is_ok() => {
             let peer = describe_tcp(s.peer_addr().ok(), s.local_addr().ok());
@@ -235,7 +252,7 @@ fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str) {
                 // SAFETY: the descriptor stays owned by `stream` for this call.
                 tune_tcp(worker, unsafe { BorrowedFd::borrow_raw(fd) });
                 if conn.feed(&a.unread) {
-                    spawn_serve(stream, conn);
+                    spawn_serve(stream, conn, movers);
                 }
             }
         }
@@ -245,7 +262,7 @@ fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str) {
             let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
             if let Some(mut conn) = admit(worker, fd, describe_unix(path)) {
                 if conn.feed(&a.unread) {
-                    spawn_serve(stream, conn);
+                    spawn_serve(stream, conn, movers);
                 }
             }
         }
@@ -255,7 +272,7 @@ fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str) {
 }
 
 /// Serves unix connections handed over by the acceptor thread.
-async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String) {
+async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String, movers: Movers) {
     let mut fds = Vec::new();
     while adopt.recv_all(&mut fds).await {
         for fd in fds.drain(..) {
@@ -263,7 +280,28 @@ async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String) {
             // stream closes it when dropped, also when the client is refused.
             let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
             if let Some(conn) = admit(&worker, fd, describe_unix(&path)) {
-                spawn_serve(stream, conn);
+                spawn_serve(stream, conn, &movers);
+            }
+        }
+    }
+}
+
+/// Serves the connections other threads move here.
+async fn arrivals_loop(worker: Rc<Worker>, arrivals: Mailbox<MovedConn>, movers: Movers) {
+    let mut moved = Vec::new();
+    while arrivals.recv_all(&mut moved).await {
+        for m in moved.drain(..) {
+            let Some((conn, fd, unix)) = m.attach(&worker) else {
+                continue;
+            };
+            let fd = fd.into_raw_fd();
+            // SAFETY: into_raw_fd released the moved socket to us; the stream owns it now.
+            if unix {
+                let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
+                spawn_serve(stream, conn, &movers);
+            } else {
+                let stream = unsafe { glommio::net::TcpStream::from_raw_fd(fd) };
+                spawn_serve(stream, conn, &movers);
             }
         }
     }

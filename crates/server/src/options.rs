@@ -123,6 +123,10 @@ pub struct Options {
     /// (Damselfly's cache mode, docs/eviction.md).
     #[arg(long = "cache-mode")]
     pub cache_mode: Option<String>,
+    /// yes (default): a connection that keeps using one other shard moves to that shard's
+    /// thread (docs/architecture.md, "Connection affinity").
+    #[arg(long = "migrate-connections")]
+    pub migrate_connections: Option<String>,
     /// yes (default): transparent huge pages off for this process, as Redis does.
     #[arg(long = "disable-thp")]
     pub disable_thp: Option<String>,
@@ -207,7 +211,7 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 36] = [
+        let flags: [(&str, Option<String>); 37] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
             ("unixsocket", self.unixsocket.clone()),
@@ -251,6 +255,7 @@ impl Options {
             ("lfu-log-factor", self.lfu_log_factor.clone()),
             ("lfu-decay-time", self.lfu_decay_time.clone()),
             ("cache-mode", self.cache_mode.clone()),
+            ("migrate-connections", self.migrate_connections.clone()),
             ("disable-thp", self.disable_thp.clone()),
             ("maxmemory-clients", self.maxmemory_clients.clone()),
         ];

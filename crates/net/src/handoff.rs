@@ -1,0 +1,52 @@
+//! Moving a connection to another shard thread (connection affinity, decided in
+//! damselfly_coord's affinity module). The socket travels as a duplicate of its descriptor:
+//! the old thread drops its stream (which deregisters and closes the original), the new
+//! thread wraps the duplicate in its own runtime's stream and serves the session from there.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use damselfly_coord::{Connection, MailboxSender, MovedClient};
+
+/// A connection on its way to another thread.
+pub(crate) struct MovedConn {
+    pub fd: OwnedFd,
+    pub unix: bool,
+    pub client: MovedClient,
+}
+
+/// Each thread's mailbox for connections moving to it, by thread index.
+pub(crate) type Movers = Arc<[MailboxSender<MovedConn>]>;
+
+/// The socket's duplicate and kind when `conn` should move now; None to stay.
+pub(crate) fn ready_to_move(conn: &Connection, movers: &Movers) -> Option<(OwnedFd, bool)> {
+    let target = conn.move_target()?;
+    if target >= movers.len() {
+        return None;
+    }
+    // SAFETY: the descriptor belongs to this live connection's stream for this call.
+    let fd = unsafe { BorrowedFd::borrow_raw(conn.fd()) };
+    let unix = socket2::SockRef::from(&fd).local_addr().ok()?.is_unix();
+    let dup = fd.try_clone_to_owned().ok()?;
+    Some((dup, unix))
+}
+
+/// Sends the session to its new thread; the caller has already dropped its own stream. If
+/// the server is shutting down the message is dropped, closing the socket.
+pub(crate) fn hand_over(conn: Connection, fd: OwnedFd, unix: bool, movers: &Movers) {
+    let client = conn.detach();
+    let target = client.target();
+    movers[target].send(MovedConn { fd, unix, client });
+}
+
+impl MovedConn {
+    /// Resumes the session on this thread, reading from the handed-over socket.
+    pub(crate) fn attach(
+        self,
+        worker: &std::rc::Rc<damselfly_coord::Worker>,
+    ) -> Option<(Connection, OwnedFd, bool)> {
+        let raw = self.fd.as_fd().as_raw_fd();
+        let conn = Connection::attach(worker.clone(), self.client, raw)?;
+        Some((conn, self.fd, self.unix))
+    }
+}

@@ -1,0 +1,242 @@
+//! Connection affinity: a connection that keeps using one other shard moves to that shard's
+//! thread. These tests check what a move must not change: the session (id, name, database,
+//! protocol, authentication), the order and content of replies, input that arrived before the
+//! move (mid-pipeline, a command cut in half), and that connections in MULTI, WATCH, blocked
+//! or subscribed stay where they are until that state is over. Every move is counted in INFO
+//! stats `connections_moved`, which is how the tests know one happened.
+
+mod common;
+
+use common::{bulk, encode, info_field, wait_blocked, Backend, Raw, Server};
+use damselfly_storage::shard_for_key;
+
+/// More commands in a row than any move needs (64, doubling per earlier move of the
+/// connection; the tests move a connection at most twice before this count).
+const STREAK: usize = 300;
+
+/// One key on each shard of a two-thread server.
+fn keys() -> (String, String) {
+    let on = |shard: usize| {
+        (0..)
+            .map(|i| format!("key{i}"))
+            .find(|k| shard_for_key(k.as_bytes(), 2) == shard)
+            .unwrap_or_default()
+    };
+    (on(0), on(1))
+}
+
+fn moves(admin: &mut Raw) -> u64 {
+    info_field(admin, "stats", "connections_moved")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// Sends `n` GETs of `key` in one write and checks each reply is `want`.
+fn gets(c: &mut Raw, key: &str, n: usize, want: &[u8]) {
+    let one = encode(&["GET", key]);
+    c.send(&one.repeat(n));
+    for i in 0..n {
+        assert_eq!(c.reply(), want, "GET {key} #{i}");
+    }
+}
+
+/// After this the connection lives on `key`'s thread, whichever thread accepted it.
+fn settle_on(c: &mut Raw, key: &str) {
+    for _ in 0..STREAK {
+        assert_eq!(c.cmd(&["EXISTS", key]).len(), 4);
+    }
+}
+
+fn session_survives_moves(b: Backend, unix: bool) {
+    let s = Server::start(b, &["--requirepass", "pw"]);
+    let (k0, k1) = keys();
+    let mut admin = s.raw();
+    assert_eq!(admin.cmd(&["AUTH", "pw"]), b"+OK\r\n");
+    let mut c = if unix { s.raw_unix() } else { s.raw() };
+    assert_eq!(c.cmd(&["AUTH", "pw"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", "mover"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SELECT", "5"]), b"+OK\r\n");
+    let id = c.cmd(&["CLIENT", "ID"]);
+    c.cmd(&["HELLO", "3"]);
+    let before = moves(&mut admin);
+    // Key by key: one of the two phases runs on a foreign shard, so at least one move; the
+    // second phase needs a streak twice as long, so at most two.
+    for key in [&k0, &k1] {
+        for i in 0..STREAK {
+            let v = i.to_string();
+            assert_eq!(c.cmd(&["SET", key, &v]), b"+OK\r\n");
+            assert_eq!(c.cmd(&["GET", key]), bulk(&v));
+        }
+        assert_eq!(
+            c.cmd(&["HSET", &format!("{{{key}}}h"), "f", "v"]),
+            b":1\r\n"
+        );
+        // RESP3 survives: a map reply.
+        assert_eq!(
+            c.cmd(&["HGETALL", &format!("{{{key}}}h")]),
+            [b"%1\r\n".to_vec(), bulk("f"), bulk("v")].concat()
+        );
+    }
+    let moved = moves(&mut admin) - before;
+    assert!((1..=2).contains(&moved), "moves: {moved}");
+    assert_eq!(c.cmd(&["CLIENT", "ID"]), id, "the client keeps its id");
+    assert_eq!(c.cmd(&["CLIENT", "GETNAME"]), bulk("mover"));
+    let info = String::from_utf8_lossy(&c.cmd(&["CLIENT", "INFO"])).into_owned();
+    assert!(
+        info.contains(" db=5 ") && info.contains(" resp=3 "),
+        "{info}"
+    );
+    // The writes went to database 5.
+    assert_eq!(admin.cmd(&["SELECT", "5"]), b"+OK\r\n");
+    assert_eq!(admin.cmd(&["GET", &k0]), bulk(&(STREAK - 1).to_string()));
+    assert_eq!(admin.cmd(&["GET", &k1]), bulk(&(STREAK - 1).to_string()));
+    // CLIENT LIST still shows it once, under its name.
+    let list = String::from_utf8_lossy(&admin.cmd(&["CLIENT", "LIST"])).into_owned();
+    assert_eq!(list.matches("name=mover ").count(), 1, "{list}");
+}
+
+fn session_survives_moves_tcp(b: Backend) {
+    session_survives_moves(b, false);
+}
+
+fn session_survives_moves_unix(b: Backend) {
+    session_survives_moves(b, true);
+}
+
+/// A move between rounds carries input not run yet: here half a command.
+fn a_move_mid_pipeline_keeps_unread_input(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = keys();
+    let mut admin = s.raw();
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["SET", &k1, "one"]), b"+OK\r\n");
+    settle_on(&mut c, &k0);
+    let before = moves(&mut admin);
+    // A full streak for k1's shard, then the first half of a SET in the same write.
+    let set = encode(&["SET", &k1, "two"]);
+    let (head, tail) = set.split_at(set.len() / 2);
+    c.send(&[encode(&["GET", &k1]).repeat(STREAK), head.to_vec()].concat());
+    for i in 0..STREAK {
+        assert_eq!(c.reply(), bulk("one"), "GET #{i}");
+    }
+    // Wait for the move before the rest arrives.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while moves(&mut admin) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the connection never moved"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    c.send(&[tail.to_vec(), encode(&["GET", &k1])].concat());
+    assert_eq!(c.reply(), b"+OK\r\n");
+    assert_eq!(c.reply(), bulk("two"));
+    assert_eq!(moves(&mut admin), before + 1);
+}
+
+/// MULTI and WATCH keep a connection in place; it moves once they are over, and a MULTI
+/// after the move runs normally.
+fn transactions_hold_a_connection_in_place(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = keys();
+    let mut admin = s.raw();
+    let mut c = s.raw();
+    assert_eq!(c.cmd(&["SET", &k1, "0"]), b"+OK\r\n");
+    settle_on(&mut c, &k0);
+    let before = moves(&mut admin);
+    assert_eq!(c.cmd(&["WATCH", &k1]), b"+OK\r\n");
+    gets(&mut c, &k1, STREAK, &bulk("0"));
+    assert_eq!(moves(&mut admin), before, "a watching connection stays");
+    assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+    for _ in 0..STREAK {
+        assert_eq!(c.cmd(&["INCR", &k1]), b"+QUEUED\r\n");
+    }
+    assert_eq!(moves(&mut admin), before, "a connection in MULTI stays");
+    let exec = c.cmd(&["EXEC"]);
+    assert!(exec.starts_with(format!("*{STREAK}\r\n:1\r\n:2\r\n").as_bytes()));
+    assert!(exec.ends_with(format!(":{STREAK}\r\n").as_bytes()));
+    // The streak built while watching is long enough: with EXEC over, the connection moves.
+    assert_eq!(c.cmd(&["GET", &k1]), bulk(&STREAK.to_string()));
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(moves(&mut admin), before + 1);
+    assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["INCR", &k1]), b"+QUEUED\r\n");
+    assert_eq!(c.cmd(&["INCR", &k0]), b"+QUEUED\r\n");
+    assert_eq!(
+        c.cmd(&["EXEC"]),
+        format!("*2\r\n:{}\r\n:1\r\n", STREAK + 1).as_bytes()
+    );
+}
+
+/// A moved connection blocks and is woken on its new thread; a blocked or subscribed one
+/// does not move.
+fn blocked_and_subscribed_connections(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = keys();
+    let list1 = format!("{{{k1}}}list");
+    let mut admin = s.raw();
+    let mut c = s.raw();
+    settle_on(&mut c, &k0);
+    let before = moves(&mut admin);
+    gets(&mut c, &k1, STREAK, b"$-1\r\n");
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(moves(&mut admin), before + 1, "moved to k1's thread");
+    c.send(&encode(&["BLPOP", &list1, "0"]));
+    wait_blocked(&mut admin, 1);
+    assert_eq!(admin.cmd(&["RPUSH", &list1, "x"]), b":1\r\n");
+    assert_eq!(
+        c.reply(),
+        [b"*2\r\n".to_vec(), bulk(&list1), bulk("x")].concat()
+    );
+
+    // A RESP3 subscriber may run commands, but it does not move.
+    let mut sub = s.raw();
+    sub.cmd(&["HELLO", "3"]);
+    settle_on(&mut sub, &k0);
+    sub.cmd(&["SUBSCRIBE", "news"]);
+    let before = moves(&mut admin);
+    gets(&mut sub, &k1, STREAK, b"_\r\n");
+    assert_eq!(sub.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(moves(&mut admin), before, "a subscriber stays");
+    assert_eq!(admin.cmd(&["PUBLISH", "news", "hi"]), b":1\r\n");
+    assert_eq!(
+        sub.reply(),
+        [
+            b">3\r\n".to_vec(),
+            bulk("message"),
+            bulk("news"),
+            bulk("hi")
+        ]
+        .concat()
+    );
+}
+
+/// `migrate-connections no` keeps every connection where it was accepted.
+fn moves_can_be_switched_off(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = keys();
+    let mut admin = s.raw();
+    let mut c = s.raw();
+    settle_on(&mut c, &k0);
+    assert_eq!(
+        admin.cmd(&["CONFIG", "SET", "migrate-connections", "no"]),
+        b"+OK\r\n"
+    );
+    let before = moves(&mut admin);
+    gets(&mut c, &k1, STREAK, b"$-1\r\n");
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(moves(&mut admin), before);
+    assert_eq!(
+        admin.cmd(&["CONFIG", "GET", "migrate-connections"]),
+        [b"*2\r\n".to_vec(), bulk("migrate-connections"), bulk("no")].concat()
+    );
+}
+
+backend_tests!(
+    session_survives_moves_tcp,
+    session_survives_moves_unix,
+    a_move_mid_pipeline_keeps_unread_input,
+    transactions_hold_a_connection_in_place,
+    blocked_and_subscribed_connections,
+    moves_can_be_switched_off,
+);
