@@ -401,6 +401,14 @@ impl Connection {
         // round's output budget spent (so replies are flushed before more are made).
         let mut stopped_at = None;
         let mut paused = None;
+        if cmds.len() > 1 {
+            let db = self.info.db.get();
+            self.worker.prefetch_keys(cmds.iter().filter_map(|c| {
+                let src: &[u8] = if c.inline { &aux } else { &rbuf };
+                let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
+                lookup(args.get(0)).map(|spec| (spec, db, args))
+            }));
+        }
         for (i, c) in cmds.iter().enumerate() {
             let src: &[u8] = if c.inline { &aux } else { &rbuf };
             let args = Args::new(src, &spans[c.first..c.first + c.nargs]);

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use damselfly_commands::stats::ThreadStats;
-use damselfly_commands::table::{flags::DENYOOM, Handler, COMMANDS};
+use damselfly_commands::table::{flags::DENYOOM, Handler, Route, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_protocol::ReplyBuf;
 use damselfly_storage::tracking::Caller;
-use damselfly_storage::{now_ms, Shard, ShardStats};
+use damselfly_storage::{now_ms, shard_for_key, Shard, ShardStats};
 
 use crate::blocking::{BlockedKeys, Wake};
 use crate::client::Registry;
@@ -350,6 +350,12 @@ impl Worker {
             } => {
                 self.refresh_clock();
                 let n = batch.cmds.len();
+                if n > 1 {
+                    self.prefetch_keys(batch.cmds.iter().map(|c| {
+                        let spans = &batch.spans[c.first..c.first + c.nargs];
+                        (c.spec, c.db, Args::new(&batch.data, spans))
+                    }));
+                }
                 let mut reply = ReplyBuf::new(false);
                 reply.limit = batch.reply_limit;
                 self.continue_batch(DeferredBatch {
@@ -640,6 +646,25 @@ impl Worker {
     }
 
     /// True when a plain command may run on this shard now without overtaking a transaction.
+    /// Prefetches the table memory of every key this shard owns among `cmds` (a round's or
+    /// a batch's single-key commands, as spec, database and arguments), so the lookups that
+    /// follow overlap their cache misses instead of taking them one after another.
+    pub(crate) fn prefetch_keys<'a>(&self, cmds: impl Iterator<Item = (usize, usize, Args<'a>)>) {
+        let shard = self.shard.borrow();
+        let n = self.num_shards();
+        for (spec, db, args) in cmds {
+            let spec = &COMMANDS[spec];
+            let at = spec.first_key as usize;
+            if !matches!(spec.route, Route::Key) || at >= args.len() || db >= shard.dbs.len() {
+                continue;
+            }
+            let key = args.get(at);
+            if n == 1 || shard_for_key(key, n) == self.id {
+                shard.dbs[db].table.prefetch(key);
+            }
+        }
+    }
+
     pub(crate) fn may_run_now(&self, spec: usize, db: usize, args: &Args) -> bool {
         self.txq.borrow().is_idle() || {
             let locks = self.command_locks(spec, db, args);

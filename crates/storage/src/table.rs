@@ -224,6 +224,19 @@ impl Table {
             .find(h, |e| e.key() == key)
     }
 
+    /// Starts loading what a lookup of `key` will read, without waiting for it: the probe
+    /// reads the control bytes and the slot (cache misses that overlap when several keys are
+    /// prefetched in a row) and prefetches the record of the first slot whose hash tag
+    /// matches. A round of pipelined commands does this for all its keys before running
+    /// them, so their lookups find the memory in cache.
+    pub fn prefetch(&self, key: &[u8]) {
+        let h = self.hash(key);
+        let _ = self.segments[self.segment_of(h)].slots.find(h, |e| {
+            e.prefetch();
+            true
+        });
+    }
+
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let h = self.hash(key);
         let seg = self.segment_of(h);

@@ -1,0 +1,128 @@
+//! Heap allocations per request on the GET/SET path: a connection parses, runs and answers
+//! requests from its own thread's shard, and once its buffers have grown to the traffic,
+//! a GET allocates nothing and a SET that replaces a value allocates only the new record.
+//! Counted with a counting global allocator, per thread (the test's own).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use damselfly_commands::config::Config;
+use damselfly_coord::{mailbox, Cluster, Connection, PeerInfo, Step, Worker};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; the counter is a thread-local Cell, which does
+// not allocate.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+/// Polls a future that must finish without waiting (a local command never waits).
+fn run_now<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("a local command waited"),
+    }
+}
+
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Feeds `request` to the connection, runs it, and returns the reply.
+fn serve(conn: &mut Connection, request: &[u8], out: &mut Vec<u8>) {
+    let space = conn.read_space();
+    space[..request.len()].copy_from_slice(request);
+    assert!(conn.advance(request.len()));
+    assert!(matches!(run_now(conn.step()), Step::Read));
+    out.clear();
+    conn.take_output(out);
+}
+
+#[test]
+fn get_and_set_allocate_nothing_beyond_the_new_record() {
+    let (tx, _rx) = mailbox();
+    let cluster = Arc::new(Cluster::new(Arc::new(Config::default()), vec![tx]));
+    let worker = Worker::new(0, cluster);
+    let peer = PeerInfo {
+        addr: "127.0.0.1:1".into(),
+        laddr: "127.0.0.1:2".into(),
+        fd: -1,
+    };
+    let mut conn = Connection::new(worker, peer);
+    let value = [b'v'; 100];
+    let set = resp(&[b"SET", b"key:000042", &value]);
+    let get = resp(&[b"GET", b"key:000042"]);
+    let miss = resp(&[b"GET", b"key:nothere"]);
+    let mut out = Vec::new();
+    // Warm up: buffers grow to the traffic, the table to its first segment.
+    for _ in 0..100 {
+        serve(&mut conn, &set, &mut out);
+        serve(&mut conn, &get, &mut out);
+        serve(&mut conn, &miss, &mut out);
+    }
+    let mut want = format!("${}\r\n", value.len()).into_bytes();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\n");
+
+    let before = allocations();
+    for _ in 0..1000 {
+        serve(&mut conn, &get, &mut out);
+        assert_eq!(out, want);
+    }
+    assert_eq!(allocations() - before, 0, "allocations in 1000 GETs (hits)");
+
+    let before = allocations();
+    for _ in 0..1000 {
+        serve(&mut conn, &miss, &mut out);
+        assert_eq!(out, b"$-1\r\n");
+    }
+    assert_eq!(
+        allocations() - before,
+        0,
+        "allocations in 1000 GETs (misses)"
+    );
+
+    let before = allocations();
+    for _ in 0..1000 {
+        serve(&mut conn, &set, &mut out);
+        assert_eq!(out, b"+OK\r\n");
+    }
+    let per_set = (allocations() - before) as f64 / 1000.0;
+    assert!(per_set <= 1.0, "{per_set} allocations per SET");
+}
