@@ -142,6 +142,17 @@ pub fn scenarios(quick: bool) -> Vec<Scenario> {
         });
     }
     list.push(Scenario {
+        key: "types-P1-hotkey",
+        title: "redis-benchmark data-type tests, 50 clients, -P 1, every request on one key",
+        load: rb(
+            &["-c", "50", "-P", "1"],
+            200_000,
+            20_000,
+            type_tests.clone(),
+        ),
+        unix: true,
+    });
+    list.push(Scenario {
         key: "large-values",
         title: "SET/GET of 64 KB values, 50 clients",
         load: rb(
@@ -184,6 +195,9 @@ pub struct Sample {
     /// Tests the server ran (those it does not support yet are left out).
     pub tests: Vec<Measured>,
     pub cpu_us_per_op: f64,
+    /// The user-space part of `cpu_us_per_op` (runs saved before it was measured: 0).
+    #[serde(default)]
+    pub user_us_per_op: f64,
     pub rss: u64,
     /// Memory scenarios: (used_memory bytes per key, RSS bytes per key).
     pub per_key: Option<(f64, f64)>,
@@ -285,7 +299,7 @@ pub fn run(args: CompareArgs) -> Result<Run, String> {
 
 fn measure_load(server: &Server, sc: &Scenario, unix: bool) -> Result<Sample, String> {
     let target = server.target(unix);
-    let (cpu0, _) = server.usage();
+    let before = server.usage();
     let (tests, ops) = match &sc.load {
         Load::RedisBenchmark { args, tests } => {
             let ok: Vec<&str> = tests
@@ -321,19 +335,17 @@ fn measure_load(server: &Server, sc: &Scenario, unix: bool) -> Result<Sample, St
         }
         Load::Memory { .. } => unreachable!("memory scenarios are measured separately"),
     };
-    let (cpu1, rss) = server.usage();
+    let after = server.usage();
     let _ = server.command(&["FLUSHALL"]);
+    let per_op = |seconds: f64| if ops > 0.0 { seconds * 1e6 / ops } else { 0.0 };
     Ok(Sample {
         scenario: sc.key.to_string(),
         unix,
         server: server.name.to_string(),
         tests,
-        cpu_us_per_op: if ops > 0.0 {
-            (cpu1 - cpu0) * 1e6 / ops
-        } else {
-            0.0
-        },
-        rss,
+        cpu_us_per_op: per_op(after.user + after.sys - before.user - before.sys),
+        user_us_per_op: per_op(after.user - before.user),
+        rss: after.rss,
         per_key: None,
     })
 }
@@ -367,6 +379,7 @@ fn measure_memory(
         server: server.name.to_string(),
         tests: Vec::new(),
         cpu_us_per_op: 0.0,
+        user_us_per_op: 0.0,
         rss: rss1,
         per_key: Some((per_key(used1, used0), per_key(rss1, rss0))),
     })

@@ -42,6 +42,7 @@ struct Cell {
     p99: f64,
     p999: f64,
     cpu: f64,
+    user: f64,
     rss: f64,
 }
 
@@ -61,6 +62,7 @@ fn cell(samples: &[&Sample], test: &str) -> Option<Cell> {
         p99: m(|t| t.p99_ms),
         p999: m(|t| t.p999_ms),
         cpu: median(found.iter().map(|(s, _)| s.cpu_us_per_op).collect()),
+        user: median(found.iter().map(|(s, _)| s.user_us_per_op).collect()),
         rss: median(found.iter().map(|(s, _)| s.rss as f64).collect()),
     })
 }
@@ -112,7 +114,8 @@ pub fn markdown(run: &Run) -> String {
          ({:.0} s). Machine: {}. redis-server runs with `--save '' --appendonly no`; Damselfly \
          with `--threads {}`. Each load runs against Redis then Damselfly, alternating, for {} \
          round(s); cells are medians, throughput also shows min-max. `CPU µs/op` is server CPU \
-         time (utime+stime from /proc) per request; RSS is the server's resident memory after \
+         time (utime+stime from /proc) per request, with its user-space part (utime) in \
+         parentheses; RSS is the server's resident memory after \
          the run. {}\n",
         run.rounds,
         if run.quick { " --quick" } else { "" },
@@ -159,7 +162,7 @@ pub fn markdown(run: &Run) -> String {
             ));
             continue;
         }
-        out.push_str("| test | transport | Redis ops/s | Damselfly ops/s | ratio | Redis avg/p50/p99/p99.9 ms | Damselfly avg/p50/p99/p99.9 ms | CPU µs/op Redis / Damselfly | RSS MB Redis / Damselfly |\n|---|---|---|---|---|---|---|---|---|\n");
+        out.push_str("| test | transport | Redis ops/s | Damselfly ops/s | ratio | Redis avg/p50/p99/p99.9 ms | Damselfly avg/p50/p99/p99.9 ms | CPU µs/op (user part) Redis / Damselfly | RSS MB Redis / Damselfly |\n|---|---|---|---|---|---|---|---|---|\n");
         for unix in [false, true] {
             let (r, d) = (of("redis", unix), of("damselfly", unix));
             if r.is_empty() {
@@ -184,11 +187,11 @@ pub fn markdown(run: &Run) -> String {
                         let (dmin, dmax) = range(&dc.ops);
                         let (rm, dm) = (median(rc.ops.clone()), median(dc.ops.clone()));
                         out.push_str(&format!(
-                            "| {test} | {transport} | {rm:.0} ({rmin:.0}-{rmax:.0}) | {dm:.0} ({dmin:.0}-{dmax:.0}) | {:.2}x | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.2} / {:.2} | {:.0} / {:.0} |\n",
+                            "| {test} | {transport} | {rm:.0} ({rmin:.0}-{rmax:.0}) | {dm:.0} ({dmin:.0}-{dmax:.0}) | {:.2}x | {:.3} / {:.3} / {:.3} / {:.3} | {:.3} / {:.3} / {:.3} / {:.3} | {:.2} ({:.2}) / {:.2} ({:.2}) | {:.0} / {:.0} |\n",
                             dm / rm.max(1e-9),
                             rc.avg, rc.p50, rc.p99, rc.p999,
                             dc.avg, dc.p50, dc.p99, dc.p999,
-                            rc.cpu, dc.cpu,
+                            rc.cpu, rc.user, dc.cpu, dc.user,
                             rc.rss / 1e6, dc.rss / 1e6,
                         ));
                     }

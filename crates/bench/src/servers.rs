@@ -167,7 +167,7 @@ impl Server {
     }
 
     /// (CPU seconds used so far: user + system, resident set bytes), from /proc.
-    pub fn usage(&self) -> (f64, u64) {
+    pub fn usage(&self) -> Usage {
         process_usage(self.pid())
     }
 
@@ -175,7 +175,7 @@ impl Server {
     pub fn memory(&self) -> (u64, u64) {
         (
             self.info_field("memory", "used_memory").unwrap_or(0),
-            self.usage().1,
+            self.usage().rss,
         )
     }
 
@@ -352,8 +352,17 @@ impl Pipe {
     }
 }
 
-/// (CPU seconds, RSS bytes) of a process.
-pub fn process_usage(pid: u32) -> (f64, u64) {
+/// A process's CPU time so far and its resident set.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// User-space CPU seconds.
+    pub user: f64,
+    /// Kernel CPU seconds.
+    pub sys: f64,
+    pub rss: u64,
+}
+
+pub fn process_usage(pid: u32) -> Usage {
     let ticks = 100.0; // USER_HZ on Linux
     let page = 4096;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -362,9 +371,11 @@ pub fn process_usage(pid: u32) -> (f64, u64) {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after the name.
-    let cpu = (num(11) + num(12)) as f64 / ticks;
-    let rss = num(21) * page;
-    (cpu, rss)
+    Usage {
+        user: num(11) as f64 / ticks,
+        sys: num(12) as f64 / ticks,
+        rss: num(21) * page,
+    }
 }
 
 #[cfg(test)]
@@ -373,8 +384,11 @@ mod tests {
 
     #[test]
     fn reads_own_usage() {
-        let (cpu, rss) = process_usage(std::process::id());
-        assert!(cpu >= 0.0);
-        assert!(rss > 1 << 20, "a test process has more than 1 MB resident");
+        let u = process_usage(std::process::id());
+        assert!(u.user > 0.0 || u.sys > 0.0, "a test process has run");
+        assert!(
+            u.rss > 1 << 20,
+            "a test process has more than 1 MB resident"
+        );
     }
 }
