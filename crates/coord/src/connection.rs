@@ -119,6 +119,8 @@ pub struct Connection {
     pub(crate) pre_command_oom: bool,
     /// Which other shard the keyed commands have been going to (affinity.rs).
     pub(crate) affinity: Affinity,
+    /// Commands in the round being run.
+    round_len: usize,
     /// The session went to another thread (`detach`): nothing is left to clean up here.
     pub(crate) moved_away: bool,
 }
@@ -193,6 +195,7 @@ impl Connection {
             reply_mode: ReplyMode::On,
             pre_command_oom: false,
             affinity: Affinity::default(),
+            round_len: 0,
             moved_away: false,
         }
     }
@@ -401,6 +404,7 @@ impl Connection {
         // round's output budget spent (so replies are flushed before more are made).
         let mut stopped_at = None;
         let mut paused = None;
+        self.round_len = cmds.len();
         if cmds.len() > 1 {
             let db = self.info.db.get();
             self.worker.prefetch_keys(cmds.iter().filter_map(|c| {
@@ -832,7 +836,7 @@ impl Connection {
     /// its keys, and so does every later local command of the round (request order); inside
     /// a transaction every command is a hop of it.
     fn run_on(&mut self, shard: usize, spec: usize, db: usize, args: &Args) {
-        self.affinity.note(shard, self.worker.id);
+        self.affinity.note(shard, self.worker.id, self.round_len);
         if shard == self.worker.id
             && self.tx.is_none()
             && self.batches[shard].is_empty()

@@ -1,8 +1,9 @@
 //! Connection affinity: a connection that keeps using one other shard moves to that shard's
 //! thread. These tests check what a move must not change: the session (id, name, database,
 //! protocol, authentication), the order and content of replies, input that arrived before the
-//! move (mid-pipeline, a command cut in half), and that connections in MULTI, WATCH, blocked
-//! or subscribed stay where they are until that state is over. Every move is counted in INFO
+//! move (mid-pipeline, a command cut in half), that connections in MULTI, WATCH, blocked
+//! or subscribed stay where they are until that state is over, and that pipelining clients
+//! (one hop per round, not per command) stay. Every move is counted in INFO
 //! stats `connections_moved`, which is how the tests know one happened.
 
 mod common;
@@ -31,10 +32,17 @@ fn moves(admin: &mut Raw) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Sends `n` GETs of `key` in one write and checks each reply is `want`.
+/// Sends `n` GETs of `key`, each after the reply to the one before (only unpipelined
+/// rounds count toward a move), and checks each reply is `want`.
 fn gets(c: &mut Raw, key: &str, n: usize, want: &[u8]) {
-    let one = encode(&["GET", key]);
-    c.send(&one.repeat(n));
+    for i in 0..n {
+        assert_eq!(c.cmd(&["GET", key]), want, "GET {key} #{i}");
+    }
+}
+
+/// Sends `n` GETs of `key` in one write and checks each reply is `want`.
+fn pipelined_gets(c: &mut Raw, key: &str, n: usize, want: &[u8]) {
+    c.send(&encode(&["GET", key]).repeat(n));
     for i in 0..n {
         assert_eq!(c.reply(), want, "GET {key} #{i}");
     }
@@ -110,15 +118,18 @@ fn a_move_mid_pipeline_keeps_unread_input(b: Backend) {
     let mut admin = s.raw();
     let mut c = s.raw();
     assert_eq!(c.cmd(&["SET", &k1, "one"]), b"+OK\r\n");
+    let settled = moves(&mut admin);
     settle_on(&mut c, &k0);
+    // The streak this connection's next move needs: 64, doubled if settling moved it.
+    let needed = 64 << (moves(&mut admin) - settled);
     let before = moves(&mut admin);
-    // A full streak for k1's shard, then the first half of a SET in the same write.
+    gets(&mut c, &k1, needed - 1, &bulk("one"));
+    assert_eq!(moves(&mut admin), before, "one command short of a move");
+    // The last command of the streak, then the first half of a SET in the same write.
     let set = encode(&["SET", &k1, "two"]);
     let (head, tail) = set.split_at(set.len() / 2);
-    c.send(&[encode(&["GET", &k1]).repeat(STREAK), head.to_vec()].concat());
-    for i in 0..STREAK {
-        assert_eq!(c.reply(), bulk("one"), "GET #{i}");
-    }
+    c.send(&[encode(&["GET", &k1]), head.to_vec()].concat());
+    assert_eq!(c.reply(), bulk("one"));
     // Wait for the move before the rest arrives.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while moves(&mut admin) == before {
@@ -211,6 +222,21 @@ fn blocked_and_subscribed_connections(b: Backend) {
     );
 }
 
+/// A pipelining client pays one hop per round: it stays where it was accepted.
+fn pipelining_clients_stay(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = keys();
+    let mut admin = s.raw();
+    let mut c = s.raw();
+    settle_on(&mut c, &k0);
+    let before = moves(&mut admin);
+    for _ in 0..5 {
+        pipelined_gets(&mut c, &k1, STREAK, b"$-1\r\n");
+    }
+    assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(moves(&mut admin), before);
+}
+
 /// `migrate-connections no` keeps every connection where it was accepted.
 fn moves_can_be_switched_off(b: Backend) {
     let s = Server::start(b, &[]);
@@ -239,4 +265,5 @@ backend_tests!(
     transactions_hold_a_connection_in_place,
     blocked_and_subscribed_connections,
     moves_can_be_switched_off,
+    pipelining_clients_stay,
 );
