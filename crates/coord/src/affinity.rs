@@ -27,8 +27,7 @@ use crate::worker::Worker;
 const MOVE_AFTER: u32 = 64;
 /// Rounds of more commands than this do not count: a pipelining client pays one hop per
 /// round, not per command, and its connections spread over every thread parse and write in
-/// parallel (moving them all to the key's thread made single-key `-P 16` loads 30-50%
-/// slower on two threads).
+/// parallel (docs/benchmarks.md, "Request path (issue #17)", compares both rules).
 const UNPIPELINED_ROUND: usize = 2;
 /// Each move doubles the streak the next one needs (up to this many doublings), so a client
 /// whose phases alternate between shards settles instead of bouncing.
