@@ -119,11 +119,7 @@ impl Server {
     }
 
     pub fn start_with(backend: Backend, threads: usize, extra: &[&str]) -> Server {
-        let mut dir = tempfile::tempdir().expect("tempdir");
-        let _unix = dir.path().join("damselfly.sock");
-        for _ in 0..5 {
-            let port = free_port();
-            let unix = dir.path().join("damselfly.sock");
+        Self::start_retrying("damselfly", |port, dir| {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_damselfly"));
             cmd.args([
                 "--port",
@@ -138,18 +134,59 @@ impl Server {
             // Files (a save at shutdown, snapshots) go to the server's own directory, never
             // to the crate's, unless the test names one.
             if !extra.contains(&"--dir") {
-                cmd.arg("--dir").arg(dir.path());
+                cmd.arg("--dir").arg(dir);
             }
-            let own_socket = !extra.contains(&"--unixsocket");
-            if own_socket {
-                cmd.arg("--unixsocket").arg(&unix);
-            }
-            cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
-            let child = cmd.spawn().expect("spawn damselfly");
             let unix = match extra.iter().position(|a| *a == "--unixsocket") {
                 Some(i) => PathBuf::from(extra[i + 1]),
-                None => unix,
+                None => {
+                    let own = dir.join("damselfly.sock");
+                    cmd.arg("--unixsocket").arg(&own);
+                    own
+                }
             };
+            cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+            (cmd.spawn().expect("spawn damselfly"), unix)
+        })
+    }
+
+    /// Starts Debian's redis-server as the reference.
+    pub fn redis() -> Server {
+        let s = Self::start_retrying("redis-server", |port, dir| {
+            let unix = dir.join("redis.sock");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+                .args(["--enable-debug-command", "yes"])
+                .arg("--unixsocket")
+                .arg(&unix)
+                .args(["--dir"])
+                .arg(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server must be installed (apt-get install redis-server); .ci/run installs it");
+            (child, unix)
+        });
+        // The differential tests expect Redis 7.0's replies; another version would only show
+        // up as confusing differences.
+        let version = info_field(&mut s.raw(), "server", "redis_version").unwrap_or_default();
+        assert!(
+            version.starts_with("7.0."),
+            "the reference redis-server must be 7.0.x, found {version:?}"
+        );
+        s
+    }
+
+    /// Starts a server with `spawn` (given a free port and a fresh directory; it returns the
+    /// process and its unix socket) until one answers PING. Another test's server can take
+    /// a free port before this one binds it: then it exits, and a new port is tried.
+    fn start_retrying(
+        what: &str,
+        mut spawn: impl FnMut(u16, &std::path::Path) -> (Child, PathBuf),
+    ) -> Server {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let port = free_port();
+            let (child, unix) = spawn(port, dir.path());
             let mut s = Server {
                 child: Some(child),
                 port,
@@ -159,53 +196,8 @@ impl Server {
             if s.wait_ready() {
                 return s;
             }
-            dir = std::mem::replace(&mut s.dir, tempfile::tempdir().expect("tempdir"));
-            drop(s);
         }
-        panic!("damselfly did not start");
-    }
-
-    /// Starts Debian's redis-server as the reference. A free port can be taken by another
-    /// test's server before redis-server binds it: then it exits, and a new port is tried.
-    pub fn redis() -> Server {
-        let mut started = None;
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let unix = dir.path().join("redis.sock");
-            let port = free_port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
-                .args(["--enable-debug-command", "yes"])
-                .arg("--unixsocket")
-                .arg(&unix)
-                .args(["--dir"])
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server must be installed (apt-get install redis-server); .ci/run installs it");
-            let mut s = Server {
-                child: Some(child),
-                port,
-                unix,
-                dir,
-            };
-            if s.wait_ready() {
-                started = Some(s);
-                break;
-            }
-        }
-        let Some(s) = started else {
-            panic!("redis-server did not start");
-        };
-        // The differential tests expect Redis 7.0's replies; another version would only show
-        // up as confusing differences.
-        let version = info_field(&mut s.raw(), "server", "redis_version").unwrap_or_default();
-        assert!(
-            version.starts_with("7.0."),
-            "the reference redis-server must be 7.0.x, found {version:?}"
-        );
-        s
+        panic!("{what} did not start");
     }
 
     fn wait_ready(&mut self) -> bool {
