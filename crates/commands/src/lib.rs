@@ -19,6 +19,7 @@ mod lcs;
 pub mod list_family;
 mod long_double;
 mod partial_sort;
+pub mod redis_meta;
 pub mod scan_args;
 pub mod server_family;
 pub mod set_family;
