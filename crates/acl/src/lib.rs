@@ -50,6 +50,8 @@ impl SetError {
 pub struct Acl {
     users: RwLock<BTreeMap<Vec<u8>, Arc<User>>>,
     epoch: AtomicU64,
+    /// The default user has a password or is off: new connections must authenticate.
+    auth_required: AtomicBool,
     /// `acl-pubsub-default`: new users and selectors start with every channel.
     pub pubsub_default_all: AtomicBool,
     pub log: Mutex<AclLog>,
@@ -96,6 +98,7 @@ impl Acl {
         Acl {
             users: RwLock::new(users),
             epoch: AtomicU64::new(0),
+            auth_required: AtomicBool::new(false),
             pubsub_default_all: AtomicBool::new(false),
             log: Mutex::new(AclLog::default()),
         }
@@ -115,7 +118,15 @@ impl Acl {
     }
 
     fn changed(&self) {
+        let default = self.default_user();
+        self.auth_required
+            .store(!default.nopass || !default.enabled, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether a new connection starts unauthenticated (Redis's authRequired).
+    pub fn auth_required(&self) -> bool {
+        self.auth_required.load(Ordering::Acquire)
     }
 
     pub fn get(&self, name: &[u8]) -> Option<Arc<User>> {
@@ -204,8 +215,8 @@ impl Acl {
 
     /// Replaces every user with the ones an ACL file defines (Redis's ACLLoadFromFile), all
     /// or nothing; without a `user default` line the default user is reset to Redis's
-    /// default. Returns the names of users that no longer exist, whose connections the caller
-    /// closes; or Redis's error text, each error naming `<file>:<line>`.
+    /// default. Returns the names of the users replaced (all but the default user), whose
+    /// connections the caller closes; or Redis's error text, each error naming `<file>:<line>`.
     pub fn load(&self, file: &str, text: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         let pubsub_all = self.pubsub_default_all.load(Ordering::Relaxed);
         let mut fresh: BTreeMap<Vec<u8>, Arc<User>> = BTreeMap::new();
@@ -269,9 +280,11 @@ impl Acl {
             .entry(b"default".to_vec())
             .or_insert_with(|| Arc::new(User::default_user()));
         let mut users = self.write();
+        // Every user but the default one is replaced by a new definition, and its
+        // connections are closed, as Redis frees the old users.
         let gone = users
             .keys()
-            .filter(|n| !fresh.contains_key(*n))
+            .filter(|n| n.as_slice() != b"default")
             .cloned()
             .collect();
         *users = fresh;

@@ -80,6 +80,7 @@ const POLICIES: &[&str] = &[
     "noeviction",
 ];
 const SCRIPT_LOCKING: &[&str] = &["declared", "all", "strict"];
+const ACL_PUBSUB: &[&str] = &["allchannels", "resetchannels"];
 const FSYNC: &[&str] = &["always", "everysec", "no"];
 const INT: Kind = Kind::Int {
     min: i64::MIN,
@@ -114,6 +115,15 @@ pub static PARAMS: &[Param] = &[
     p("unixsocket", "", Kind::Str, false, Y),
     p("unixsocketperm", "0", Kind::Str, false, Y),
     p("requirepass", "", Kind::Str, true, Y),
+    p("aclfile", "", Kind::Str, false, Y),
+    p("acllog-max-len", "128", NONNEG_INT, true, Y),
+    p(
+        "acl-pubsub-default",
+        "resetchannels",
+        Kind::Enum(ACL_PUBSUB),
+        true,
+        Y,
+    ),
     p(
         "databases",
         "16",
@@ -440,7 +450,6 @@ pub struct Config {
     pub pubsub_output_limit: [AtomicU64; 3],
     pub maxclients: AtomicU64,
     pub timeout_secs: AtomicU64,
-    pub has_password: AtomicBool,
     /// `appendonly yes` with `appendfsync always`: replies and transactions wait for the
     /// journal to be on disk.
     pub journal_always: AtomicBool,
@@ -481,7 +490,6 @@ impl Default for Config {
             pubsub_output_limit: Default::default(),
             maxclients: AtomicU64::new(0),
             timeout_secs: AtomicU64::new(0),
-            has_password: AtomicBool::new(false),
             journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
             migrate_connections: AtomicBool::new(true),
@@ -643,8 +651,6 @@ impl Config {
             self.get("appendonly") == "yes" && self.get("appendfsync") == "always",
             r,
         );
-        self.has_password
-            .store(!self.get("requirepass").is_empty(), r);
         self.busy_reply_ms
             .store(self.get_u64("busy-reply-threshold"), r);
         let locking = match self.get("script-shard-locking").as_str() {

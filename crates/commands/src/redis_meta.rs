@@ -296,6 +296,27 @@ pub fn for_request(args: &Args) -> Option<usize> {
     Some(top)
 }
 
+/// What Redis replies before running a container command (`ACL`, `CLIENT`, ...) whose
+/// subcommand it does not know or whose argument count is wrong for that subcommand.
+pub fn subcommand_refusal(args: &Args) -> Option<String> {
+    let container = &commands()[find(std::str::from_utf8(args.get(0)).ok()?)?];
+    let sub = args.get(1);
+    let Some(i) = std::str::from_utf8(sub)
+        .ok()
+        .and_then(|s| find(&format!("{}|{s}", container.name)))
+    else {
+        return Some(crate::errors::unknown_subcommand(container.name, sub));
+    };
+    let cmd = &commands()[i];
+    let n = args.len() as i32;
+    let fits = if cmd.arity >= 0 {
+        n == cmd.arity
+    } else {
+        n >= -cmd.arity
+    };
+    (!fits).then(|| crate::errors::wrong_arity(cmd.name))
+}
+
 fn list(field: &'static str) -> Vec<&'static str> {
     if field == "-" {
         Vec::new()

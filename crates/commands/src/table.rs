@@ -22,6 +22,7 @@ pub enum CoordCmd {
     Quit,
     Hello,
     Auth,
+    Acl,
     Select,
     Reset,
     Client,
@@ -378,6 +379,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Authenticates the connection.", Coordinator, C(CoordCmd::Auth)),
     cmd!("select", 2, LOADING | STALE | FAST, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Changes the selected database.", Coordinator, C(CoordCmd::Select)),
     cmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "6.2.0", "Resets the connection.", Coordinator, C(CoordCmd::Reset)),
+    cmd!("acl", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, "@slow", "server", "6.0.0", "A container for Access List Control commands.", Coordinator, C(CoordCmd::Acl)),
     cmd!("client", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "connection", "2.4.0", "A container for client connection commands.", Coordinator, C(CoordCmd::Client)),
     // transactions
     cmd!("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "1.2.0", "Starts a transaction.", Coordinator, C(CoordCmd::Multi)),

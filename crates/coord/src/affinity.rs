@@ -85,6 +85,8 @@ pub struct MovedClient {
     last_cmd: &'static str,
     last_subcommand: Vec<u8>,
     authenticated: bool,
+    user: Arc<damselfly_acl::User>,
+    acl_epoch: u64,
     affinity: Affinity,
     unread: Vec<u8>,
     /// Set until attached: releases the client's `maxclients` slot if it never is.
@@ -150,6 +152,8 @@ impl Connection {
             last_cmd: info.last_cmd.get(),
             last_subcommand: info.last_subcommand.take(),
             authenticated: self.authenticated,
+            user: info.user.borrow().clone(),
+            acl_epoch: self.acl_epoch,
             affinity: self.affinity,
             unread: self.unread().to_vec(),
             release: Some(self.worker.cluster.clone()),
@@ -165,6 +169,7 @@ impl Connection {
             fd,
             std::mem::take(&mut moved.addr),
             std::mem::take(&mut moved.laddr),
+            moved.user.clone(),
         );
         info.created = moved.created;
         info.last_active.set(moved.last_active);
@@ -177,6 +182,7 @@ impl Connection {
             .replace(std::mem::take(&mut moved.last_subcommand));
         let mut conn = Connection::with_info(worker, Rc::new(info), moved.authenticated);
         conn.set_protocol(moved.resp);
+        conn.acl_epoch = moved.acl_epoch;
         conn.affinity = moved.affinity;
         conn.feed(&moved.unread).then_some(conn)
     }

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use damselfly_acl::User;
 use damselfly_pubsub::{Inbox, TrackingState};
 
 use crate::blocking::Waiter;
@@ -43,10 +44,12 @@ pub struct ClientInfo {
     pub inbox: Rc<Inbox>,
     /// CLIENT TRACKING's settings while it is on.
     pub tracking: RefCell<Option<TrackingState>>,
+    /// The ACL user it runs as, as of the ACL epoch its connection last saw.
+    pub user: RefCell<Arc<User>>,
 }
 
 impl ClientInfo {
-    pub fn new(id: u64, fd: i32, addr: String, laddr: String) -> Self {
+    pub fn new(id: u64, fd: i32, addr: String, laddr: String, user: Arc<User>) -> Self {
         let now = Instant::now();
         ClientInfo {
             id,
@@ -70,6 +73,7 @@ impl ClientInfo {
             monitor: Cell::new(false),
             inbox: Inbox::new(id, false),
             tracking: RefCell::new(None),
+            user: RefCell::new(user),
         }
     }
 
@@ -79,7 +83,7 @@ impl ClientInfo {
         let idle = now.duration_since(self.last_active.get()).as_secs();
         let subs = self.subscriptions.get();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={READ_CHUNK} rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir={} resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={READ_CHUNK} rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -95,6 +99,7 @@ impl ClientInfo {
             self.multi.get(),
             self.query_buf.get(),
             self.last_command_name(),
+            String::from_utf8_lossy(&self.user.borrow().name),
             self.redirect(),
             self.resp.get(),
             String::from_utf8_lossy(&self.lib_name.borrow()),
@@ -180,7 +185,10 @@ impl KillFilter {
         self.id.is_none_or(|id| id == c.id)
             && self.addr.as_ref().is_none_or(|a| *a == c.addr)
             && self.laddr.as_ref().is_none_or(|a| *a == c.laddr)
-            && self.user.as_ref().is_none_or(|u| u == "default")
+            && self
+                .user
+                .as_ref()
+                .is_none_or(|u| u.as_bytes() == c.user.borrow().name)
             && self.normal_only.is_none_or(|n| n)
             && self.skip != Some(c.id)
     }

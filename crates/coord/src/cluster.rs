@@ -133,6 +133,8 @@ pub struct Cluster {
     pub memory: crate::maxmemory::MemoryGauge,
     /// What each shard thread starts from (recovered data, its journal), taken by its worker.
     starts: Mutex<Vec<Option<ShardStart>>>,
+    /// Users and their permissions, shared by every thread (docs/operations.md).
+    pub acl: damselfly_acl::Acl,
 }
 
 impl Cluster {
@@ -150,7 +152,7 @@ impl Cluster {
         let run_id: String = (0..40)
             .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
             .collect();
-        Cluster {
+        let cluster = Cluster {
             config,
             mailboxes,
             databases,
@@ -176,6 +178,21 @@ impl Cluster {
             shard_changes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
             shard_journal_bytes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
             memory: Default::default(),
+            acl: Default::default(),
+        };
+        cluster.apply_acl_config(true);
+        cluster
+    }
+
+    /// Carries the ACL parameters into the users: `acl-pubsub-default`, and `requirepass`
+    /// (the default user's one password, or `nopass` when empty) when `password` is set.
+    pub fn apply_acl_config(&self, password: bool) {
+        let all = self.config.get("acl-pubsub-default") == "allchannels";
+        self.acl.pubsub_default_all.store(all, Ordering::Relaxed);
+        if password {
+            let pass = self.config.get("requirepass");
+            self.acl
+                .set_default_password((!pass.is_empty()).then_some(pass.as_bytes()));
         }
     }
 

@@ -1,8 +1,6 @@
 //! Connection commands: PING, ECHO, QUIT, HELLO, AUTH, SELECT, RESET and the CLIENT family.
 //! They change or report this connection's state, so they run on the connection's thread.
 
-use std::sync::atomic::Ordering;
-
 use damselfly_commands::keys_family::db_index;
 use damselfly_commands::{errors, Args};
 use damselfly_protocol::number::parse_i64;
@@ -47,41 +45,21 @@ impl Connection {
         self.closing = true;
     }
 
-    /// Authenticates as `user` (None means `default`), replying WRONGPASS on failure. Only the
-    /// default user exists; without `requirepass` it has no password (Redis's `nopass`), so any
-    /// password authenticates it.
-    fn authenticate(&mut self, user: Option<&[u8]>, pass: &[u8]) -> bool {
-        let required = self.worker.cluster.config.get("requirepass");
-        let is_default = user.is_none_or(|u| u == b"default");
-        if !is_default || !(required.is_empty() || required.as_bytes() == pass) {
-            self.reply_error(errors::WRONG_PASS);
-            return false;
-        }
-        self.authenticated = true;
-        true
-    }
-
     pub(crate) fn auth(&mut self, args: &Args) {
         if args.len() > 3 {
             self.reply_error(errors::SYNTAX);
             return;
         }
-        let no_password = !self
-            .worker
-            .cluster
-            .config
-            .has_password
-            .load(Ordering::Relaxed);
-        if args.len() == 2 && no_password {
+        if args.len() == 2 && self.worker.cluster.acl.default_user().nopass {
             self.reply_error("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?");
             return;
         }
         let (user, pass) = if args.len() == 3 {
-            (Some(args.get(1)), args.get(2))
+            (args.get(1), args.get(2))
         } else {
-            (None, args.get(1))
+            (b"default".as_slice(), args.get(1))
         };
-        if self.authenticate(user, pass) {
+        if self.log_in(user, pass, args.get(0)) {
             self.out.ok();
         }
     }
@@ -126,7 +104,7 @@ impl Connection {
             }
         }
         if let Some((user, pass)) = credentials {
-            if !self.authenticate(Some(user), pass) {
+            if !self.log_in(user, pass, args.get(0)) {
                 return;
             }
         }

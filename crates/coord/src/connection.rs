@@ -85,6 +85,8 @@ pub struct Connection {
     pub(crate) worker: Rc<Worker>,
     pub(crate) info: Rc<ClientInfo>,
     pub(crate) authenticated: bool,
+    /// The ACL epoch `info.user` was read at (acl_check.rs).
+    pub(crate) acl_epoch: u64,
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
@@ -145,6 +147,8 @@ pub(crate) struct MultiState {
     pub dirty: bool,
     /// A queued command may grow memory: EXEC is refused while over `maxmemory`.
     pub denyoom: bool,
+    /// The ACL epoch when MULTI ran: EXEC checks the commands again if it moved.
+    pub acl_epoch: u64,
 }
 
 /// A watched key and its state when WATCH ran.
@@ -160,10 +164,15 @@ impl Connection {
     /// `maxclients`.
     pub fn new(worker: Rc<Worker>, peer: PeerInfo) -> Self {
         let id = worker.cluster.next_client_id();
-        let info = Rc::new(ClientInfo::new(id, peer.fd, peer.addr, peer.laddr));
+        let acl = &worker.cluster.acl;
+        // The epoch first: a change racing with this start is seen at the first command.
+        let acl_epoch = acl.epoch();
+        let info = ClientInfo::new(id, peer.fd, peer.addr, peer.laddr, acl.default_user());
         worker.stats.borrow_mut().total_connections += 1;
-        let authenticated = !worker.cluster.config.has_password.load(Ordering::Relaxed);
-        Self::with_info(worker, info, authenticated)
+        let authenticated = !acl.auth_required();
+        let mut conn = Self::with_info(worker, Rc::new(info), authenticated);
+        conn.acl_epoch = acl_epoch;
+        conn
     }
 
     /// Registers the client `info` on this thread: a new one, or one moved here.
@@ -174,6 +183,7 @@ impl Connection {
             worker,
             info,
             authenticated,
+            acl_epoch: 0,
             rbuf: vec![0; READ_CHUNK],
             rstart: 0,
             rend: 0,
@@ -610,6 +620,11 @@ impl Connection {
         if !self.authenticated && spec.flags & flags::NO_AUTH == 0 {
             self.worker.stats.borrow_mut().record_rejected(idx);
             self.refuse_command(errors::NO_AUTH);
+            return;
+        }
+        if let Some(refusal) = self.acl_refusal(args) {
+            self.worker.stats.borrow_mut().record_rejected(idx);
+            self.refuse_command(&refusal);
             return;
         }
         if let Some(busy) = self.busy_refusal(spec, args) {
@@ -1055,12 +1070,10 @@ impl Connection {
         self.set_protocol(2);
         self.reply_mode = ReplyMode::On;
         self.info.name.borrow_mut().clear();
-        self.authenticated = !self
-            .worker
-            .cluster
-            .config
-            .has_password
-            .load(Ordering::Relaxed);
+        let acl = &self.worker.cluster.acl;
+        self.acl_epoch = acl.epoch();
+        *self.info.user.borrow_mut() = acl.default_user();
+        self.authenticated = !acl.auth_required();
     }
 }
 

@@ -8,6 +8,7 @@
 //! `futures-channel` oneshots, so the same code runs under the io_uring (glommio) and the epoll
 //! (tokio) backends.
 
+pub mod acl_family;
 mod affinity;
 pub mod blocking;
 pub mod client;

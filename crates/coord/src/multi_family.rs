@@ -24,7 +24,10 @@ impl Connection {
             self.reply_error("ERR MULTI calls can not be nested");
             return;
         }
-        self.multi = Some(MultiState::default());
+        self.multi = Some(MultiState {
+            acl_epoch: self.worker.cluster.acl.epoch(),
+            ..MultiState::default()
+        });
         self.info.multi.set(0);
         self.out.ok();
     }
@@ -179,6 +182,8 @@ impl Connection {
             self.out.null_array();
             return;
         }
+        // Commands were checked when queued; a change of any user since is checked again.
+        let acl_changed = self.worker.cluster.acl.epoch() != multi.acl_epoch;
         self.out.array(batch.cmds.len());
         // Messages published to this client inside EXEC follow its reply (Redis 7.2's order;
         // 7.0 wrote them inside the reply's array).
@@ -186,6 +191,12 @@ impl Connection {
         for i in 0..batch.cmds.len() {
             // Boxed: EXEC is itself routed, so this recursion needs an indirection.
             let args = args_of(i);
+            if acl_changed {
+                if let Some(refusal) = self.exec_acl_refusal(&args) {
+                    self.reply_error(&refusal);
+                    continue;
+                }
+            }
             let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>> =
                 Box::pin(self.route(batch.cmds[i].spec, &args));
             run.await;

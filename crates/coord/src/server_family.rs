@@ -151,6 +151,7 @@ impl Connection {
             CoordCmd::Quit => self.quit(),
             CoordCmd::Hello => self.hello(args),
             CoordCmd::Auth => self.auth(args),
+            CoordCmd::Acl => self.acl(args).await,
             CoordCmd::Select => self.select(args),
             CoordCmd::Reset => self.reset_cmd().await,
             CoordCmd::Subscribe(kind) => self.subscribe(kind, args).await,
@@ -437,6 +438,10 @@ impl Connection {
                 let maxmemory_was = config.maxmemory.load(Ordering::Relaxed);
                 match config.set_runtime(&pairs) {
                     Ok(()) => {
+                        let password = pairs
+                            .iter()
+                            .any(|(k, _)| k.eq_ignore_ascii_case("requirepass"));
+                        self.worker.cluster.apply_acl_config(password);
                         if config.maxmemory.load(Ordering::Relaxed) != maxmemory_was {
                             self.apply_maxmemory().await;
                             self.warn_if_below_usage();

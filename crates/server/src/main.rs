@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use damselfly_commands::config::Config;
+use damselfly_coord::cluster::Cluster;
 use damselfly_coord::ServerInfo;
 use damselfly_net::{probe, Backend, Listeners, Server};
 
@@ -81,6 +82,34 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+/// The users of the ACL file (`aclfile`), or of the config file's `user` lines: one or the
+/// other, as in Redis.
+fn load_users(cluster: &Cluster, users: &str, config_file: Option<&str>) -> Result<(), String> {
+    let aclfile = cluster.config.get("aclfile");
+    let has_users = !users.trim().is_empty();
+    if has_users && !aclfile.is_empty() {
+        return Err("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path is invalid. This setup is very likely to lead to configuration errors and security holes, please define either an ACL file or declare users directly in your redis.conf, but not both.".into());
+    }
+    let loaded = if !aclfile.is_empty() {
+        damselfly_coord::acl_family::load_file(&cluster.acl, &aclfile)
+    } else if has_users {
+        let defines_default = users.lines().any(|l| l.starts_with("user default "));
+        let loaded = cluster
+            .acl
+            .load(config_file.unwrap_or("config"), users.as_bytes());
+        if loaded.is_ok() && !defines_default {
+            // `requirepass` still sets the default user's password.
+            cluster.apply_acl_config(true);
+        }
+        loaded
+    } else {
+        Ok(Vec::new())
+    };
+    loaded
+        .map(drop)
+        .map_err(|e| format!("Aborting Redis startup because of ACL errors: {e}"))
+}
+
 fn main() -> ExitCode {
     damselfly_coord::crash::install_panic_hook();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -89,8 +118,8 @@ fn main() -> ExitCode {
     }
     let opts = options::Options::parse_from_env();
     let config = Arc::new(Config::default());
-    let warnings = match opts.apply(&config) {
-        Ok(w) => w,
+    let options::Applied { warnings, users } = match opts.apply(&config) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("damselfly: {e}");
             return ExitCode::from(1);
@@ -155,6 +184,10 @@ fn main() -> ExitCode {
     // Before any other thread starts (journal writers): threads inherit the blocked signals.
     install_signal_thread(server.cluster());
     if let Err(e) = recovered.start(&server.cluster()) {
+        tracing::error!("{e}");
+        return ExitCode::from(1);
+    }
+    if let Err(e) = load_users(&server.cluster(), &users, opts.config_file.as_deref()) {
         tracing::error!("{e}");
         return ExitCode::from(1);
     }

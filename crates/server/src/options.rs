@@ -184,9 +184,11 @@ impl Options {
         Options::parse()
     }
 
-    /// Applies the config file, then the flags. Returns warnings to log once logging is up.
-    pub fn apply(&self, config: &Config) -> Result<Vec<String>, String> {
+    /// Applies the config file, then the flags. Returns warnings to log once logging is up,
+    /// and the file's `user` directives.
+    pub fn apply(&self, config: &Config) -> Result<Applied, String> {
         let mut warnings = Vec::new();
+        let mut users = String::new();
         if let Some(path) = &self.config_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read config file {path}: {e}"))?;
@@ -199,6 +201,13 @@ impl Options {
                     .ok_or_else(|| format!("{path}:{}: unbalanced quotes", n + 1))?;
                 let (name, values) = words.split_first().ok_or("empty line")?;
                 let value = values.join(" ");
+                if name == "user" {
+                    // Blank lines keep the file's line numbers for the ACL's errors.
+                    users.extend(std::iter::repeat_n('\n', n - users.lines().count()));
+                    users += &words.join(" ");
+                    users.push('\n');
+                    continue;
+                }
                 if Config::param(name).is_none() {
                     warnings.push(format!(
                         "{path}:{}: ignoring unsupported directive '{name}'",
@@ -283,8 +292,15 @@ impl Options {
         if maxmemory > 0 && maxmemory < 1 << 20 {
             warnings.push(format!("WARNING: You specified a maxmemory value that is less than 1MB (current value is {maxmemory} bytes). Are you sure this is what you really want?"));
         }
-        Ok(warnings)
+        Ok(Applied { warnings, users })
     }
+}
+
+/// What applying the options leaves for later: warnings to log once logging is up, and the
+/// config file's `user` lines (as ACL file text, on their own line numbers).
+pub struct Applied {
+    pub warnings: Vec<String>,
+    pub users: String,
 }
 
 /// Listener settings from the configuration.
@@ -391,7 +407,7 @@ mod tests {
             "0",
         ]);
         let config = Config::default();
-        let warnings = opts.apply(&config).unwrap();
+        let warnings = opts.apply(&config).unwrap().warnings;
         assert_eq!(config.get("maxmemory"), "102400");
         assert_eq!(config.get("maxmemory-clients"), "5%");
         let eviction = config.eviction();

@@ -19,6 +19,7 @@ use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Script, ScriptVm};
 
 use super::{call_answer, call_words, check_call, next_call, Failure, Next, Outcome};
+use crate::acl_family::ScriptAcl;
 use crate::maxmemory::CallOom;
 use crate::worker::Worker;
 
@@ -46,6 +47,8 @@ pub(super) struct HereJob {
     pub generation: u64,
     /// The client running it: what its calls read is tracked for it.
     pub caller: Caller,
+    /// Its user's permissions, for a user not allowed everything.
+    pub acl: Option<ScriptAcl>,
 }
 
 pub(super) enum HereResult {
@@ -122,6 +125,7 @@ impl Worker {
                 job.read_only,
                 job.strict_keys.as_deref(),
                 &mut oom,
+                job.acl.as_ref(),
             );
             let bytes = match checked {
                 Err(refusal) => Err(refusal),

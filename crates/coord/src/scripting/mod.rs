@@ -33,6 +33,7 @@ use damselfly_storage::shard_for_key;
 use mlua::Value;
 
 use self::here::{HereJob, HereResult, Target};
+use crate::acl_family::ScriptAcl;
 use crate::connection::Connection;
 use crate::maxmemory::CallOom;
 use crate::tx::{Lock, Mode};
@@ -76,6 +77,8 @@ struct RunScope {
     strict_keys: Option<Vec<Vec<u8>>>,
     /// maxmemory's rule for the run's calls.
     oom: CallOom,
+    /// The user's permissions, for a user not allowed everything.
+    acl: Option<ScriptAcl>,
 }
 
 impl RunScope {
@@ -186,6 +189,7 @@ impl Connection {
             watch: self.run_watch(call, args),
             generation: self.worker.cluster.scripts.generation(),
             caller: self.caller(),
+            acl: self.script_acl(),
         };
         let mode = Mode::for_write(!call.read_only);
         let Some(own) = self
@@ -284,7 +288,7 @@ impl Connection {
     /// first run, once it has been seen to need more than its declared keys, inside EXEC,
     /// and under `script-shard-locking all`; otherwise only its declared keys.
     fn run_scope(
-        &self,
+        &mut self,
         keys: &[&[u8]],
         reach: &Reach,
         read_only: bool,
@@ -316,6 +320,7 @@ impl Connection {
             strict_keys: (locking == ScriptLocking::Strict)
                 .then(|| keys.iter().map(|k| k.to_vec()).collect()),
             oom: CallOom::default(),
+            acl: self.script_acl(),
         }
     }
 
@@ -406,6 +411,7 @@ impl Connection {
             scope.read_only,
             scope.strict_keys.as_deref(),
             &mut scope.oom,
+            scope.acl.as_ref(),
         );
         let (idx, plan) = match checked {
             Ok(c) => c,
@@ -571,11 +577,12 @@ fn check_call(
     read_only: bool,
     strict_keys: Option<&[Vec<u8>]>,
     oom: &mut CallOom,
+    acl: Option<&ScriptAcl>,
 ) -> Result<(usize, Plan), &'static str> {
     let Some(idx) = lookup(args.get(0)) else {
         return Err("ERR Unknown Redis command called from script");
     };
-    let checked = check_known_call(worker, idx, db, args, read_only, strict_keys, oom);
+    let checked = check_known_call(worker, idx, db, args, read_only, strict_keys, oom, acl);
     if checked.is_err() {
         worker.stats.borrow_mut().record_rejected(idx);
     }
@@ -590,6 +597,7 @@ fn check_known_call(
     read_only: bool,
     strict_keys: Option<&[Vec<u8>]>,
     oom: &mut CallOom,
+    acl: Option<&ScriptAcl>,
 ) -> Result<Plan, &'static str> {
     let spec = &COMMANDS[idx];
     if !spec.arity_ok(args.len()) {
@@ -597,6 +605,9 @@ fn check_known_call(
     }
     if spec.flags & flags::NOSCRIPT != 0 {
         return Err("ERR This Redis command is not allowed from script");
+    }
+    if let Some(refusal) = acl.and_then(|a| a.refusal(&worker.cluster, args)) {
+        return Err(refusal);
     }
     if read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
         return Err("ERR Write commands are not allowed from read-only scripts.");
