@@ -615,6 +615,20 @@ pub fn lookup(name: &[u8]) -> Option<usize> {
     index().get(lower).copied()
 }
 
+/// Whether Redis gives the command at this index subcommands (ACL, CLIENT, CONFIG, OBJECT,
+/// ...): CLIENT LIST and the ACL LOG then name the subcommand, `client|list`.
+pub fn has_subcommands(idx: usize) -> bool {
+    static CONTAINERS: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
+    let containers = CONTAINERS.get_or_init(|| {
+        let meta = crate::redis_meta::commands();
+        COMMANDS
+            .iter()
+            .map(|c| crate::redis_meta::find(c.name).is_some_and(|i| meta[i].has_subcommands()))
+            .collect()
+    });
+    containers.get(idx).copied().unwrap_or(false)
+}
+
 type Index = std::collections::HashMap<&'static [u8], usize, ahash::RandomState>;
 
 fn index() -> &'static Index {

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use damselfly_commands::table::{flags, CoordCmd, Handler, Route, COMMANDS};
+use damselfly_commands::table::{self, flags, CoordCmd, Handler, Route, COMMANDS};
 use damselfly_commands::{errors, lookup, Args};
 use damselfly_protocol::{Limits, ParsedCommand, ProtocolError, ReplyBuf, RequestParser, Span};
 use damselfly_storage::shard_for_key;
@@ -607,6 +607,15 @@ impl Connection {
             return;
         };
         let spec = &COMMANDS[idx];
+        // Set before any refusal, as Redis sets the client's command at lookup.
+        self.info.last_cmd.set(spec.name);
+        {
+            let mut sub = self.info.last_subcommand.borrow_mut();
+            sub.clear();
+            if table::has_subcommands(idx) && args.len() > 1 {
+                sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
+            }
+        }
         if !spec.arity_ok(args.len()) {
             self.worker.stats.borrow_mut().record_rejected(idx);
             self.refuse_command(&errors::wrong_arity(spec.name));
@@ -637,24 +646,6 @@ impl Connection {
         }
         if let Some(refusal) = self.save_error_refusal(idx) {
             return self.refuse_before_run(idx, refusal);
-        }
-        self.info.last_cmd.set(spec.name);
-        {
-            let mut sub = self.info.last_subcommand.borrow_mut();
-            sub.clear();
-            let container = matches!(
-                spec.handler,
-                Handler::Coord(
-                    CoordCmd::Client
-                        | CoordCmd::Config
-                        | CoordCmd::Command
-                        | CoordCmd::Debug
-                        | CoordCmd::Pubsub
-                )
-            ) || matches!(spec.route, Route::KeyOrCoordinator(_));
-            if container && args.len() > 1 {
-                sub.extend(args.get(1).iter().take(32).map(u8::to_ascii_lowercase));
-            }
         }
         let pubsub_context = match spec.handler {
             Handler::Coord(

@@ -130,12 +130,14 @@ impl Connection {
             self.reply_error("ERR EXEC without MULTI");
             return;
         };
-        self.info.multi.set(-1);
         if multi.dirty {
+            self.info.multi.set(-1);
             self.unwatch_all();
             self.reply_error(EXECABORT);
             return;
         }
+        // CLIENT LIST shows the transaction (flag `x`, `multi=`) until EXEC is done.
+        let _in_exec = ExecState(self.info.clone());
         self.flush_remote().await;
         let watching = std::mem::take(&mut self.watching);
         let batch = &multi.cmds;
@@ -249,4 +251,13 @@ fn by_shard(keys: Vec<WatchedKey>) -> Vec<(usize, Vec<WatchedKey>)> {
         }
     }
     groups
+}
+
+/// Ends the client's MULTI state (CLIENT LIST's `multi=-1`) when EXEC returns, on every path.
+struct ExecState(std::rc::Rc<crate::client::ClientInfo>);
+
+impl Drop for ExecState {
+    fn drop(&mut self) {
+        self.0.multi.set(-1);
+    }
 }
