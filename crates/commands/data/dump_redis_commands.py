@@ -8,7 +8,7 @@ format crates/commands/src/redis_meta.rs reads. Run against Debian's redis-serve
 
 Lines (fields separated by one space, lists by commas, '-' for an empty list):
     cmd  <name or container|sub> <arity> <flags> <first> <last> <step> <categories> <tips>
-    spec <flags> index <pos> | keyword <word> <startfrom> | unknown   range <last> <step> <limit> | keynum <idx> <first> <step> | unknown
+    spec <flags> index <pos> | keyword <word> <startfrom> | unknown   range <last> <step> <limit> | keynum <idx> <first> <step> | unknown   [notes <text to the end of the line>]
 A `spec` line belongs to the `cmd` line above it.
 """
 import sys
@@ -51,7 +51,8 @@ def emit(entry, out):
             find = f"keynum {fspec['keynumidx']} {fspec['firstkey']} {fspec['keystep']}"
         else:
             find = "unknown"
-        out.append(f"spec {words(s['flags'])} {begin} {find}")
+        notes = f" notes {text(s['notes'])}" if "notes" in s else ""
+        out.append(f"spec {words(s['flags'])} {begin} {find}{notes}")
     for sub in sorted(subs, key=lambda e: text(e[0])):
         emit(sub, out)
 

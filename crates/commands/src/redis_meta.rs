@@ -108,6 +108,7 @@ pub struct KeySpec {
     pub flags: u16,
     pub begin: BeginSearch,
     pub find: FindKeys,
+    pub notes: Option<&'static str>,
 }
 
 #[derive(Debug)]
@@ -335,6 +336,10 @@ fn parse(data: &'static str) -> Vec<RedisCommand> {
     let mut table: Vec<RedisCommand> = Vec::new();
     let mut container: Option<usize> = None;
     for line in data.lines() {
+        let (line, notes) = match line.split_once(" notes ") {
+            Some((l, n)) => (l, Some(n)),
+            None => (line, None),
+        };
         let mut f = line.split(' ');
         match f.next() {
             Some("cmd") => {
@@ -391,7 +396,12 @@ fn parse(data: &'static str) -> Vec<RedisCommand> {
                     _ => FindKeys::Unknown,
                 };
                 let cmd = table.last_mut().expect("spec after cmd");
-                cmd.key_specs.push(KeySpec { flags, begin, find });
+                cmd.key_specs.push(KeySpec {
+                    flags,
+                    begin,
+                    find,
+                    notes,
+                });
             }
             _ => {}
         }

@@ -274,6 +274,15 @@ impl Connection {
         if spec.flags & flags::ADMIN != 0 || !self.worker.pubsub.borrow().directory.monitored() {
             return;
         }
+        // Administrative subcommands (ACL SETUSER and its passwords, CONFIG SET) neither.
+        let admin_sub = damselfly_commands::redis_meta::for_request(args).is_some_and(|c| {
+            damselfly_commands::redis_meta::commands()[c]
+                .flags
+                .contains(&"admin")
+        });
+        if admin_sub {
+            return;
+        }
         let origin = if self.pubsub.held.is_some() {
             "lua".to_string()
         } else if self.info.addr.starts_with('/') {

@@ -492,3 +492,192 @@ fn description_runs_sort() {
         "-@all +@read +get +set (~a -@all +b +z)"
     );
 }
+
+/// Logs a new connection in as `user`.
+fn logged_in(port: u16, user: &str, pass: &str) -> Raw {
+    let mut c = Raw::tcp(port);
+    assert_eq!(c.cmd(&["AUTH", user, pass]), b"+OK\r\n");
+    c
+}
+
+fn user_changes_reach_every_thread(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let s = Server::start(backend, &["--migrate-connections", "no"]);
+    let mut admin = Raw::tcp(s.port);
+    let setuser = |admin: &mut Raw, rules: &[&str]| {
+        let mut cmd = vec!["ACL", "SETUSER"];
+        cmd.extend_from_slice(rules);
+        assert_eq!(admin.cmd(&cmd), b"+OK\r\n");
+    };
+    // Connections are dealt to both threads in turn.
+    setuser(&mut admin, &["carol", "on", "nopass", "~*", "+@all"]);
+    let mut carols: Vec<Raw> = (0..4).map(|_| logged_in(s.port, "carol", "x")).collect();
+    for c in &mut carols {
+        assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
+    }
+    setuser(&mut admin, &["carol", "-set"]);
+    for c in &mut carols {
+        assert_eq!(
+            c.cmd(&["SET", "k", "v"]),
+            b"-NOPERM this user has no permissions to run the 'set' command\r\n"
+        );
+        assert_eq!(c.cmd(&["GET", "k"]), b"$1\r\nv\r\n");
+    }
+    setuser(&mut admin, &["alice", "on", ">pw", "~*", "+@all"]);
+    let mut alices: Vec<Raw> = (0..4).map(|_| logged_in(s.port, "alice", "pw")).collect();
+    setuser(&mut admin, &["alice", "off"]);
+    for c in &mut alices {
+        assert!(
+            c.closed_within(Duration::from_secs(5)),
+            "a disabled user's connection"
+        );
+    }
+    assert_eq!(
+        Raw::tcp(s.port).cmd(&["AUTH", "alice", "pw"]),
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    let mut carols_left = carols.split_off(2);
+    assert_eq!(admin.cmd(&["ACL", "DELUSER", "carol"]), b":1\r\n");
+    for c in carols.iter_mut().chain(&mut carols_left) {
+        assert!(
+            c.closed_within(Duration::from_secs(5)),
+            "a deleted user's connection"
+        );
+    }
+    let list = String::from_utf8(admin.cmd(&["CLIENT", "LIST"])).unwrap();
+    assert!(
+        !list.contains("user=carol") && !list.contains("user=alice"),
+        "{list}"
+    );
+    assert!(list.contains("user=default"), "{list}");
+}
+
+#[test]
+fn user_changes_reach_every_thread_epoll() {
+    user_changes_reach_every_thread(Backend::Epoll);
+}
+
+#[test]
+fn user_changes_reach_every_thread_uring() {
+    user_changes_reach_every_thread(Backend::Uring);
+}
+
+#[test]
+fn users_from_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("d.conf");
+    std::fs::write(
+        &conf,
+        "requirepass adminpw\nuser app on >apppw ~app:* +@all\n\nuser \"ro\" on nopass %R~* +@read\n",
+    )
+    .unwrap();
+    let s = Server::start(Backend::Epoll, &[conf.to_str().unwrap()]);
+    let mut anon = Raw::tcp(s.port);
+    assert_eq!(
+        anon.cmd(&["GET", "x"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    let mut admin = logged_in(s.port, "default", "adminpw");
+    assert_eq!(
+        admin.cmd(&["ACL", "USERS"]),
+        b"*3\r\n$3\r\napp\r\n$7\r\ndefault\r\n$2\r\nro\r\n"
+    );
+    let mut app = logged_in(s.port, "app", "apppw");
+    assert_eq!(app.cmd(&["SET", "app:1", "v"]), b"+OK\r\n");
+    assert_eq!(
+        app.cmd(&["SET", "other", "v"]),
+        b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+    );
+    let mut ro = logged_in(s.port, "ro", "any");
+    assert_eq!(ro.cmd(&["GET", "app:1"]), b"$1\r\nv\r\n");
+
+    // A line in error stops the start, naming the file and line.
+    std::fs::write(&conf, "port 1\n\nuser bad on +nosuch\n").unwrap();
+    let log = common::start_refused(dir.path(), &[conf.to_str().unwrap()]);
+    assert!(
+        log.contains("Aborting Redis startup because of ACL errors")
+            && log.contains("d.conf:3: Error in applying operation '+nosuch'"),
+        "{log}"
+    );
+    // Users in the config file and an ACL file together are refused, as in Redis.
+    let acl = dir.path().join("users.acl");
+    std::fs::write(&acl, "user ops on nopass +@all ~*\n").unwrap();
+    std::fs::write(&conf, format!("aclfile {}\nuser app on\n", acl.display())).unwrap();
+    let log = common::start_refused(dir.path(), &[conf.to_str().unwrap()]);
+    assert!(log.contains("please define either an ACL file or declare users directly in your redis.conf, but not both"), "{log}");
+}
+
+#[test]
+fn acl_file_load_and_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("users.acl");
+    let conf = dir.path().join("d.conf");
+    std::fs::write(&conf, format!("aclfile {}\n", acl.display())).unwrap();
+    std::fs::write(
+        &acl,
+        "user ops on >opspw ~* &* +@all\nuser default on nopass ~* &* +@all\n",
+    )
+    .unwrap();
+    let s = Server::start(Backend::Epoll, &[conf.to_str().unwrap()]);
+    let mut admin = Raw::tcp(s.port);
+    let mut ops = logged_in(s.port, "ops", "opspw");
+    assert_eq!(
+        admin.cmd(&["ACL", "SETUSER", "new", "on", ">newpw", "~n:*", "+get"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(admin.cmd(&["ACL", "SAVE"]), b"+OK\r\n");
+    let saved = std::fs::read_to_string(&acl).unwrap();
+    let new_line = saved.lines().find(|l| l.starts_with("user new ")).unwrap();
+    assert!(
+        new_line.starts_with("user new on #")
+            && new_line.ends_with(" ~n:* resetchannels -@all +get"),
+        "{saved}"
+    );
+    assert_eq!(saved.lines().count(), 3, "{saved}");
+
+    // A bad line: nothing changes, the error names the line.
+    std::fs::write(&acl, format!("{saved}user broken on +@nosuch\n")).unwrap();
+    let reply = String::from_utf8(admin.cmd(&["ACL", "LOAD"])).unwrap();
+    assert!(
+        reply.starts_with(&format!("-ERR {}:4: Error in applying operation '+@nosuch'", acl.display()))
+            && reply.contains("WARNING: ACL errors detected, no change to the previously active ACL rules was performed"),
+        "{reply}"
+    );
+    assert_eq!(ops.cmd(&["PING"]), b"+PONG\r\n");
+
+    // A good file replaces every user and closes the connections of all but default's.
+    std::fs::write(&acl, "user ops on >other ~* +@all\n").unwrap();
+    assert_eq!(admin.cmd(&["ACL", "LOAD"]), b"+OK\r\n");
+    assert!(ops.closed_within(Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(
+        admin.cmd(&["ACL", "USERS"]),
+        b"*2\r\n$7\r\ndefault\r\n$3\r\nops\r\n"
+    );
+    logged_in(s.port, "ops", "other");
+
+    // A file that cannot be read.
+    std::fs::remove_file(&acl).unwrap();
+    let reply = String::from_utf8(admin.cmd(&["ACL", "LOAD"])).unwrap();
+    assert_eq!(
+        reply,
+        format!(
+            "-ERR Error loading ACLs, opening file '{}': No such file or directory\r\n",
+            acl.display()
+        )
+    );
+}
+
+#[test]
+fn monitor_hides_acl_setuser() {
+    let s = Server::start(Backend::Epoll, &[]);
+    let mut monitor = Raw::tcp(s.port);
+    assert_eq!(monitor.cmd(&["MONITOR"]), b"+OK\r\n");
+    let mut c = Raw::tcp(s.port);
+    c.cmd(&["ACL", "SETUSER", "u", ">secret"]);
+    c.cmd(&["ACL", "WHOAMI"]);
+    let line = String::from_utf8(monitor.reply()).unwrap();
+    assert!(line.contains("\"ACL\" \"WHOAMI\""), "{line}");
+}
