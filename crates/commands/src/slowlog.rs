@@ -204,10 +204,12 @@ pub fn parse_count(args: &Args) -> Result<Option<usize>, &'static str> {
     if args.len() < 3 {
         return Ok(Some(10));
     }
+    // Redis's getRangeLongFromObjectOrReply gives its message for a non-number too.
+    const RANGE: &str = "ERR count should be greater than or equal to -1";
     match damselfly_protocol::number::parse_i64(args.get(2)) {
-        None => Err(crate::errors::NOT_INT),
+        None => Err(RANGE),
         Some(-1) => Ok(None),
-        Some(n) if n < -1 => Err("ERR count should be greater than or equal to -1"),
+        Some(n) if n < -1 => Err(RANGE),
         Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
     }
 }

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use damselfly_commands::slowlog::{self, SlowEntry};
+use damselfly_commands::slowlog::{self, SlowCall, SlowEntry};
 use damselfly_commands::table::{flags, CoordCmd, Handler, Route, COMMANDS};
 use damselfly_commands::{errors, lookup, Args};
 use damselfly_protocol::{Limits, ParsedCommand, ProtocolError, ReplyBuf, RequestParser, Span};
@@ -850,6 +850,28 @@ impl Connection {
         }
     }
 
+    /// Logs the slow commands the shards ran for this round's batches, in request order.
+    fn log_remote_slow(&mut self, replies: &mut [Option<BatchReply>]) {
+        let mut slow: Vec<(usize, SlowCall)> = Vec::new();
+        for (shard, r) in replies.iter_mut().enumerate() {
+            if let Some(r) = r {
+                slow.extend(std::mem::take(&mut r.slow).into_iter().map(|c| (shard, c)));
+            }
+        }
+        if slow.is_empty() {
+            return;
+        }
+        let order = |shard: usize, index: usize| {
+            self.pending
+                .iter()
+                .position(|p| p.shard == shard && p.index == index)
+        };
+        slow.sort_by_key(|(shard, c)| order(*shard, c.index));
+        for (_, call) in slow {
+            self.log_slow(call.argv, call.time, call.duration);
+        }
+    }
+
     /// Adds a command of this connection to its thread's slow log.
     pub(crate) fn log_slow(&self, argv: Vec<Vec<u8>>, time: u64, duration: u64) {
         self.worker.log_slow(SlowEntry {
@@ -947,11 +969,7 @@ impl Connection {
                 }
             }
         }
-        for r in replies.iter_mut().flatten() {
-            for call in std::mem::take(&mut r.slow) {
-                self.log_slow(call.argv, call.time, call.duration);
-            }
-        }
+        self.log_remote_slow(&mut replies);
         let stopped_early = self.pending.iter().any(|p| {
             replies[p.shard]
                 .as_ref()
