@@ -130,7 +130,9 @@ impl Events {
             .series
             .keys()
             .copied()
-            .filter(|e| names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case(e.as_bytes())))
+            .filter(|e| {
+                names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case(e.as_bytes()))
+            })
             .collect();
         for e in &dropped {
             self.series.remove(e);
@@ -230,7 +232,9 @@ pub fn graph(event: &str, ts: &TimeSeries, now: u64) -> String {
         if start != 0 {
             out.push('\n');
         }
-        sparkline_range(&mut out, &values, &labels, min as f64, max as f64, start, len);
+        sparkline_range(
+            &mut out, &values, &labels, min as f64, max as f64, start, len,
+        );
         start += 80;
     }
     out
@@ -429,7 +433,8 @@ impl Histograms {
     /// updateCommandLatencyHistogram does).
     pub fn record(&mut self, cmd: usize, nanos: u64) {
         if self.per_command.len() <= cmd {
-            self.per_command.resize_with(COMMANDS.len().max(cmd + 1), || None);
+            self.per_command
+                .resize_with(COMMANDS.len().max(cmd + 1), || None);
         }
         let h = self.per_command[cmd].get_or_insert_with(|| Box::new(new_histogram()));
         h.saturating_record(nanos.clamp(HISTOGRAM_MIN, HISTOGRAM_MAX));
@@ -453,7 +458,8 @@ impl Histograms {
         for p in parts {
             for (cmd, h) in p.iter() {
                 if out.per_command.len() <= cmd {
-                    out.per_command.resize_with(COMMANDS.len().max(cmd + 1), || None);
+                    out.per_command
+                        .resize_with(COMMANDS.len().max(cmd + 1), || None);
                 }
                 match &mut out.per_command[cmd] {
                     Some(mine) => {
@@ -580,7 +586,9 @@ pub fn parse_percentiles(value: &str) -> Result<Vec<f64>, &'static str> {
             .filter(|p: &f64| !p.is_nan())
             .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
         if !(0.0..=100.0).contains(&p) {
-            return Err("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]");
+            return Err(
+                "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]",
+            );
         }
         out.push(p);
     }
@@ -589,7 +597,10 @@ pub fn parse_percentiles(value: &str) -> Result<Vec<f64>, &'static str> {
 
 /// The canonical text of a percentile list (Redis's getter).
 pub fn percentiles_text(ps: &[f64]) -> String {
-    ps.iter().map(|p| trim_double(*p)).collect::<Vec<_>>().join(" ")
+    ps.iter()
+        .map(|p| trim_double(*p))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -604,7 +615,10 @@ mod tests {
         e.add("command", 3, 100);
         e.add("command", 2, 101);
         let ts = &e.series["command"];
-        assert_eq!(ts.samples.iter().copied().collect::<Vec<_>>(), [(100, 9), (101, 2)]);
+        assert_eq!(
+            ts.samples.iter().copied().collect::<Vec<_>>(),
+            [(100, 9), (101, 2)]
+        );
         assert_eq!(ts.max, 9);
         for t in 0..200 {
             e.add("fast-command", 1, 1000 + t);
@@ -631,7 +645,10 @@ mod tests {
         assert_eq!(ts.max, 7);
         assert!(m.series.contains_key("fast-command"));
         let mut m = m;
-        assert_eq!(m.reset(&[b"COMMAND".to_vec(), b"nope".to_vec()]), ["command"]);
+        assert_eq!(
+            m.reset(&[b"COMMAND".to_vec(), b"nope".to_vec()]),
+            ["command"]
+        );
         assert_eq!(m.reset(&[]), ["fast-command"]);
     }
 
@@ -654,14 +671,23 @@ mod tests {
             h.record(v * 1000).unwrap();
         }
         assert_eq!(value_at_percentile(&h, 50.0), h.highest_equivalent(50_000));
-        assert_eq!(value_at_percentile(&h, 100.0), h.highest_equivalent(100_000));
+        assert_eq!(
+            value_at_percentile(&h, 100.0),
+            h.highest_equivalent(100_000)
+        );
         let line = percentiles_line("get", &h, &[50.0, 99.0, 99.9]);
-        assert_eq!(line, "latency_percentiles_usec_get:p50=50.175,p99=99.327,p99.9=100.351\r\n");
+        assert_eq!(
+            line,
+            "latency_percentiles_usec_get:p50=50.175,p99=99.327,p99.9=100.351\r\n"
+        );
     }
 
     #[test]
     fn percentile_text() {
-        assert_eq!(percentiles_text(&parse_percentiles("50 99 99.9").unwrap()), "50 99 99.9");
+        assert_eq!(
+            percentiles_text(&parse_percentiles("50 99 99.9").unwrap()),
+            "50 99 99.9"
+        );
         assert_eq!(percentiles_text(&parse_percentiles("").unwrap()), "");
         assert!(parse_percentiles("101").is_err());
         assert!(parse_percentiles("x").is_err());
@@ -676,7 +702,10 @@ mod tests {
         ts.add(101, 20);
         let g = graph("command", &ts, 105);
         let lines: Vec<&str> = g.lines().collect();
-        assert_eq!(lines[0], "command - high 20 ms, low 10 ms (all time high 20 ms)");
+        assert_eq!(
+            lines[0],
+            "command - high 20 ms, low 10 ms (all time high 20 ms)"
+        );
         assert_eq!(lines[1].len(), 80);
         assert_eq!(&lines[2..], [" #", " |", " |", "_|", "  ", "54", "ss"]);
     }

@@ -147,7 +147,9 @@ pub fn entry_argv(args: &Args) -> Vec<Vec<u8>> {
             let a = args.get(j);
             if a.len() > MAX_STRING {
                 let mut s = a[..MAX_STRING].to_vec();
-                s.extend_from_slice(format!("... ({} more bytes)", a.len() - MAX_STRING).as_bytes());
+                s.extend_from_slice(
+                    format!("... ({} more bytes)", a.len() - MAX_STRING).as_bytes(),
+                );
                 out.push(s);
             } else {
                 out.push(a.to_vec());
@@ -302,7 +304,10 @@ mod tests {
             log.push(e(id), 3);
         }
         assert_eq!(log.len(), 3);
-        assert_eq!(log.snapshot(2).iter().map(|e| e.id).collect::<Vec<_>>(), [4, 3]);
+        assert_eq!(
+            log.snapshot(2).iter().map(|e| e.id).collect::<Vec<_>>(),
+            [4, 3]
+        );
         assert_eq!(log.len(), 2);
     }
 }

@@ -39,7 +39,14 @@ fn anon_huge_pages() -> bool {
     };
     text.lines()
         .filter_map(|l| l.strip_prefix("AnonHugePages:"))
-        .any(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0) > 0)
+        .any(|v| {
+            v.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+                > 0
+        })
 }
 
 impl Connection {

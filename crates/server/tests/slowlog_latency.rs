@@ -125,9 +125,19 @@ fn help_errors_and_empty_replies_match_redis() {
         &["CONFIG", "SET", "slowlog-max-len", "-1"],
         &["CONFIG", "SET", "latency-monitor-threshold", "-1"],
         &["CONFIG", "SET", "latency-tracking", "maybe"],
-        &["CONFIG", "SET", "latency-tracking-info-percentiles", "50 101"],
+        &[
+            "CONFIG",
+            "SET",
+            "latency-tracking-info-percentiles",
+            "50 101",
+        ],
         &["CONFIG", "SET", "latency-tracking-info-percentiles", "abc"],
-        &["CONFIG", "SET", "latency-tracking-info-percentiles", "99.90 50.0 0"],
+        &[
+            "CONFIG",
+            "SET",
+            "latency-tracking-info-percentiles",
+            "99.90 50.0 0",
+        ],
         &["CONFIG", "GET", "latency-tracking-info-percentiles"],
         &["CONFIG", "SET", "latency-tracking-info-percentiles", ""],
         &["CONFIG", "GET", "latency-tracking-info-percentiles"],
@@ -165,8 +175,24 @@ fn slow_log_entries_match_redis() {
     p.same(&["AUTH", "someone", "secret"]);
     p.same(&["AUTH", "a", "b", "c"]);
     // HELLO's reply names the server: only its slow log entry is compared.
-    p.redis.cmd(&["HELLO", "2", "AUTH", "default", "pw", "SETNAME", "helloname"]);
-    p.ours.cmd(&["HELLO", "2", "AUTH", "default", "pw", "SETNAME", "helloname"]);
+    p.redis.cmd(&[
+        "HELLO",
+        "2",
+        "AUTH",
+        "default",
+        "pw",
+        "SETNAME",
+        "helloname",
+    ]);
+    p.ours.cmd(&[
+        "HELLO",
+        "2",
+        "AUTH",
+        "default",
+        "pw",
+        "SETNAME",
+        "helloname",
+    ]);
     p.same(&["CONFIG", "SET", "requirepass", "hunter2", "maxmemory", "0"]);
     p.same(&["CONFIG", "SET", "requirepass", ""]);
     p.same(&["CLIENT", "SETNAME", "tester"]);
@@ -188,8 +214,9 @@ fn slow_log_entries_match_redis() {
     };
     assert_eq!(argv_of("rpush").len(), 32);
     assert_eq!(argv_of("rpush")[31], "... (9 more arguments)");
-    assert!(mine.iter().any(|e| e.argv.len() == 3
-        && e.argv[2] == format!("{}... (72 more bytes)", "x".repeat(128))));
+    assert!(mine.iter().any(
+        |e| e.argv.len() == 3 && e.argv[2] == format!("{}... (72 more bytes)", "x".repeat(128))
+    ));
     assert!(mine.iter().any(|e| e.argv == ["AUTH", "(redacted)"]));
     assert!(mine
         .iter()
@@ -213,7 +240,10 @@ fn slow_log_entries_match_redis() {
             "maxmemory",
             "0"
         ]));
-    assert!(!mine.iter().any(|e| e.argv[0] == "EXEC"), "EXEC is not logged");
+    assert!(
+        !mine.iter().any(|e| e.argv[0] == "EXEC"),
+        "EXEC is not logged"
+    );
     assert_eq!(mine[0].argv, ["SLOWLOG", "LEN"]);
     assert_eq!(mine[0].name, "tester");
     // GET with a count, and the entry of the GET before.
@@ -315,9 +345,14 @@ fn latency_histograms_and_info_match_redis() {
     let theirs = histograms(&mut p.redis, &["nosuch", "set", "GET"]);
     let mine = histograms(&mut p.ours, &["nosuch", "set", "GET"]);
     let shape = |h: &[(String, i64, Vec<(i64, i64)>)]| {
-        h.iter().map(|(n, c, _)| (n.clone(), *c)).collect::<Vec<_>>()
+        h.iter()
+            .map(|(n, c, _)| (n.clone(), *c))
+            .collect::<Vec<_>>()
     };
-    assert_eq!(shape(&mine), vec![("set".to_string(), 1), ("get".to_string(), 2)]);
+    assert_eq!(
+        shape(&mine),
+        vec![("set".to_string(), 1), ("get".to_string(), 2)]
+    );
     assert_eq!(shape(&mine), shape(&theirs));
     for (_, calls, buckets) in mine.iter().chain(&theirs) {
         check_buckets(*calls, buckets);
@@ -334,7 +369,12 @@ fn latency_histograms_and_info_match_redis() {
         assert_eq!(keys, Some(vec!["p50".into(), "p99".into(), "p99.9".into()]));
         assert_eq!(keys, percentile_keys(&mut p.redis, cmd));
     }
-    p.same(&["CONFIG", "SET", "latency-tracking-info-percentiles", "0 12.5 100"]);
+    p.same(&[
+        "CONFIG",
+        "SET",
+        "latency-tracking-info-percentiles",
+        "0 12.5 100",
+    ]);
     let keys = percentile_keys(&mut p.ours, "get");
     assert_eq!(keys, Some(vec!["p0".into(), "p12.5".into(), "p100".into()]));
     assert_eq!(keys, percentile_keys(&mut p.redis, "get"));
