@@ -196,7 +196,7 @@ impl Slowlog {
 /// one slow log Redis would have kept.
 pub fn merge(parts: Vec<Vec<SlowEntry>>, max_len: usize) -> Vec<SlowEntry> {
     let mut all: Vec<SlowEntry> = parts.into_iter().flatten().collect();
-    all.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+    all.sort_unstable_by_key(|e| std::cmp::Reverse(e.id));
     all.truncate(max_len);
     all
 }

@@ -269,8 +269,11 @@ fn slow_log_entries_match_redis() {
     p.same(&["SLOWLOG", "LEN"]);
 }
 
-/// `{command: (calls, [(bucket, cumulative)])}` from a LATENCY HISTOGRAM reply.
-fn histograms(c: &mut Raw, names: &[&str]) -> Vec<(String, i64, Vec<(i64, i64)>)> {
+/// One command's LATENCY HISTOGRAM: name, calls, (bucket, cumulative count) pairs.
+type Histogram = (String, i64, Vec<(i64, i64)>);
+
+/// The histograms of a LATENCY HISTOGRAM reply, in reply order.
+fn histograms(c: &mut Raw, names: &[&str]) -> Vec<Histogram> {
     let mut cmd = vec!["LATENCY", "HISTOGRAM"];
     cmd.extend_from_slice(names);
     let reply = parse(&c.cmd(&cmd));
@@ -344,7 +347,7 @@ fn latency_histograms_and_info_match_redis() {
     p.same(&["GET", "a"]);
     let theirs = histograms(&mut p.redis, &["nosuch", "set", "GET"]);
     let mine = histograms(&mut p.ours, &["nosuch", "set", "GET"]);
-    let shape = |h: &[(String, i64, Vec<(i64, i64)>)]| {
+    let shape = |h: &[Histogram]| {
         h.iter()
             .map(|(n, c, _)| (n.clone(), *c))
             .collect::<Vec<_>>()
