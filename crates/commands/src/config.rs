@@ -3,7 +3,7 @@
 //! same table, so they validate the same way. Values read on hot paths are mirrored into atomics.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 use damselfly_protocol::number::parse_i64;
@@ -31,6 +31,8 @@ pub enum Kind {
     Str,
     /// `notify-keyspace-events`: class letters, shown in Redis's canonical order.
     KeyspaceEvents,
+    /// `latency-tracking-info-percentiles`: numbers from 0 to 100 separated by spaces.
+    Percentiles,
 }
 
 /// Whether a parameter's effect is built: `Applied` ones change behaviour; `Accepted` ones are
@@ -265,9 +267,27 @@ pub static PARAMS: &[Param] = &[
     p("list-compress-depth", "0", NONNEG, true, A),
     p("stream-node-max-bytes", "4096", MEMORY, true, Y),
     p("stream-node-max-entries", "100", NONNEG, true, Y),
-    p("slowlog-log-slower-than", "10000", INT, true, A),
-    p("slowlog-max-len", "128", NONNEG, true, A),
-    p("latency-monitor-threshold", "0", NONNEG, true, A),
+    // The slow log and the latency monitor (crates/commands/src/slowlog.rs, latency.rs).
+    p(
+        "slowlog-log-slower-than",
+        "10000",
+        Kind::Int {
+            min: -1,
+            max: i64::MAX,
+        },
+        true,
+        Y,
+    ),
+    p("slowlog-max-len", "128", NONNEG, true, Y),
+    p("latency-monitor-threshold", "0", NONNEG, true, Y),
+    p("latency-tracking", "yes", Kind::Bool, true, Y),
+    p(
+        "latency-tracking-info-percentiles",
+        "50 99 99.9",
+        Kind::Percentiles,
+        true,
+        Y,
+    ),
     p("lua-time-limit", "5000", INT, true, A),
     p("busy-reply-threshold", "5000", INT, true, A),
     // Damselfly's: which shards a script run locks (docs/scripting.md).
@@ -436,6 +456,9 @@ fn validate(param: &Param, value: &str) -> Result<String, String> {
                 text
             })
             .ok_or_else(|| "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string()),
+        Kind::Percentiles => crate::latency::parse_percentiles(value)
+            .map(|ps| crate::latency::percentiles_text(&ps))
+            .map_err(str::to_string),
     }
 }
 
@@ -471,6 +494,14 @@ pub struct Config {
     eviction_tenacity: AtomicU32,
     lfu_log_factor: AtomicU32,
     lfu_decay_time: AtomicU32,
+    /// `slowlog-log-slower-than` in microseconds (negative: off), read after every command.
+    pub slowlog_slower_than: AtomicI64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: AtomicU64,
+    /// `latency-monitor-threshold` in milliseconds (0: off).
+    pub latency_monitor_ms: AtomicU64,
+    /// `latency-tracking`: per-command latency histograms.
+    pub latency_tracking: AtomicBool,
     /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
     pub generation: AtomicU64,
 }
@@ -502,6 +533,10 @@ impl Default for Config {
             eviction_tenacity: AtomicU32::new(0),
             lfu_log_factor: AtomicU32::new(0),
             lfu_decay_time: AtomicU32::new(0),
+            slowlog_slower_than: AtomicI64::new(0),
+            slowlog_max_len: AtomicU64::new(0),
+            latency_monitor_ms: AtomicU64::new(0),
+            latency_tracking: AtomicBool::new(false),
             generation: AtomicU64::new(0),
         };
         c.refresh_atomics();
@@ -629,7 +664,16 @@ impl Config {
 
     fn refresh_atomics(&self) {
         let r = Ordering::Relaxed;
-        self.generation.fetch_add(1, Ordering::Release);
+        self.slowlog_slower_than.store(
+            self.get("slowlog-log-slower-than").parse().unwrap_or(10000),
+            r,
+        );
+        self.slowlog_max_len
+            .store(self.get_u64("slowlog-max-len"), r);
+        self.latency_monitor_ms
+            .store(self.get_u64("latency-monitor-threshold"), r);
+        self.latency_tracking
+            .store(self.get("latency-tracking") == "yes", r);
         self.proto_max_bulk_len
             .store(self.get_u64("proto-max-bulk-len"), r);
         self.query_buffer_limit
@@ -674,6 +718,8 @@ impl Config {
             .store(int("maxmemory-eviction-tenacity"), r);
         self.lfu_log_factor.store(int("lfu-log-factor"), r);
         self.lfu_decay_time.store(int("lfu-decay-time"), r);
+        // Last, so a thread that sees the new generation sees the values above.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// `maxmemory`, the policy and its tuning as configured now.
@@ -828,6 +874,32 @@ mod tests {
         assert_eq!(c.get("proto-max-bulk-len"), "1048576");
         let got = c.get_matching(&[b"*max-*-entries*"]);
         assert!(got.iter().any(|(k, _)| *k == "hash-max-listpack-entries"));
+    }
+
+    #[test]
+    fn slowlog_and_latency_parameters() {
+        let c = Config::default();
+        let set = |name: &str, value: &str| c.set_runtime(&[(name.into(), value.into())]);
+        assert_eq!(c.slowlog_slower_than.load(Ordering::Relaxed), 10000);
+        assert!(c.latency_tracking.load(Ordering::Relaxed));
+        set("slowlog-log-slower-than", "-1").unwrap();
+        assert_eq!(c.slowlog_slower_than.load(Ordering::Relaxed), -1);
+        assert_eq!(
+            set("slowlog-log-slower-than", "-2").unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument must be between -1 and 9223372036854775807 inclusive"
+        );
+        set("latency-tracking-info-percentiles", "99.90 50.0 0").unwrap();
+        assert_eq!(c.get("latency-tracking-info-percentiles"), "99.9 50 0");
+        assert_eq!(
+            set("latency-tracking-info-percentiles", "50 101").unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'latency-tracking-info-percentiles') - latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+        );
+        assert_eq!(
+            set("latency-tracking-info-percentiles", "abc").unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'latency-tracking-info-percentiles') - Invalid latency-tracking-info-percentiles parameters"
+        );
+        set("latency-tracking", "no").unwrap();
+        assert!(!c.latency_tracking.load(Ordering::Relaxed));
     }
 
     /// Redis prints `KEAmn` as `AKEm`, but `new` events stay on.

@@ -58,6 +58,10 @@ pub enum CoordCmd {
     Monitor,
     /// MEMORY STATS, DOCTOR, MALLOC-STATS, PURGE, HELP (USAGE runs on the key's shard).
     Memory,
+    /// SLOWLOG GET, LEN, RESET, HELP.
+    Slowlog,
+    /// LATENCY LATEST, HISTORY, RESET, GRAPH, DOCTOR, HISTOGRAM, HELP.
+    Latency,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -229,6 +233,8 @@ impl CommandSpec {
         let table = match self.name {
             "xgroup" => XGROUP_SUBCOMMANDS,
             "xinfo" => XINFO_SUBCOMMANDS,
+            "slowlog" => crate::slowlog::SUBCOMMANDS,
+            "latency" => crate::latency::SUBCOMMANDS,
             _ => return None,
         };
         find_subcommand(args, self.name, table).err()
@@ -391,6 +397,10 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("command", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "server", "2.8.13", "Returns detailed information about all commands.", Coordinator, C(CoordCmd::Command)),
     cmd!("info", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @dangerous", "server", "1.0.0", "Returns information and statistics about the server.", Coordinator, C(CoordCmd::Info)),
     cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.0.0", "A container for server configuration commands.", Coordinator, C(CoordCmd::Config)),
+    // Containers carry the flags of their subcommands (SLOWLOG HELP and LATENCY HELP are the
+    // exceptions Redis does not flag admin), as CONFIG's row does.
+    cmd!("slowlog", -2, ADMIN | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.2.12", "A container for slow log commands.", Coordinator, C(CoordCmd::Slowlog)),
+    cmd!("latency", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.8.13", "A container for latency diagnostics commands.", Coordinator, C(CoordCmd::Latency)),
     cmd!("time", 1, LOADING | STALE | FAST, NO_KEYS, "@fast", "server", "2.6.0", "Returns the server time.", Coordinator, C(CoordCmd::Time)),
     cmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the server.", Coordinator, C(CoordCmd::Shutdown)),
     cmd!(intents Intents::Debug; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),

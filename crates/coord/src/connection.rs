@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use damselfly_commands::slowlog::{self, SlowCall, SlowEntry};
 use damselfly_commands::table::{self, flags, CoordCmd, Handler, Route, COMMANDS};
 use damselfly_commands::{errors, lookup, Args};
 use damselfly_protocol::{Limits, ParsedCommand, ProtocolError, ReplyBuf, RequestParser, Span};
@@ -828,9 +829,63 @@ impl Connection {
         crate::crash::running(COMMANDS[idx].name);
         self.run_coordinator(cmd, args).await;
         crate::crash::idle();
+        self.record_command(idx, args, started, errors_before);
+    }
+
+    /// Counts a command timed on this thread (a coordinator command, a fan-out) in the
+    /// command statistics, the latency histograms and monitor, and the slow log.
+    pub(crate) fn record_command(
+        &mut self,
+        idx: usize,
+        args: &Args,
+        started: Instant,
+        errors_before: usize,
+    ) {
+        let usec = started.elapsed().as_micros() as u64;
         let mut stats = self.worker.stats.borrow_mut();
         let failed = stats.count_errors(&self.out, errors_before) > 0;
-        stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
+        stats.record_call(idx, usec, failed);
+        drop(stats);
+        let timing = self.worker.timing();
+        if timing.every_command() {
+            if let Some(usec) = self.worker.observe(idx, usec, timing) {
+                self.log_slow(slowlog::entry_argv(args), slowlog::unix_time(), usec);
+            }
+        }
+    }
+
+    /// Logs the slow commands the shards ran for this round's batches, in request order.
+    fn log_remote_slow(&mut self, replies: &mut [Option<BatchReply>]) {
+        let mut slow: Vec<(usize, SlowCall)> = Vec::new();
+        for (shard, r) in replies.iter_mut().enumerate() {
+            if let Some(r) = r {
+                slow.extend(std::mem::take(&mut r.slow).into_iter().map(|c| (shard, c)));
+            }
+        }
+        if slow.is_empty() {
+            return;
+        }
+        let order = |shard: usize, index: usize| {
+            self.pending
+                .iter()
+                .position(|p| p.shard == shard && p.index == index)
+        };
+        slow.sort_by_key(|(shard, c)| order(*shard, c.index));
+        for (_, call) in slow {
+            self.log_slow(call.argv, call.time, call.duration);
+        }
+    }
+
+    /// Adds a command of this connection to its thread's slow log.
+    pub(crate) fn log_slow(&self, argv: Vec<Vec<u8>>, time: u64, duration: u64) {
+        self.worker.log_slow(SlowEntry {
+            id: slowlog::next_id(),
+            time,
+            duration,
+            argv,
+            peer: self.info.addr.clone(),
+            name: self.info.name.borrow().clone(),
+        });
     }
 
     fn resp3(&self) -> bool {
@@ -850,8 +905,12 @@ impl Connection {
         {
             self.out.resp3 = self.resp3();
             let caller = self.caller();
-            self.worker
+            let slow = self
+                .worker
                 .exec(spec, db, args, &mut self.out, true, caller);
+            if let Some(usec) = slow {
+                self.log_slow(slowlog::entry_argv(args), slowlog::unix_time(), usec);
+            }
             self.worker.serve_blocked();
             return;
         }
@@ -914,6 +973,7 @@ impl Connection {
                 }
             }
         }
+        self.log_remote_slow(&mut replies);
         let stopped_early = self.pending.iter().any(|p| {
             replies[p.shard]
                 .as_ref()

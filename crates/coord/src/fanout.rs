@@ -91,7 +91,7 @@ impl Connection {
         let errors_before = self.out.error_offsets.len();
         if spec.step == 2 && args.len().is_multiple_of(2) {
             self.reply_error(&errors::wrong_arity(spec.name));
-            self.record_fanout(idx, started, errors_before);
+            self.record_command(idx, args, started, errors_before);
             return;
         }
         let n = self.worker.num_shards();
@@ -124,7 +124,7 @@ impl Connection {
                     Ok(t) => Some(t),
                     Err(e) => {
                         self.reply_error(e);
-                        self.record_fanout(idx, started, errors_before);
+                        self.record_command(idx, args, started, errors_before);
                         return;
                     }
                 }
@@ -135,7 +135,7 @@ impl Connection {
         self.plan(idx, db, args, &mut plan);
         let Some(own) = self.enter_tx(plan).await else {
             self.reply_error("ERR shard unavailable");
-            self.record_fanout(idx, started, errors_before);
+            self.record_command(idx, args, started, errors_before);
             return;
         };
         if let Some(t) = transfer {
@@ -171,7 +171,7 @@ impl Connection {
             }
         }
         self.leave_tx(own).await;
-        self.record_fanout(idx, started, errors_before);
+        self.record_command(idx, args, started, errors_before);
     }
 
     /// Whether one of MSETNX's keys exists. Redis looks the keys up for writing in order
@@ -589,19 +589,13 @@ impl Connection {
             }
             None => self.reply_error("ERR shard unavailable"),
         }
-        self.record_fanout(idx, started, errors_before);
+        self.record_command(idx, args, started, errors_before);
     }
 
     /// Copies an encoded error reply from a shard, marking it so stats count it.
     fn raw_error(&mut self, encoded: &[u8]) {
         self.out.error_offsets.push(self.out.buf.len());
         self.out.raw(encoded);
-    }
-
-    fn record_fanout(&mut self, idx: usize, started: Instant, errors_before: usize) {
-        let mut stats = self.worker.stats.borrow_mut();
-        let failed = stats.count_errors(&self.out, errors_before) > 0;
-        stats.record_call(idx, started.elapsed().as_micros() as u64, failed);
     }
 
     /// MGET: per-key items reassembled in request order.

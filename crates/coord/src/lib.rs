@@ -18,6 +18,7 @@ pub mod connection;
 pub mod crash;
 mod durability;
 mod fanout;
+mod latency_family;
 pub mod mailbox;
 mod maxmemory;
 mod memory_family;

@@ -94,6 +94,8 @@ impl ExecBatch {
 pub struct BatchReply {
     pub out: Vec<u8>,
     pub ends: Vec<usize>,
+    /// Commands that belong in the slow log, which the client's thread keeps.
+    pub slow: Vec<damselfly_commands::slowlog::SlowCall>,
 }
 
 impl BatchReply {

@@ -99,7 +99,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "keyspace",
 ];
 /// Sections `INFO all` adds to the default ones.
-const EXTRA_SECTIONS: &[&str] = &["commandstats", "shards"];
+const EXTRA_SECTIONS: &[&str] = &["commandstats", "latencystats", "shards"];
 
 fn cpu_times() -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass.
@@ -180,6 +180,8 @@ impl Connection {
             CoordCmd::Script => self.script(args).await,
             CoordCmd::Fcall => self.fcall(args).await,
             CoordCmd::Function => self.function(args).await,
+            CoordCmd::Slowlog => self.slowlog_cmd(args).await,
+            CoordCmd::Latency => self.latency_cmd(args).await,
         }
     }
 
@@ -734,7 +736,12 @@ impl Connection {
             sections.extend(DEFAULT_SECTIONS.iter().map(|s| s.to_string()));
         }
         let reports = self.ask_all(ShardMsg::Report).await;
-        let text = self.render_info(&sections, &reports);
+        let latencystats = if sections.iter().any(|s| s == "latencystats") {
+            self.latencystats_info().await
+        } else {
+            String::new()
+        };
+        let text = self.render_info(&sections, &reports, &latencystats);
         self.out.verbatim("txt", text.as_bytes());
     }
 
@@ -749,7 +756,12 @@ impl Connection {
         }
     }
 
-    fn render_info(&self, wanted: &[String], reports: &[ThreadReport]) -> String {
+    fn render_info(
+        &self,
+        wanted: &[String],
+        reports: &[ThreadReport],
+        latencystats: &str,
+    ) -> String {
         let cluster = &self.worker.cluster;
         let mut stats = ThreadStats::default();
         for r in reports {
@@ -872,6 +884,7 @@ impl Connection {
             let _ = write!(s, "errorstat_{code}:count={n}\r\n");
         }
         section("Errorstats", &s, &mut out);
+        section("Latencystats", latencystats, &mut out);
         section("Cluster", "cluster_enabled:0\r\n", &mut out);
         let mut s = String::new();
         for db in 0..cluster.databases {

@@ -8,8 +8,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use damselfly_commands::latency::{self, Events, Histograms};
+use damselfly_commands::slowlog::{self, SlowCall, SlowEntry, Slowlog};
 use damselfly_commands::stats::ThreadStats;
-use damselfly_commands::table::{flags::DENYOOM, Handler, Route, COMMANDS};
+use damselfly_commands::table::{flags, flags::DENYOOM, Handler, Route, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_protocol::ReplyBuf;
@@ -54,6 +56,8 @@ pub(crate) struct DeferredBatch {
     next: usize,
     reply: ReplyBuf,
     ends: Vec<usize>,
+    /// Its slow commands, for the client's thread to log.
+    slow: Vec<SlowCall>,
     origin: usize,
     slot: usize,
 }
@@ -78,6 +82,13 @@ pub struct Worker {
     /// the wall time derived from it.
     anchor: Cell<(Instant, u64)>,
     executed: Cell<u64>,
+    /// What to measure of each command, from the configuration (see `timing`).
+    timing: Cell<Timing>,
+    /// This thread's slow log: commands its clients ran (docs/architecture.md).
+    pub(crate) slowlog: RefCell<Slowlog>,
+    /// This thread's latency monitor events and per-command latency histograms.
+    pub(crate) latency_events: RefCell<Events>,
+    pub(crate) histograms: RefCell<Histograms>,
     /// The configuration generation the shard's encoding limits were copied at.
     limits_generation: Cell<u64>,
     /// (time, total commands) at recent ticks, for `instantaneous_ops_per_sec`.
@@ -107,6 +118,34 @@ pub struct Worker {
 /// Ticks of history behind `instantaneous_ops_per_sec` (Redis also uses 16 samples).
 const OPS_SAMPLES: usize = 16;
 
+/// What the configuration asks to measure of every command: the slow log's threshold in
+/// microseconds (negative: off), the latency monitor's in milliseconds (0: off), and
+/// whether per-command histograms are kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub slower_than: i64,
+    pub monitor_ms: u64,
+    pub tracking: bool,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            slower_than: -1,
+            monitor_ms: 0,
+            tracking: false,
+        }
+    }
+}
+
+impl Timing {
+    /// Whether every command is timed. When nothing needs each command's duration,
+    /// commandstats time one command in [`TIMING_SAMPLE`].
+    pub fn every_command(&self) -> bool {
+        self.slower_than >= 0 || self.monitor_ms > 0 || self.tracking
+    }
+}
+
 impl Worker {
     pub fn new(id: usize, cluster: Arc<Cluster>) -> Rc<Self> {
         let (shard, journal) = match cluster.take_start(id) {
@@ -127,6 +166,10 @@ impl Worker {
             now: Cell::new(Instant::now()),
             anchor: Cell::new((Instant::now(), now_ms())),
             executed: Cell::new(0),
+            timing: Cell::new(Timing::default()),
+            slowlog: RefCell::new(Slowlog::default()),
+            latency_events: RefCell::new(Events::default()),
+            histograms: RefCell::new(Histograms::default()),
             limits_generation: Cell::new(u64::MAX),
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
             published_memory: Default::default(),
@@ -241,10 +284,17 @@ impl Worker {
                 self.set_fsync_policy(policy);
             }
             self.refresh_memory_step(config.maxmemory.load(Ordering::Relaxed));
+            self.timing.set(Timing {
+                slower_than: config.slowlog_slower_than.load(Ordering::Relaxed),
+                monitor_ms: config.latency_monitor_ms.load(Ordering::Relaxed),
+                tracking: config.latency_tracking.load(Ordering::Relaxed),
+            });
         }
     }
 
     /// Runs a shard command on this thread's shard, writing its reply to `reply`.
+    /// Runs a command on this shard. Returns its duration in microseconds when it belongs
+    /// in the slow log (the caller logs it on the client's thread).
     pub fn exec(
         &self,
         spec: usize,
@@ -253,20 +303,23 @@ impl Worker {
         reply: &mut ReplyBuf,
         record: bool,
         caller: Caller,
-    ) {
+    ) -> Option<u64> {
         let Handler::Shard(f) = COMMANDS[spec].handler else {
             reply.error("ERR command cannot run on a shard");
-            return;
+            return None;
         };
         if COMMANDS[spec].is_write() {
             if let Some(refusal) = self.journal_refusal() {
                 reply.error(&refusal);
-                return;
+                return None;
             }
         }
         let executed = self.executed.get().wrapping_add(1);
         self.executed.set(executed);
-        let started = (record && executed.is_multiple_of(TIMING_SAMPLE)).then(Instant::now);
+        let timing = self.timing();
+        let every = timing.every_command();
+        let started =
+            (record && (every || executed.is_multiple_of(TIMING_SAMPLE))).then(Instant::now);
         let errors_before = reply.error_offsets.len();
         crash::running(COMMANDS[spec].name);
         let words = COMMANDS[spec].is_write().then_some(args);
@@ -274,12 +327,66 @@ impl Worker {
         self.with_ctx(db, reply, words, |ctx| f(ctx, args));
         self.end_tracked_call(spec, args);
         crash::idle();
-        if record {
-            let mut stats = self.stats.borrow_mut();
-            let failed = stats.count_errors(reply, errors_before) > 0;
-            let usec = started.map_or(0, |t| t.elapsed().as_micros() as u64 * TIMING_SAMPLE);
-            stats.record_call(spec, usec, failed);
+        if !record {
+            return None;
         }
+        let elapsed = started.map(|t| t.elapsed());
+        let mut stats = self.stats.borrow_mut();
+        let failed = stats.count_errors(reply, errors_before) > 0;
+        match elapsed {
+            Some(d) if every => {
+                let usec = d.as_micros() as u64;
+                stats.record_call(spec, usec, failed);
+                drop(stats);
+                self.observe(spec, usec, timing)
+            }
+            Some(d) => {
+                stats.record_call(spec, d.as_micros() as u64 * TIMING_SAMPLE, failed);
+                None
+            }
+            None => {
+                stats.record_call(spec, 0, failed);
+                None
+            }
+        }
+    }
+
+    /// What this thread's copy of the configuration says to measure (refreshed when the
+    /// configuration changed).
+    pub(crate) fn timing(&self) -> Timing {
+        self.sync_limits();
+        self.timing.get()
+    }
+
+    /// Feeds a command's measured duration to the latency histograms and the latency
+    /// monitor, as Redis's call() does. Returns the duration when the command belongs in the
+    /// slow log, which the client's thread keeps (it knows the client's address and name).
+    pub(crate) fn observe(&self, spec: usize, usec: u64, timing: Timing) -> Option<u64> {
+        let cmd = &COMMANDS[spec];
+        if timing.tracking {
+            // Redis records microseconds, in nanoseconds.
+            self.histograms
+                .borrow_mut()
+                .record(spec, usec.saturating_mul(1000));
+        }
+        let ms = usec / 1000;
+        if timing.monitor_ms > 0 && ms >= timing.monitor_ms {
+            let event = latency::command_event(cmd.flags & flags::FAST != 0);
+            self.latency_events
+                .borrow_mut()
+                .add(event, ms, slowlog::unix_time());
+        }
+        let logged = timing.slower_than >= 0
+            && usec >= timing.slower_than as u64
+            && cmd.flags & flags::SKIP_SLOWLOG == 0;
+        logged.then_some(usec)
+    }
+
+    /// Adds an entry to this thread's slow log.
+    pub(crate) fn log_slow(&self, entry: SlowEntry) {
+        let max = self.cluster.config.slowlog_max_len.load(Ordering::Relaxed);
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        self.slowlog.borrow_mut().push(entry, max);
     }
 
     /// Runs `f` with a command context on this shard's database `db`, and journals what it
@@ -363,6 +470,7 @@ impl Worker {
                     next: 0,
                     reply,
                     ends: Vec::with_capacity(n),
+                    slow: Vec::new(),
                     origin,
                     slot,
                 });
@@ -477,6 +585,8 @@ impl Worker {
             ShardMsg::Publish(msg) => self.deliver(&msg),
             ShardMsg::ResetStats(done) => {
                 self.stats.borrow_mut().reset();
+                // Redis's CONFIG RESETSTAT frees every command's latency histogram too.
+                self.histograms.borrow_mut().reset();
                 // The rate's samples count commands since the last reset too.
                 let mut samples = self.ops_samples.borrow_mut();
                 samples.clear();
@@ -574,7 +684,7 @@ impl Worker {
                 self.reply_to(origin, slot, Payload::Hop { id, value });
             }
             Hop::Batch(mut d) => {
-                self.exec_plain_cmd(&d.batch, d.next, &mut d.reply);
+                self.exec_plain_cmd(&d.batch, d.next, &mut d.reply, &mut d.slow);
                 d.ends.push(d.reply.buf.len());
                 d.next += 1;
                 self.release(id);
@@ -600,7 +710,7 @@ impl Worker {
                 }
                 return;
             }
-            self.exec_plain_cmd(&d.batch, d.next, &mut d.reply);
+            self.exec_plain_cmd(&d.batch, d.next, &mut d.reply, &mut d.slow);
             d.ends.push(d.reply.buf.len());
             d.next += 1;
             if d.reply.full() {
@@ -611,6 +721,7 @@ impl Worker {
         let reply = BatchReply {
             out: d.reply.buf,
             ends: d.ends,
+            slow: d.slow,
         };
         self.reply_to(d.origin, d.slot, Payload::Batch(reply));
     }
@@ -672,19 +783,38 @@ impl Worker {
         }
     }
 
-    fn exec_batch_cmd(&self, batch: &ExecBatch, i: usize, reply: &mut ReplyBuf) {
+    fn exec_batch_cmd(
+        &self,
+        batch: &ExecBatch,
+        i: usize,
+        reply: &mut ReplyBuf,
+        slow: &mut Vec<SlowCall>,
+    ) {
         let c = &batch.cmds[i];
         reply.resp3 = c.resp3;
         let spans = &batch.spans[c.first..c.first + c.nargs];
         let args = Args::new(&batch.data, spans);
-        self.exec(c.spec, c.db, &args, reply, c.record, c.caller);
+        if let Some(duration) = self.exec(c.spec, c.db, &args, reply, c.record, c.caller) {
+            slow.push(SlowCall {
+                index: i,
+                time: slowlog::unix_time(),
+                duration,
+                argv: slowlog::entry_argv(&args),
+            });
+        }
     }
 
     /// Runs command `i` of a plain batch (a client's commands sent to this shard, not a
     /// transaction's), refusing one that may grow memory while used memory is over
     /// `maxmemory`. The client's thread checked it when it arrived, but a round's batch may
     /// carry many writes, and this shard's own usage is exact only here (docs/eviction.md).
-    fn exec_plain_cmd(&self, batch: &ExecBatch, i: usize, reply: &mut ReplyBuf) {
+    fn exec_plain_cmd(
+        &self,
+        batch: &ExecBatch,
+        i: usize,
+        reply: &mut ReplyBuf,
+        slow: &mut Vec<SlowCall>,
+    ) {
         let c = &batch.cmds[i];
         let limited = self.cluster.config.maxmemory.load(Ordering::Relaxed) != 0;
         if limited && COMMANDS[c.spec].flags & DENYOOM != 0 && self.out_of_memory() {
@@ -696,20 +826,22 @@ impl Worker {
             stats.count_errors(reply, before);
             return;
         }
-        self.exec_batch_cmd(batch, i, reply);
+        self.exec_batch_cmd(batch, i, reply, slow);
     }
 
     /// Runs a whole batch (a transaction's hop: its intents are held).
     pub(crate) fn run_batch(&self, batch: &ExecBatch) -> BatchReply {
         let mut reply = ReplyBuf::new(false);
         let mut ends = Vec::with_capacity(batch.cmds.len());
+        let mut slow = Vec::new();
         for i in 0..batch.cmds.len() {
-            self.exec_batch_cmd(batch, i, &mut reply);
+            self.exec_batch_cmd(batch, i, &mut reply, &mut slow);
             ends.push(reply.buf.len());
         }
         BatchReply {
             out: reply.buf,
             ends,
+            slow,
         }
     }
 
