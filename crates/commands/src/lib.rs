@@ -14,6 +14,7 @@ pub mod geo_family;
 mod geohash;
 pub mod hash_family;
 pub mod hll_family;
+pub mod introspection;
 pub mod keys_family;
 pub mod latency;
 mod lcs;

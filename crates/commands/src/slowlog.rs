@@ -79,8 +79,8 @@ pub fn unix_time() -> u64 {
 }
 
 /// The positions of arguments Redis 7.0 redacts (`redactClientCommandArgument`) before a
-/// command reaches the slow log: AUTH's password (and user name), HELLO's AUTH pair, and the
-/// values CONFIG SET gives to sensitive parameters.
+/// command reaches the slow log: AUTH's password (and user name), HELLO's AUTH pair, ACL
+/// SETUSER's user and rules, and the values CONFIG SET gives to sensitive parameters.
 pub fn redacted_positions(args: &Args) -> Vec<usize> {
     let n = args.len();
     let name = args.get(0);
@@ -113,6 +113,9 @@ pub fn redacted_positions(args: &Args) -> Vec<usize> {
                 break;
             }
         }
+    } else if name.eq_ignore_ascii_case(b"acl") && n >= 3 && args.is(1, "setuser") {
+        // The user name and every rule: a rule may be a password.
+        out.extend(2..n);
     } else if name.eq_ignore_ascii_case(b"config") && n >= 4 && args.is(1, "set") {
         // Every pair is looked at, even after an invalid one, as Redis does.
         let mut j = 2;
@@ -284,6 +287,11 @@ mod tests {
         );
         let argv = with_args(&[b"auth", b"secret"], entry_argv);
         assert_eq!(argv, vec![b"auth".to_vec(), b"(redacted)".to_vec()]);
+        assert_eq!(
+            red(&[b"acl", b"setuser", b"u", b">pw"]),
+            vec![2, 3],
+            "ACL SETUSER's user and rules"
+        );
     }
 
     #[test]

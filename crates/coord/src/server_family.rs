@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use damselfly_commands::stats::ThreadStats;
-use damselfly_commands::table::{flags, CommandSpec, CoordCmd, COMMANDS};
+use damselfly_commands::table::{CommandSpec, CoordCmd, COMMANDS};
 use damselfly_commands::{dump_family, errors, lookup, Args};
 use damselfly_persistence::digest::{to_hex, DatasetDigest, Digest};
 use damselfly_protocol::number::parse_i64;
@@ -107,25 +107,6 @@ fn cpu_times() -> (f64, f64) {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(ru.ru_stime), secs(ru.ru_utime))
-}
-
-/// One key-spec step of COMMAND INFO: `name => {type => kind, spec => {field => value, ...}}`.
-fn key_spec_step(
-    out: &mut damselfly_protocol::ReplyBuf,
-    name: &str,
-    kind: &str,
-    fields: &[(&str, i64)],
-) {
-    out.bulk(name.as_bytes());
-    out.map(2);
-    out.bulk(b"type");
-    out.bulk(kind.as_bytes());
-    out.bulk(b"spec");
-    out.map(fields.len());
-    for (field, value) in fields {
-        out.bulk(field.as_bytes());
-        out.int(*value);
-    }
 }
 
 impl Connection {
@@ -235,62 +216,6 @@ impl Connection {
         self.closing = true;
     }
 
-    fn write_command_info(&mut self, spec: &CommandSpec) {
-        let out = &mut self.out;
-        out.array(10);
-        out.bulk(spec.name.as_bytes());
-        out.int(spec.arity as i64);
-        let names: Vec<&str> = flags::NAMES
-            .iter()
-            .filter(|(f, _)| spec.flags & f != 0)
-            .map(|(_, n)| *n)
-            .collect();
-        out.set(names.len());
-        for n in names {
-            out.simple(n);
-        }
-        out.int(spec.first_key as i64);
-        out.int(spec.last_key as i64);
-        out.int(spec.step as i64);
-        let cats: Vec<&str> = spec.acl.split_whitespace().collect();
-        out.set(cats.len());
-        for c in cats {
-            out.simple(c);
-        }
-        out.set(0);
-        if spec.first_key > 0 {
-            out.array(1);
-            out.map(3);
-            out.bulk(b"flags");
-            out.set(1);
-            out.simple(if spec.flags & flags::WRITE != 0 {
-                "RW"
-            } else {
-                "RO"
-            });
-            key_spec_step(
-                out,
-                "begin_search",
-                "index",
-                &[("index", spec.first_key as i64)],
-            );
-            let lastkey = if spec.last_key < 0 {
-                spec.last_key as i64
-            } else {
-                (spec.last_key - spec.first_key) as i64
-            };
-            let range = [
-                ("lastkey", lastkey),
-                ("keystep", spec.step as i64),
-                ("limit", 0),
-            ];
-            key_spec_step(out, "find_keys", "range", &range);
-        } else {
-            out.array(0);
-        }
-        out.array(0);
-    }
-
     fn write_command_docs(&mut self, spec: &CommandSpec) {
         let out = &mut self.out;
         out.bulk(spec.name.as_bytes());
@@ -304,29 +229,30 @@ impl Connection {
     }
 
     fn command(&mut self, args: &Args) {
+        use damselfly_commands::introspection as intro;
         if args.len() == 1 {
-            self.out.array(COMMANDS.len());
-            for spec in COMMANDS {
-                self.write_command_info(spec);
+            let all = intro::supported();
+            self.out.array(all.len());
+            for &i in all {
+                intro::write_info(&mut self.out, i);
             }
             return;
         }
+        if let Some(refusal) = damselfly_commands::redis_meta::subcommand_refusal(args) {
+            return self.reply_error(&refusal);
+        }
         let sub = args.get(1).to_ascii_lowercase();
         match sub.as_slice() {
-            b"count" if args.len() == 2 => self.out.int(COMMANDS.len() as i64),
+            b"count" => self.out.int(COMMANDS.len() as i64),
             b"info" => {
                 if args.len() == 2 {
-                    self.out.array(COMMANDS.len());
-                    for spec in COMMANDS {
-                        self.write_command_info(spec);
-                    }
-                    return;
+                    return self.command(&Args::new(args.buf(), &args.spans()[..1]));
                 }
                 self.out.array(args.len() - 2);
                 for name in args.iter().skip(2) {
-                    match lookup(name) {
-                        Some(i) => self.write_command_info(&COMMANDS[i]),
-                        None => self.out.null_array(),
+                    match intro::find(name) {
+                        Some(i) => intro::write_info(&mut self.out, i),
+                        None => self.out.null(),
                     }
                 }
             }
@@ -351,63 +277,68 @@ impl Connection {
                     5 if args.is(2, "filterby") => {
                         Some((args.get(3).to_ascii_lowercase(), args.get(4)))
                     }
-                    _ => {
-                        self.reply_error(errors::SYNTAX);
-                        return;
-                    }
+                    _ => return self.reply_error(errors::SYNTAX),
                 };
-                let names: Vec<&str> = COMMANDS
-                    .iter()
-                    .filter(|c| match &filter {
-                        None => true,
-                        Some((kind, v)) => match kind.as_slice() {
-                            b"pattern" => {
-                                damselfly_storage::glob::glob_match(v, c.name.as_bytes(), true)
-                            }
-                            b"aclcat" => c
-                                .acl
-                                .split_whitespace()
-                                .any(|a| a.as_bytes()[1..].eq_ignore_ascii_case(v)),
-                            _ => false,
-                        },
-                    })
-                    .map(|c| c.name)
-                    .collect();
+                let names = match &filter {
+                    None => intro::list(|_| true),
+                    Some((kind, v)) => match kind.as_slice() {
+                        b"pattern" => intro::list(|c| {
+                            damselfly_storage::glob::glob_match(v, c.name.as_bytes(), true)
+                        }),
+                        b"aclcat" => {
+                            let bit = std::str::from_utf8(v)
+                                .ok()
+                                .and_then(damselfly_commands::redis_meta::category_bit)
+                                .unwrap_or(0);
+                            intro::list(|c| c.categories & bit != 0)
+                        }
+                        b"module" => Vec::new(),
+                        _ => return self.reply_error(errors::SYNTAX),
+                    },
+                };
                 self.out.array(names.len());
                 for n in names {
                     self.out.bulk(n.as_bytes());
                 }
             }
-            b"getkeys" if args.len() >= 3 => {
-                let Some(i) = lookup(args.get(2)) else {
-                    self.reply_error("ERR Invalid command specified");
-                    return;
-                };
-                let spec = &COMMANDS[i];
-                let argc = args.len() - 2;
-                if !spec.arity_ok(argc) {
-                    self.reply_error("ERR Invalid number of arguments specified for command");
-                    return;
-                }
-                let sub = Args::new(args.buf(), &args.spans()[2..]);
-                let keys: Vec<usize> = spec.key_positions(&sub);
-                if keys.is_empty() {
-                    self.reply_error("ERR The command has no key arguments");
-                    return;
-                }
-                self.out.array(keys.len());
-                for k in keys {
-                    self.out.bulk(args.get(k + 2));
+            b"getkeys" | b"getkeysandflags" => {
+                let request = Args::new(args.buf(), &args.spans()[2..]);
+                let with_flags = sub.as_slice() == b"getkeysandflags";
+                let mark = self.out.buf.len();
+                if let Err(e) = intro::write_keys(&mut self.out, &request, with_flags) {
+                    self.out.buf.truncate(mark);
+                    self.reply_error(e);
                 }
             }
             b"help" => {
-                self.out.array(1);
+                const HELP: &[&str] = &[
+                    "(no subcommand)",
+                    "    Return details about all Redis commands.",
+                    "COUNT",
+                    "    Return the total number of commands in this Redis server.",
+                    "LIST",
+                    "    Return a list of all commands in this Redis server.",
+                    "INFO [<command-name> ...]",
+                    "    Return details about multiple Redis commands.",
+                    "    If no command names are given, documentation details for all",
+                    "    commands are returned.",
+                    "DOCS [<command-name> ...]",
+                    "    Return documentation details about multiple Redis commands.",
+                    "    If no command names are given, documentation details for all",
+                    "    commands are returned.",
+                    "GETKEYS <full-command>",
+                    "    Return the keys from a full Redis command.",
+                    "GETKEYSANDFLAGS <full-command>",
+                    "    Return the keys and the access flags from a full Redis command.",
+                ];
+                self.out.array(HELP.len() + 3);
                 self.out
-                    .simple("COMMAND [COUNT|INFO|DOCS|LIST|GETKEYS] ...");
-            }
-            b"count" | b"getkeys" => {
-                let full = format!("command|{}", String::from_utf8_lossy(&sub));
-                self.reply_error(&errors::wrong_arity(&full));
+                    .simple("COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
+                for l in HELP {
+                    self.out.simple(l);
+                }
+                self.out.simple("HELP");
+                self.out.simple("    Prints this help.");
             }
             _ => self.reply_error(&errors::unknown_subcommand("command", args.get(1))),
         }

@@ -674,7 +674,7 @@ fn connection_and_server_commands(b: Backend) {
         info.starts_with("*2\r\n*10\r\n$3\r\nget\r\n:2\r\n"),
         "{info}"
     );
-    assert!(info.ends_with("*-1\r\n"), "{info}");
+    assert!(info.ends_with("$-1\r\n"), "{info}");
     let docs = String::from_utf8(r.cmd(&["COMMAND", "DOCS", "set"])).unwrap();
     assert!(
         docs.contains("summary") && docs.contains("string"),

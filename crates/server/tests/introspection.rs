@@ -1,0 +1,151 @@
+//! COMMAND against Debian's redis-server: COMMAND INFO of every command Damselfly runs (and of
+//! every subcommand of its containers) must equal Redis's reply, with subcommands compared in
+//! any order (Redis lists them in hash order); COMMAND LIST must be Redis's list narrowed to
+//! what Damselfly runs; GETKEYS and GETKEYSANDFLAGS, the errors and HELP must equal Redis's.
+
+mod common;
+
+use common::diff::{encoded, parse, Node};
+use common::{Backend, Raw, Server};
+
+/// Sorts the subcommand arrays (field 10) of COMMAND INFO entries, recursively.
+fn sort_subcommands(n: &mut Node) {
+    if n.items.len() == 10 && n.items[0].kind() == b'$' {
+        let subs = &mut n.items[9];
+        for s in &mut subs.items {
+            sort_subcommands(s);
+        }
+        subs.items.sort();
+    }
+}
+
+fn info(raw: &mut Raw, name: &str) -> Vec<u8> {
+    let mut n = parse(&raw.cmd(&["COMMAND", "INFO", name]));
+    for entry in &mut n.items {
+        sort_subcommands(entry);
+    }
+    encoded(&n)
+}
+
+fn bulk_strings(reply: &[u8]) -> Vec<String> {
+    parse(reply)
+        .items
+        .iter()
+        .map(|i| String::from_utf8_lossy(&i.body).trim_end().to_string())
+        .collect()
+}
+
+const GETKEYS: &[&[&str]] = &[
+    &["get", "k"],
+    &["set", "k", "v"],
+    &["set", "k", "v", "get"],
+    &["mset", "a", "1", "b", "2"],
+    &["lmove", "a", "b", "left", "right"],
+    &["zunionstore", "d", "2", "a", "b", "weights", "1", "2"],
+    &["zunionstore", "d", "x", "a"],
+    &["eval", "return 1", "2", "k1", "k2", "a"],
+    &["eval", "return 1", "0"],
+    &["xread", "count", "2", "streams", "s1", "s2", "0", "0"],
+    &["xreadgroup", "group", "g", "c", "streams", "s1", "0"],
+    &["sort", "k", "by", "w*", "store", "d"],
+    &[
+        "georadius",
+        "k",
+        "0",
+        "0",
+        "1",
+        "km",
+        "store",
+        "d",
+        "storedist",
+        "e",
+    ],
+    &["bitfield", "k", "get", "u8", "0"],
+    &["bitfield", "k", "set", "u8", "0", "1"],
+    &["object", "encoding", "k"],
+    &["memory", "usage", "k"],
+    &["xinfo", "stream", "k"],
+    &["blpop", "a", "b", "0"],
+    &["lmpop", "2", "a", "b", "left"],
+    &["ping"],
+    &["get"],
+    &["nosuch", "k"],
+    &["client", "kill", "id", "1"],
+    &["config", "get", "x"],
+    &["command", "info"],
+];
+
+fn compare(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let redis = Server::redis();
+    let ours = Server::start(backend, &[]);
+    let mut r = Raw::tcp(redis.port);
+    let mut o = Raw::tcp(ours.port);
+
+    let supported = bulk_strings(&o.cmd(&["COMMAND", "LIST"]));
+    let all_redis = bulk_strings(&r.cmd(&["COMMAND", "LIST"]));
+    assert!(supported.len() > 200, "{}", supported.len());
+    for name in &supported {
+        assert!(all_redis.contains(name), "{name} is not a Redis command");
+        assert_eq!(
+            String::from_utf8_lossy(&info(&mut o, name)),
+            String::from_utf8_lossy(&info(&mut r, name)),
+            "COMMAND INFO {name}"
+        );
+    }
+    let count = |raw: &mut Raw| raw.cmd(&["COMMAND", "COUNT"]);
+    let top_level = supported.iter().filter(|n| !n.contains('|')).count();
+    assert_eq!(count(&mut o), format!(":{top_level}\r\n").into_bytes());
+    // Filters: Redis's answer narrowed to Damselfly's commands.
+    for filter in [
+        ["ACLCAT", "dangerous"],
+        ["PATTERN", "x*"],
+        ["PATTERN", "CLIENT|*"],
+        ["ACLCAT", "nosuch"],
+        ["MODULE", "m"],
+    ] {
+        let mut want = bulk_strings(&r.cmd(&["COMMAND", "LIST", "FILTERBY", filter[0], filter[1]]));
+        want.retain(|n| supported.contains(n));
+        want.sort();
+        let mut got = bulk_strings(&o.cmd(&["COMMAND", "LIST", "FILTERBY", filter[0], filter[1]]));
+        got.sort();
+        assert_eq!(got, want, "COMMAND LIST FILTERBY {filter:?}");
+    }
+    let mut same = |cmd: &[&str]| {
+        assert_eq!(
+            String::from_utf8_lossy(&o.cmd(cmd)),
+            String::from_utf8_lossy(&r.cmd(cmd)),
+            "{cmd:?}"
+        );
+    };
+    for request in GETKEYS {
+        for sub in ["GETKEYS", "GETKEYSANDFLAGS"] {
+            let mut cmd = vec!["COMMAND", sub];
+            cmd.extend_from_slice(request);
+            same(&cmd);
+        }
+    }
+    for cmd in [
+        &["COMMAND", "HELP"][..],
+        &["COMMAND", "INFO", "get", "client|kill", "get|x", "nosuch"],
+        &["COMMAND", "COUNT", "x"],
+        &["COMMAND", "LIST", "FILTERBY", "x", "y"],
+        &["COMMAND", "LIST", "x"],
+        &["COMMAND", "GETKEYS"],
+        &["COMMAND", "NOSUCH"],
+    ] {
+        same(cmd);
+    }
+}
+
+#[test]
+fn command_matches_redis_epoll() {
+    compare(Backend::Epoll);
+}
+
+#[test]
+fn command_matches_redis_uring() {
+    compare(Backend::Uring);
+}
