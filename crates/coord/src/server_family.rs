@@ -424,11 +424,9 @@ impl Connection {
                 self.out.ok();
             }
             b"error" if argc == 3 => {
-                let msg = String::from_utf8_lossy(args.get(2)).into_owned();
-                match msg.strip_prefix('-') {
-                    Some(rest) => self.reply_error(rest),
-                    None => self.reply_error(&format!("ERR {msg}")),
-                }
+                // Redis replies `-` and the text as it is: `LOADING x` is a LOADING error,
+                // `-BUSY y` comes back as `--BUSY y`.
+                self.reply_error(&String::from_utf8_lossy(args.get(2)));
             }
             b"set-active-expire" if argc == 3 => {
                 let on = parse_i64(args.get(2)).unwrap_or(0) != 0;

@@ -514,7 +514,10 @@ fn config_and_info(b: Backend) {
     assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), b"+OK\r\n");
     let stats = String::from_utf8(r.cmd(&["INFO", "commandstats"])).unwrap();
     assert!(!stats.contains("cmdstat_get"), "{stats}");
-    assert_eq!(r.cmd(&["DEBUG", "ERROR", "BOOM x"]), b"-ERR BOOM x\r\n");
+    assert_eq!(r.cmd(&["DEBUG", "ERROR", "BOOM x"]), b"-BOOM x\r\n");
+    // As Redis: the text is the whole error, so clients see its code (LOADING, BUSY...).
+    assert_eq!(r.cmd(&["DEBUG", "ERROR", "LOADING x"]), b"-LOADING x\r\n");
+    assert_eq!(r.cmd(&["DEBUG", "ERROR", "-BUSY y"]), b"--BUSY y\r\n");
     assert_eq!(r.cmd(&["DEBUG", "SLEEP", "0"]), b"+OK\r\n");
     assert_eq!(
         r.cmd(&["DEBUG", "POPULATE", "1000", "pop", "8"]),
