@@ -38,4 +38,7 @@ WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 6379
 ENTRYPOINT ["damselfly"]
-CMD ["--bind", "0.0.0.0", "--dir", "/data"]
+# Reached from outside the container: Redis's protected mode would refuse every client while
+# the default user has no password (set one, or keep protected mode off behind a network
+# you trust).
+CMD ["--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"]

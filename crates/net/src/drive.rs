@@ -278,8 +278,14 @@ pub(crate) fn admit(
     (addr, laddr): (String, String),
 ) -> Option<Connection> {
     if !worker.cluster.try_admit_client() {
-        refuse(fd);
+        refuse(fd, b"-ERR max number of clients reached\r\n");
         worker.stats.borrow_mut().rejected_connections += 1;
+        return None;
+    }
+    if protected_mode_refuses(worker, fd, &addr) {
+        refuse(fd, PROTECTED_MODE_DENIED);
+        worker.stats.borrow_mut().rejected_connections += 1;
+        worker.cluster.release_client();
         return None;
     }
     Some(Connection::new(
@@ -323,18 +329,50 @@ pub(crate) async fn drain<S: Future<Output = ()>>(
 }
 
 /// Refuses a client over `maxclients` with Redis's error, written straight to the socket.
-fn refuse(fd: i32) {
-    const MSG: &[u8] = b"-ERR max number of clients reached\r\n";
+fn refuse(fd: i32, msg: &[u8]) {
     // SAFETY: fd is an accepted socket we still own; a short or failed write is acceptable.
     unsafe {
         libc::send(
             fd,
-            MSG.as_ptr().cast(),
-            MSG.len(),
+            msg.as_ptr().cast(),
+            msg.len(),
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         );
     }
 }
+
+/// Redis's protected mode: while `protected-mode` is yes and the default user needs no
+/// password, only clients on the loopback address or the unix socket are served.
+fn protected_mode_refuses(worker: &Worker, fd: i32, addr: &str) -> bool {
+    let cluster = &worker.cluster;
+    if !cluster.acl.default_user().nopass || cluster.config.get("protected-mode") != "yes" {
+        return false;
+    }
+    !is_unix_socket(fd) && !is_loopback(addr)
+}
+
+fn is_unix_socket(fd: i32) -> bool {
+    // SAFETY: getsockname writes at most `len` bytes into the storage we own.
+    unsafe {
+        let mut storage: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        libc::getsockname(
+            fd,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) == 0
+            && i32::from(storage.ss_family) == libc::AF_UNIX
+    }
+}
+
+/// TCP from 127.0.0.1 or ::1 exactly, as Redis's islocalClient decides (`ip:port`).
+fn is_loopback(addr: &str) -> bool {
+    let ip = addr.rsplit_once(':').map_or(addr, |(ip, _)| ip);
+    let ip = ip.trim_start_matches('[').trim_end_matches(']');
+    ip == "127.0.0.1" || ip == "::1"
+}
+
+const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
 
 /// Hands every message sent to this thread's shard to its worker. `after_io` waits until
 /// the runtime has polled for I/O (each backend has its way).

@@ -681,3 +681,76 @@ fn monitor_hides_acl_setuser() {
     let line = String::from_utf8(monitor.reply()).unwrap();
     assert!(line.contains("\"ACL\" \"WHOAMI\""), "{line}");
 }
+
+/// A client connecting to 127.0.0.1 from 127.0.0.2: on the loopback interface, but not the
+/// address Redis's protected mode counts as local.
+fn from_other_address(port: u16) -> std::net::TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    let from: std::net::SocketAddr = "127.0.0.2:0".parse().unwrap();
+    sock.bind(&from.into()).expect("bind 127.0.0.2");
+    let to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    sock.connect(&to.into()).expect("connect");
+    sock.into()
+}
+
+/// What a client from another address gets first: its reply, or "closed".
+fn first_reply(port: u16) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = from_other_address(port);
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(b"*1\r\n$4\r\nPING\r\n");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.ends_with(b"\r\n") && !out.starts_with(b"-DENIED") {
+            break;
+        }
+    }
+    out
+}
+
+fn protected_mode(backend: Backend) {
+    if !backend.available() {
+        return;
+    }
+    let redis = Server::redis();
+    let ours = Server::start(backend, &[]);
+    let denied = first_reply(redis.port);
+    assert!(denied.starts_with(b"-DENIED Redis is running in protected mode"));
+    assert_eq!(
+        String::from_utf8_lossy(&first_reply(ours.port)),
+        String::from_utf8_lossy(&denied),
+        "refused with Redis's text, then closed"
+    );
+    let mut local = Raw::tcp(ours.port);
+    assert_eq!(local.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(Raw::unix_at(&ours.unix).cmd(&["PING"]), b"+PONG\r\n");
+    let rejected = common::info_field(&mut local, "stats", "rejected_connections");
+    assert_eq!(rejected.as_deref(), Some("1"));
+    // A password for the default user lifts it, as does protected-mode no.
+    local.cmd(&["CONFIG", "SET", "requirepass", "pw"]);
+    assert_eq!(
+        first_reply(ours.port),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(local.cmd(&["AUTH", "pw"]), b"+OK\r\n");
+    local.cmd(&["CONFIG", "SET", "requirepass", ""]);
+    assert!(first_reply(ours.port).starts_with(b"-DENIED"));
+    local.cmd(&["CONFIG", "SET", "protected-mode", "no"]);
+    assert_eq!(first_reply(ours.port), b"+PONG\r\n");
+}
+
+#[test]
+fn protected_mode_epoll() {
+    protected_mode(Backend::Epoll);
+}
+
+#[test]
+fn protected_mode_uring() {
+    protected_mode(Backend::Uring);
+}
