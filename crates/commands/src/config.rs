@@ -317,6 +317,460 @@ pub static PARAMS: &[Param] = &[
     p("replica-read-only", "yes", Kind::Bool, true, A),
     p("cluster-enabled", "no", Kind::Bool, false, A),
     p("list-max-ziplist-entries", "128", NONNEG, true, A),
+    // The rest of Redis 7.0's parameters, with its defaults, types and ranges: replication,
+    // cluster, defragmentation, process and logging settings Damselfly has no use for.
+    p(
+        "active-defrag-cycle-max",
+        "25",
+        Kind::Int { min: 1, max: 99 },
+        true,
+        A,
+    ),
+    p(
+        "active-defrag-cycle-min",
+        "1",
+        Kind::Int { min: 1, max: 99 },
+        true,
+        A,
+    ),
+    p(
+        "active-defrag-ignore-bytes",
+        "104857600",
+        Kind::Memory {
+            min: 1 as u64,
+            max: i64::MAX as u64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "active-defrag-max-scan-fields",
+        "1000",
+        Kind::Int {
+            min: 1,
+            max: i64::MAX,
+        },
+        true,
+        A,
+    ),
+    p(
+        "active-defrag-threshold-lower",
+        "10",
+        Kind::Int { min: 0, max: 1000 },
+        true,
+        A,
+    ),
+    p(
+        "active-defrag-threshold-upper",
+        "100",
+        Kind::Int { min: 0, max: 1000 },
+        true,
+        A,
+    ),
+    p("activedefrag", "no", Kind::Bool, true, A),
+    p("always-show-logo", "no", Kind::Bool, false, A),
+    p("aof-disable-auto-gc", "no", Kind::Bool, true, A),
+    p("aof-rewrite-incremental-fsync", "yes", Kind::Bool, true, A),
+    p("aof-timestamp-enabled", "no", Kind::Bool, true, A),
+    p("aof-use-rdb-preamble", "yes", Kind::Bool, true, A),
+    p("aof_rewrite_cpulist", "", Kind::Str, false, A),
+    p("bgsave_cpulist", "", Kind::Str, false, A),
+    p("bind-source-addr", "", Kind::Str, true, A),
+    p("bio_cpulist", "", Kind::Str, false, A),
+    p(
+        "cluster-allow-pubsubshard-when-down",
+        "yes",
+        Kind::Bool,
+        true,
+        A,
+    ),
+    p("cluster-allow-reads-when-down", "no", Kind::Bool, true, A),
+    p(
+        "cluster-allow-replica-migration",
+        "yes",
+        Kind::Bool,
+        true,
+        A,
+    ),
+    p(
+        "cluster-announce-bus-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        true,
+        A,
+    ),
+    p("cluster-announce-hostname", "", Kind::Str, true, A),
+    p("cluster-announce-ip", "", Kind::Str, true, A),
+    p(
+        "cluster-announce-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        true,
+        A,
+    ),
+    p(
+        "cluster-announce-tls-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        true,
+        A,
+    ),
+    p("cluster-config-file", "nodes.conf", Kind::Str, false, A),
+    p(
+        "cluster-link-sendbuf-limit",
+        "0",
+        Kind::Memory {
+            min: 0,
+            max: i64::MAX as u64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "cluster-migration-barrier",
+        "1",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "cluster-node-timeout",
+        "15000",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        true,
+        A,
+    ),
+    p(
+        "cluster-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        false,
+        A,
+    ),
+    p(
+        "cluster-preferred-endpoint-type",
+        "ip",
+        Kind::Enum(&["ip", "hostname", "unknown-endpoint"]),
+        true,
+        A,
+    ),
+    p("cluster-replica-no-failover", "no", Kind::Bool, true, A),
+    p(
+        "cluster-replica-validity-factor",
+        "10",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("cluster-require-full-coverage", "yes", Kind::Bool, true, A),
+    p("cluster-slave-no-failover", "no", Kind::Bool, true, A),
+    p(
+        "cluster-slave-validity-factor",
+        "10",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("crash-log-enabled", "yes", Kind::Bool, true, A),
+    p("crash-memcheck-enabled", "yes", Kind::Bool, true, A),
+    p("dynamic-hz", "yes", Kind::Bool, true, A),
+    p(
+        "enable-debug-command",
+        "yes",
+        Kind::Enum(&["no", "yes", "local"]),
+        false,
+        A,
+    ),
+    p(
+        "enable-module-command",
+        "no",
+        Kind::Enum(&["no", "yes", "local"]),
+        false,
+        A,
+    ),
+    p(
+        "enable-protected-configs",
+        "no",
+        Kind::Enum(&["no", "yes", "local"]),
+        false,
+        A,
+    ),
+    p("ignore-warnings", "", Kind::Str, true, A),
+    p("io-threads-do-reads", "no", Kind::Bool, false, A),
+    p("jemalloc-bg-thread", "yes", Kind::Bool, true, A),
+    p("masterauth", "", Kind::Str, true, A),
+    p("masteruser", "", Kind::Str, true, A),
+    p(
+        "min-replicas-max-lag",
+        "10",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "min-replicas-to-write",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "min-slaves-max-lag",
+        "10",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "min-slaves-to-write",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("no-appendfsync-on-rewrite", "no", Kind::Bool, true, A),
+    p(
+        "oom-score-adj",
+        "no",
+        Kind::Enum(&["no", "yes", "relative", "absolute"]),
+        true,
+        A,
+    ),
+    p("oom-score-adj-values", "0 200 800", Kind::Str, true, A),
+    p("pidfile", "/var/run/redis.pid", Kind::Str, false, A),
+    p(
+        "proc-title-template",
+        "{title} {listen-addr} {server-mode}",
+        Kind::Str,
+        true,
+        A,
+    ),
+    p(
+        "propagation-error-behavior",
+        "ignore",
+        Kind::Enum(&["ignore", "panic", "panic-on-replicas"]),
+        true,
+        A,
+    ),
+    p("rdb-del-sync-files", "no", Kind::Bool, true, A),
+    p("rdb-save-incremental-fsync", "yes", Kind::Bool, true, A),
+    p(
+        "repl-backlog-size",
+        "1048576",
+        Kind::Memory {
+            min: 1 as u64,
+            max: i64::MAX as u64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "repl-backlog-ttl",
+        "3600",
+        Kind::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        true,
+        A,
+    ),
+    p("repl-disable-tcp-nodelay", "no", Kind::Bool, true, A),
+    p(
+        "repl-diskless-load",
+        "disabled",
+        Kind::Enum(&["disabled", "on-empty-db", "swapdb"]),
+        true,
+        A,
+    ),
+    p("repl-diskless-sync", "yes", Kind::Bool, true, A),
+    p(
+        "repl-diskless-sync-delay",
+        "5",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "repl-diskless-sync-max-replicas",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "repl-ping-replica-period",
+        "10",
+        Kind::Int {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "repl-ping-slave-period",
+        "10",
+        Kind::Int {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p(
+        "repl-timeout",
+        "60",
+        Kind::Int {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("replica-announce-ip", "", Kind::Str, true, A),
+    p(
+        "replica-announce-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        true,
+        A,
+    ),
+    p("replica-announced", "yes", Kind::Bool, true, A),
+    p(
+        "replica-ignore-disk-write-errors",
+        "no",
+        Kind::Bool,
+        true,
+        A,
+    ),
+    p("replica-ignore-maxmemory", "yes", Kind::Bool, true, A),
+    p("replica-lazy-flush", "no", Kind::Bool, true, A),
+    p(
+        "replica-priority",
+        "100",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("replica-serve-stale-data", "yes", Kind::Bool, true, A),
+    p("replicaof", "", Kind::Str, false, A),
+    p(
+        "sanitize-dump-payload",
+        "no",
+        Kind::Enum(&["no", "yes", "clients"]),
+        true,
+        A,
+    ),
+    p("server_cpulist", "", Kind::Str, false, A),
+    p("set-proc-title", "yes", Kind::Bool, false, A),
+    p(
+        "shutdown-on-sigint",
+        "default",
+        Kind::Enum(&["default", "save", "nosave", "now", "force"]),
+        true,
+        A,
+    ),
+    p(
+        "shutdown-on-sigterm",
+        "default",
+        Kind::Enum(&["default", "save", "nosave", "now", "force"]),
+        true,
+        A,
+    ),
+    p(
+        "shutdown-timeout",
+        "10",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("slave-announce-ip", "", Kind::Str, true, A),
+    p(
+        "slave-announce-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        true,
+        A,
+    ),
+    p("slave-ignore-maxmemory", "yes", Kind::Bool, true, A),
+    p("slave-lazy-flush", "no", Kind::Bool, true, A),
+    p(
+        "slave-priority",
+        "100",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
+    p("slave-read-only", "yes", Kind::Bool, true, A),
+    p("slave-serve-stale-data", "yes", Kind::Bool, true, A),
+    p("slaveof", "", Kind::Str, false, A),
+    p(
+        "socket-mark-id",
+        "0",
+        Kind::Int {
+            min: 0,
+            max: u32::MAX as i64,
+        },
+        false,
+        A,
+    ),
+    p(
+        "supervised",
+        "no",
+        Kind::Enum(&["upstart", "systemd", "auto", "no"]),
+        false,
+        A,
+    ),
+    p("syslog-enabled", "no", Kind::Bool, false, A),
+    p(
+        "syslog-facility",
+        "local0",
+        Kind::Enum(&[
+            "user", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7",
+        ]),
+        false,
+        A,
+    ),
+    p("syslog-ident", "redis", Kind::Str, false, A),
 ];
 
 /// Old and new names of the same parameter (Redis 7 renamed ziplist to listpack); setting
@@ -328,7 +782,31 @@ const ALIASES: &[(&str, &str)] = &[
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
     ("list-max-ziplist-size", "list-max-listpack-size"),
     ("lua-time-limit", "busy-reply-threshold"),
+    ("cluster-slave-no-failover", "cluster-replica-no-failover"),
+    ("slave-lazy-flush", "replica-lazy-flush"),
+    ("slave-serve-stale-data", "replica-serve-stale-data"),
+    ("slave-read-only", "replica-read-only"),
+    ("slave-ignore-maxmemory", "replica-ignore-maxmemory"),
+    ("slave-announce-ip", "replica-announce-ip"),
+    (
+        "cluster-slave-validity-factor",
+        "cluster-replica-validity-factor",
+    ),
+    ("slave-priority", "replica-priority"),
+    ("slave-announce-port", "replica-announce-port"),
+    ("repl-ping-slave-period", "repl-ping-replica-period"),
+    ("min-slaves-to-write", "min-replicas-to-write"),
+    ("min-slaves-max-lag", "min-replicas-max-lag"),
+    ("slaveof", "replicaof"),
 ];
+
+/// The parameter an old name stands for (`hash-max-ziplist-entries` for
+/// `hash-max-listpack-entries`); None for a name that is not an alias.
+pub(crate) fn alias_primary(name: &str) -> Option<&'static str> {
+    ALIASES
+        .iter()
+        .find_map(|&(alias, primary)| (alias == name).then_some(primary))
+}
 
 fn alias_of(name: &str) -> Option<&'static str> {
     ALIASES.iter().find_map(|&(a, b)| {
@@ -504,6 +982,8 @@ pub struct Config {
     pub latency_tracking: AtomicBool,
     /// Bumped by every change, so threads know to re-read what they cache (encoding limits).
     pub generation: AtomicU64,
+    /// The config file the server started with (absolute), for CONFIG REWRITE.
+    file: RwLock<Option<String>>,
 }
 
 impl Default for Config {
@@ -538,6 +1018,7 @@ impl Default for Config {
             latency_monitor_ms: AtomicU64::new(0),
             latency_tracking: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            file: RwLock::new(None),
         };
         c.refresh_atomics();
         c
@@ -545,6 +1026,18 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Records the config file the server was started with.
+    pub fn set_file(&self, path: &str) {
+        let absolute = std::path::absolute(path)
+            .map_or_else(|_| path.to_string(), |p| p.to_string_lossy().into_owned());
+        *self.file.write().unwrap_or_else(|e| e.into_inner()) = Some(absolute);
+    }
+
+    /// The config file, if the server was started with one.
+    pub fn file(&self) -> Option<String> {
+        self.file.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub fn param(name: &str) -> Option<&'static Param> {
         PARAMS.iter().find(|p| p.name.eq_ignore_ascii_case(name))
     }

@@ -7,6 +7,7 @@ pub mod args;
 pub mod bitmap_family;
 pub mod blocking;
 pub mod config;
+pub mod config_rewrite;
 pub mod ctx;
 pub mod dump_family;
 pub mod errors;

@@ -344,6 +344,53 @@ impl Connection {
         }
     }
 
+    /// CONFIG REWRITE: the config file rewritten in Redis's manner (config_rewrite.rs), then
+    /// replaced atomically (a temporary file, synced, renamed, the directory synced).
+    fn rewrite_config_file(&self) -> Result<(), String> {
+        let cluster = &self.worker.cluster;
+        let Some(path) = cluster.config.file() else {
+            return Err("ERR The server is running without a config file".into());
+        };
+        let failed = |e: std::io::Error| {
+            let why = e.to_string();
+            let why = why.split(" (os error").next().unwrap_or(&why).to_string();
+            tracing::warn!("CONFIG REWRITE failed: {why}");
+            format!("ERR Rewriting config file: {why}")
+        };
+        let old = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(failed(e)),
+        };
+        // Users go to the ACL file when there is one, else into this file.
+        let users = cluster.config.get("aclfile").is_empty().then(|| {
+            cluster
+                .acl
+                .list()
+                .iter()
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .collect()
+        });
+        let text = damselfly_commands::config_rewrite::rewrite(&cluster.config, &old, users);
+        let path = std::path::Path::new(&path);
+        let tmp = path.with_extension(format!("rewrite-{}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            failed(e)
+        })
+    }
+
     async fn config(&mut self, args: &Args<'_>) {
         let sub = args.get(1).to_ascii_lowercase();
         let config = self.worker.cluster.config.clone();
@@ -393,12 +440,32 @@ impl Connection {
                 self.worker.cluster.memory.reset_exceeded();
                 self.out.ok();
             }
-            b"rewrite" if args.len() == 2 => {
-                self.reply_error("ERR The server is running without a config file");
-            }
+            b"rewrite" if args.len() == 2 => match self.rewrite_config_file() {
+                Ok(()) => {
+                    tracing::info!("CONFIG REWRITE executed with success.");
+                    self.out.ok();
+                }
+                Err(e) => self.reply_error(&e),
+            },
             b"help" if args.len() == 2 => {
-                self.out.array(1);
-                self.out.simple("CONFIG <GET|SET|RESETSTAT> ...");
+                const HELP: &[&str] = &[
+                    "GET <pattern>",
+                    "    Return parameters matching the glob-like <pattern> and their values.",
+                    "SET <directive> <value>",
+                    "    Set the configuration <directive> to <value>.",
+                    "RESETSTAT",
+                    "    Reset statistics reported by the INFO command.",
+                    "REWRITE",
+                    "    Rewrite the configuration file.",
+                ];
+                self.out.array(HELP.len() + 3);
+                self.out
+                    .simple("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
+                for l in HELP {
+                    self.out.simple(l);
+                }
+                self.out.simple("HELP");
+                self.out.simple("    Prints this help.");
             }
             b"get" | b"set" | b"resetstat" | b"rewrite" | b"help" => {
                 let full = format!("config|{}", String::from_utf8_lossy(&sub));

@@ -192,6 +192,7 @@ impl Options {
         if let Some(path) = &self.config_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+            config.set_file(path);
             for (n, line) in text.lines().enumerate() {
                 let line = line.trim();
                 if line.is_empty() || line.starts_with('#') {
