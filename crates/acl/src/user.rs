@@ -175,6 +175,18 @@ impl User {
         Err(worst)
     }
 
+    /// Some selector allows every channel.
+    pub fn all_channels(&self) -> bool {
+        self.selectors.iter().any(|s| s.all_channels)
+    }
+
+    /// Whether the user may subscribe to `name` (a channel, or a pattern when `pattern`).
+    pub fn may_subscribe(&self, name: &[u8], pattern: bool) -> bool {
+        self.selectors
+            .iter()
+            .any(|s| s.channel_allowed(name, pattern))
+    }
+
     /// Flags as ACL GETUSER lists them.
     pub fn flags(&self) -> Vec<&'static str> {
         let mut flags = vec![if self.enabled { "on" } else { "off" }];

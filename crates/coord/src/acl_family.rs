@@ -212,12 +212,24 @@ impl Connection {
                         .reply_error("ERR Usernames can't contain spaces or null characters");
                 }
                 let rules: Vec<&[u8]> = args.iter().skip(3).collect();
+                let existed = acl.get(name).is_some();
                 if let Err(e) = acl.set_user(name, &rules) {
                     return self.reply_error(&format!("ERR {e}"));
                 }
-                let off = acl.get(name).is_some_and(|u| !u.enabled);
-                if off {
+                let changed = acl.get(name);
+                if changed.as_ref().is_some_and(|u| !u.enabled) {
                     self.disconnect_users(vec![name.to_vec()]).await;
+                } else if existed && changed.is_some_and(|u| !u.all_channels()) {
+                    // Subscribers to channels the user may no longer use are closed.
+                    let (user, caller) = (name.to_vec(), self.info.id);
+                    let killed = self
+                        .ask_all(|done| ShardMsg::KillRevokedSubscribers {
+                            user: user.clone(),
+                            caller,
+                            done,
+                        })
+                        .await;
+                    self.closing |= killed.contains(&true);
                 }
                 self.out.ok();
             }
@@ -460,6 +472,39 @@ impl Connection {
                 .as_bytes(),
             ),
         }
+    }
+}
+
+impl crate::worker::Worker {
+    /// Closes this thread's clients of `user` subscribed to a channel or pattern it may no
+    /// longer use (Redis's ACLKillPubsubClientsIfNeeded); true when `caller` was one.
+    pub(crate) fn kill_revoked_subscribers(&self, user: &[u8], caller: u64) -> bool {
+        let Some(rules) = self.cluster.acl.get(user) else {
+            return false;
+        };
+        let clients = self.clients.borrow();
+        let mut doomed = Vec::new();
+        self.pubsub.borrow().subscribers.each(|kind, name, id| {
+            let theirs = clients
+                .get(id)
+                .is_some_and(|c| c.user.borrow().name == user);
+            let pattern = kind == damselfly_pubsub::Kind::Pattern;
+            if theirs && !rules.may_subscribe(name, pattern) && !doomed.contains(&id) {
+                doomed.push(id);
+            }
+        });
+        let mut caller_killed = false;
+        for id in doomed {
+            let Some(c) = clients.get(id) else { continue };
+            if id == caller {
+                // It closes once its reply is written.
+                c.killed.set(true);
+                caller_killed = true;
+            } else {
+                c.kill();
+            }
+        }
+        caller_killed
     }
 }
 

@@ -237,6 +237,14 @@ pub enum ShardMsg {
     Report(oneshot::Sender<ThreadReport>),
     ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
     ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
+    /// After ACL SETUSER: closes this thread's clients of the user that are subscribed to a
+    /// channel or pattern the user may no longer use; says whether the caller (this client
+    /// id) was one of them.
+    KillRevokedSubscribers {
+        user: Vec<u8>,
+        caller: u64,
+        done: oneshot::Sender<bool>,
+    },
     /// CLIENT UNBLOCK: (client id, reply with an error) -> whether it was blocked here.
     ClientUnblock(u64, bool, oneshot::Sender<bool>),
     Populate {

@@ -566,6 +566,9 @@ impl Worker {
             ShardMsg::ClientKill(filter, done) => {
                 let _ = done.send(self.clients.borrow().kill(&filter));
             }
+            ShardMsg::KillRevokedSubscribers { user, caller, done } => {
+                let _ = done.send(self.kill_revoked_subscribers(&user, caller));
+            }
             ShardMsg::Populate {
                 db,
                 count,

@@ -178,6 +178,21 @@ impl Subscribers {
         }
     }
 
+    /// Every subscription on this thread: its kind, its channel or pattern, and the client.
+    pub fn each(&self, mut f: impl FnMut(Kind, &[u8], u64)) {
+        for (kind, map) in [
+            (Kind::Channel, &self.channels),
+            (Kind::ShardChannel, &self.shard_channels),
+        ] {
+            for (name, inboxes) in map {
+                inboxes.iter().for_each(|i| f(kind, name, i.id));
+            }
+        }
+        for (name, inboxes) in &self.patterns.items {
+            inboxes.iter().for_each(|i| f(Kind::Pattern, name, i.id));
+        }
+    }
+
     /// Pushes `msg` to every client here subscribed to its channel or to one of the patterns
     /// the publisher matched,
     /// in Redis's order: channel subscribers, then each matching pattern's.

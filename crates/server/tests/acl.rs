@@ -754,3 +754,71 @@ fn protected_mode_epoll() {
 fn protected_mode_uring() {
     protected_mode(Backend::Uring);
 }
+
+/// Which of a user's subscribers ACL SETUSER closes when it takes channels away: those
+/// subscribed to a channel (or pattern, compared literally) no longer allowed, as in Redis.
+fn revoked_subscribers_closed(port: u16) -> Vec<bool> {
+    let mut admin = Raw::tcp(port);
+    assert_eq!(
+        admin.cmd(&[
+            "ACL",
+            "SETUSER",
+            "sub",
+            "on",
+            "nopass",
+            "+@all",
+            "~*",
+            "resetchannels",
+            "&news.*",
+            "&sport"
+        ]),
+        b"+OK\r\n"
+    );
+    let subscribe = |cmd: &str, name: &str| {
+        let mut c = logged_in(port, "sub", "x");
+        let reply = c.cmd(&[cmd, name]);
+        assert!(
+            reply.starts_with(b"*3\r\n"),
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
+        c
+    };
+    let mut subs = vec![
+        subscribe("SUBSCRIBE", "news.a"),
+        subscribe("SUBSCRIBE", "sport"),
+        subscribe("PSUBSCRIBE", "news.*"),
+        subscribe("SSUBSCRIBE", "news.b"),
+    ];
+    assert_eq!(
+        admin.cmd(&[
+            "ACL",
+            "SETUSER",
+            "sub",
+            "resetchannels",
+            "&sport",
+            "&news.a"
+        ]),
+        b"+OK\r\n"
+    );
+    subs.iter_mut()
+        .map(|c| c.closed_within(Duration::from_millis(500)))
+        .collect()
+}
+
+#[test]
+fn revoked_subscribers_are_closed_as_in_redis() {
+    let redis = Server::redis();
+    let expected = revoked_subscribers_closed(redis.port);
+    assert_eq!(expected, vec![false, false, true, true]);
+    for backend in [Backend::Epoll, Backend::Uring] {
+        if backend.available() {
+            let ours = Server::start(backend, &[]);
+            assert_eq!(
+                revoked_subscribers_closed(ours.port),
+                expected,
+                "{backend:?}"
+            );
+        }
+    }
+}
