@@ -6,6 +6,7 @@
 pub mod args;
 pub mod bitmap_family;
 pub mod blocking;
+pub mod command_docs;
 pub mod config;
 pub mod config_rewrite;
 pub mod ctx;

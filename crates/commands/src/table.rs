@@ -1,6 +1,8 @@
-//! The command table: every command's name, arity, flags, key positions, ACL categories, how
-//! the coordinator routes it, and its handler. COMMAND, arity checks and routing all read this
-//! one table, so they cannot disagree.
+//! The command table: every command Damselfly runs, with its name, arity, flags, key
+//! positions, how the coordinator routes it, and its handler. Arity checks and routing read
+//! this table; what COMMAND, COMMAND DOCS and ACL report of a command (its ACL categories,
+//! key specifications, documentation) is Redis's own description ([`crate::redis_meta`]),
+//! and a test checks the two agree on arity and key positions.
 
 use crate::{
     args::Args, bitmap_family as bits, blocking, ctx::ExecCtx, dump_family as dumps,
@@ -165,10 +167,6 @@ pub struct CommandSpec {
     pub more_keys: MoreKeys,
     /// What a transaction running the command locks.
     pub intents: Intents,
-    pub acl: &'static str,
-    pub group: &'static str,
-    pub summary: &'static str,
-    pub since: &'static str,
     pub route: Route,
     pub handler: Handler,
 }
@@ -310,10 +308,6 @@ struct Def {
     keys: (i32, i32, i32),
     more_keys: MoreKeys,
     intents: Intents,
-    acl: &'static str,
-    group: &'static str,
-    since: &'static str,
-    summary: &'static str,
     route: Route,
     handler: Handler,
 }
@@ -328,29 +322,25 @@ const fn spec(d: Def) -> CommandSpec {
         step: d.keys.2,
         more_keys: d.more_keys,
         intents: d.intents,
-        acl: d.acl,
-        group: d.group,
-        summary: d.summary,
-        since: d.since,
         route: d.route,
         handler: d.handler,
     }
 }
 
 macro_rules! cmd {
-    ($name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
-        cmd!(more MoreKeys::None; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    ($name:literal, $arity:expr, $flags:expr, $keys:expr, $route:expr, $handler:expr) => {
+        cmd!(more MoreKeys::None; $name, $arity, $flags, $keys, $route, $handler)
     };
-    (numkeys $numkeys:literal; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
-        cmd!(more MoreKeys::Numkeys($numkeys); $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    (numkeys $numkeys:literal; $name:literal, $arity:expr, $flags:expr, $keys:expr, $route:expr, $handler:expr) => {
+        cmd!(more MoreKeys::Numkeys($numkeys); $name, $arity, $flags, $keys, $route, $handler)
     };
-    (intents $intents:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
-        cmd!(full MoreKeys::None, $intents; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    (intents $intents:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $route:expr, $handler:expr) => {
+        cmd!(full MoreKeys::None, $intents; $name, $arity, $flags, $keys, $route, $handler)
     };
-    (more $more:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
-        cmd!(full $more, Intents::Keys; $name, $arity, $flags, $keys, $acl, $group, $since, $summary, $route, $handler)
+    (more $more:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $route:expr, $handler:expr) => {
+        cmd!(full $more, Intents::Keys; $name, $arity, $flags, $keys, $route, $handler)
     };
-    (full $more:expr, $intents:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $acl:literal, $group:literal, $since:literal, $summary:literal, $route:expr, $handler:expr) => {
+    (full $more:expr, $intents:expr; $name:literal, $arity:expr, $flags:expr, $keys:expr, $route:expr, $handler:expr) => {
         spec(Def {
             name: $name,
             arity: $arity,
@@ -358,10 +348,6 @@ macro_rules! cmd {
             keys: $keys,
             more_keys: $more,
             intents: $intents,
-            acl: $acl,
-            group: $group,
-            since: $since,
-            summary: $summary,
             route: $route,
             handler: $handler,
         })
@@ -378,238 +364,1071 @@ use Route::{AllShards, Coordinator, Cursor, Key, KeyOrCoordinator, Keys};
 
 pub static COMMANDS: &[CommandSpec] = &[
     // connection
-    cmd!("ping", -1, FAST | SENTINEL, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Returns the server's liveliness response.", Coordinator, C(CoordCmd::Ping)),
-    cmd!("echo", 2, FAST, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Returns the given string.", Coordinator, C(CoordCmd::Echo)),
-    cmd!("quit", -1, ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Closes the connection.", Coordinator, C(CoordCmd::Quit)),
-    cmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "6.0.0", "Handshakes with the Redis server.", Coordinator, C(CoordCmd::Hello)),
-    cmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Authenticates the connection.", Coordinator, C(CoordCmd::Auth)),
-    cmd!("select", 2, LOADING | STALE | FAST, NO_KEYS, "@fast @connection", "connection", "1.0.0", "Changes the selected database.", Coordinator, C(CoordCmd::Select)),
-    cmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, NO_KEYS, "@fast @connection", "connection", "6.2.0", "Resets the connection.", Coordinator, C(CoordCmd::Reset)),
-    cmd!("acl", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, "@slow", "server", "6.0.0", "A container for Access List Control commands.", Coordinator, C(CoordCmd::Acl)),
-    cmd!("client", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "connection", "2.4.0", "A container for client connection commands.", Coordinator, C(CoordCmd::Client)),
+    cmd!(
+        "ping",
+        -1,
+        FAST | SENTINEL,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Ping)
+    ),
+    cmd!("echo", 2, FAST, NO_KEYS, Coordinator, C(CoordCmd::Echo)),
+    cmd!(
+        "quit",
+        -1,
+        ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Quit)
+    ),
+    cmd!(
+        "hello",
+        -1,
+        NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Hello)
+    ),
+    cmd!(
+        "auth",
+        -2,
+        NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Auth)
+    ),
+    cmd!(
+        "select",
+        2,
+        LOADING | STALE | FAST,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Select)
+    ),
+    cmd!(
+        "reset",
+        1,
+        NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Reset)
+    ),
+    cmd!(
+        "acl",
+        -2,
+        NOSCRIPT | LOADING | STALE | SENTINEL,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Acl)
+    ),
+    cmd!(
+        "client",
+        -2,
+        NOSCRIPT | LOADING | STALE | SENTINEL,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Client)
+    ),
     // transactions
-    cmd!("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "1.2.0", "Starts a transaction.", Coordinator, C(CoordCmd::Multi)),
-    cmd!("exec", 1, NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG, NO_KEYS, "@slow @transaction", "transactions", "1.2.0", "Executes all commands in a transaction.", Coordinator, C(CoordCmd::Exec)),
-    cmd!("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "2.0.0", "Discards a transaction.", Coordinator, C(CoordCmd::Discard)),
-    cmd!("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, ALL_KEYS, "@fast @transaction", "transactions", "2.2.0", "Monitors changes to keys to determine the execution of a transaction.", Coordinator, C(CoordCmd::Watch)),
-    cmd!("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, "@fast @transaction", "transactions", "2.2.0", "Forgets about watched keys of a transaction.", Coordinator, C(CoordCmd::Unwatch)),
+    cmd!(
+        "multi",
+        1,
+        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Multi)
+    ),
+    cmd!(
+        "exec",
+        1,
+        NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Exec)
+    ),
+    cmd!(
+        "discard",
+        1,
+        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Discard)
+    ),
+    cmd!(
+        "watch",
+        -2,
+        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
+        ALL_KEYS,
+        Coordinator,
+        C(CoordCmd::Watch)
+    ),
+    cmd!(
+        "unwatch",
+        1,
+        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Unwatch)
+    ),
     // server
-    cmd!("command", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @connection", "server", "2.8.13", "Returns detailed information about all commands.", Coordinator, C(CoordCmd::Command)),
-    cmd!("info", -1, LOADING | STALE | SENTINEL, NO_KEYS, "@slow @dangerous", "server", "1.0.0", "Returns information and statistics about the server.", Coordinator, C(CoordCmd::Info)),
-    cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.0.0", "A container for server configuration commands.", Coordinator, C(CoordCmd::Config)),
+    cmd!(
+        "command",
+        -1,
+        LOADING | STALE | SENTINEL,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Command)
+    ),
+    cmd!(
+        "info",
+        -1,
+        LOADING | STALE | SENTINEL,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Info)
+    ),
+    cmd!(
+        "config",
+        -2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Config)
+    ),
     // Containers carry the flags of their subcommands (SLOWLOG HELP and LATENCY HELP are the
     // exceptions Redis does not flag admin), as CONFIG's row does.
-    cmd!("slowlog", -2, ADMIN | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.2.12", "A container for slow log commands.", Coordinator, C(CoordCmd::Slowlog)),
-    cmd!("latency", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "2.8.13", "A container for latency diagnostics commands.", Coordinator, C(CoordCmd::Latency)),
-    cmd!("time", 1, LOADING | STALE | FAST, NO_KEYS, "@fast", "server", "2.6.0", "Returns the server time.", Coordinator, C(CoordCmd::Time)),
-    cmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the server.", Coordinator, C(CoordCmd::Shutdown)),
-    cmd!(intents Intents::Debug; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "A container for debugging commands.", Coordinator, C(CoordCmd::Debug)),
-    cmd!(intents Intents::AllDbs; "save", 1, ADMIN | NOSCRIPT | NO_MULTI, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Synchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Save)),
-    cmd!(intents Intents::AllDbs; "bgsave", -1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously saves the database(s) to disk.", Coordinator, C(CoordCmd::Bgsave)),
-    cmd!(intents Intents::AllDbs; "bgrewriteaof", 1, ADMIN | NOSCRIPT, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Asynchronously rewrites the append-only file to disk.", Coordinator, C(CoordCmd::Bgrewriteaof)),
-    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "Executes a server-side Lua script.", Coordinator, C(CoordCmd::Eval)),
-    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "Executes a server-side Lua script by SHA1 digest.", Coordinator, C(CoordCmd::Eval)),
-    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Executes a read-only server-side Lua script.", Coordinator, C(CoordCmd::Eval)),
-    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Executes a read-only server-side Lua script by SHA1 digest.", Coordinator, C(CoordCmd::Eval)),
-    cmd!("script", -2, NOSCRIPT, NO_KEYS, "@slow @scripting", "scripting", "2.6.0", "A container for Lua scripts management commands.", Coordinator, C(CoordCmd::Script)),
-    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Invokes a function.", Coordinator, C(CoordCmd::Fcall)),
-    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "Invokes a read-only function.", Coordinator, C(CoordCmd::Fcall)),
-    cmd!("function", -2, NOSCRIPT, NO_KEYS, "@slow @scripting", "scripting", "7.0.0", "A container for function commands.", Coordinator, C(CoordCmd::Function)),
-    cmd!("subscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Listens for messages published to channels.", Coordinator, C(CoordCmd::Subscribe(Kind::Channel))),
-    cmd!("psubscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Listens for messages published to channels that match one or more patterns.", Coordinator, C(CoordCmd::Subscribe(Kind::Pattern))),
-    cmd!("ssubscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, "@pubsub @slow", "pubsub", "7.0.0", "Listens for messages published to shard channels.", Coordinator, C(CoordCmd::Subscribe(Kind::ShardChannel))),
-    cmd!("unsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Stops listening to messages posted to channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::Channel))),
-    cmd!("punsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, "@pubsub @slow", "pubsub", "2.0.0", "Stops listening to messages published to channels that match one or more patterns.", Coordinator, C(CoordCmd::Unsubscribe(Kind::Pattern))),
-    cmd!("sunsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, "@pubsub @slow", "pubsub", "7.0.0", "Stops listening to messages posted to shard channels.", Coordinator, C(CoordCmd::Unsubscribe(Kind::ShardChannel))),
-    cmd!("publish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, NO_KEYS, "@pubsub @fast", "pubsub", "2.0.0", "Posts a message to a channel.", Coordinator, C(CoordCmd::Publish { sharded: false })),
-    cmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, ONE_KEY, "@pubsub @fast", "pubsub", "7.0.0", "Post a message to a shard channel", Coordinator, C(CoordCmd::Publish { sharded: true })),
-    cmd!("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, "@admin @slow @dangerous", "server", "1.0.0", "Listens for all requests received by the server in real-time.", Coordinator, C(CoordCmd::Monitor)),
-    cmd!("pubsub", -2, 0, NO_KEYS, "@slow", "pubsub", "2.8.0", "A container for Pub/Sub commands.", Coordinator, C(CoordCmd::Pubsub)),
-    cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, "@admin @fast @dangerous", "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk.", Coordinator, C(CoordCmd::Lastsave)),
-    cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, "@keyspace @read @fast", "server", "1.0.0", "Returns the number of keys in the database.", AllShards(Merge::Sum), S(server::dbsize)),
-    cmd!("flushdb", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from the current database.", AllShards(Merge::AllOk), S(server::flushdb)),
-    cmd!(intents Intents::AllDbs; "flushall", -1, WRITE, NO_KEYS, "@keyspace @write @slow @dangerous", "server", "1.0.0", "Removes all keys from all databases.", AllShards(Merge::AllOk), S(server::flushall)),
+    cmd!(
+        "slowlog",
+        -2,
+        ADMIN | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Slowlog)
+    ),
+    cmd!(
+        "latency",
+        -2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Latency)
+    ),
+    cmd!(
+        "time",
+        1,
+        LOADING | STALE | FAST,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Time)
+    ),
+    cmd!(
+        "shutdown",
+        -1,
+        ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Shutdown)
+    ),
+    cmd!(intents Intents::Debug; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Debug)),
+    cmd!(intents Intents::AllDbs; "save", 1, ADMIN | NOSCRIPT | NO_MULTI, NO_KEYS, Coordinator, C(CoordCmd::Save)),
+    cmd!(intents Intents::AllDbs; "bgsave", -1, ADMIN | NOSCRIPT, NO_KEYS, Coordinator, C(CoordCmd::Bgsave)),
+    cmd!(intents Intents::AllDbs; "bgrewriteaof", 1, ADMIN | NOSCRIPT, NO_KEYS, Coordinator, C(CoordCmd::Bgrewriteaof)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
+    cmd!(
+        "script",
+        -2,
+        NOSCRIPT,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Script)
+    ),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, Coordinator, C(CoordCmd::Fcall)),
+    cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, Coordinator, C(CoordCmd::Fcall)),
+    cmd!(
+        "function",
+        -2,
+        NOSCRIPT,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Function)
+    ),
+    cmd!(
+        "subscribe",
+        -2,
+        PUBSUB | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Subscribe(Kind::Channel))
+    ),
+    cmd!(
+        "psubscribe",
+        -2,
+        PUBSUB | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Subscribe(Kind::Pattern))
+    ),
+    cmd!(
+        "ssubscribe",
+        -2,
+        PUBSUB | NOSCRIPT | LOADING | STALE,
+        ALL_KEYS,
+        Coordinator,
+        C(CoordCmd::Subscribe(Kind::ShardChannel))
+    ),
+    cmd!(
+        "unsubscribe",
+        -1,
+        PUBSUB | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Unsubscribe(Kind::Channel))
+    ),
+    cmd!(
+        "punsubscribe",
+        -1,
+        PUBSUB | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Unsubscribe(Kind::Pattern))
+    ),
+    cmd!(
+        "sunsubscribe",
+        -1,
+        PUBSUB | NOSCRIPT | LOADING | STALE,
+        ALL_KEYS,
+        Coordinator,
+        C(CoordCmd::Unsubscribe(Kind::ShardChannel))
+    ),
+    cmd!(
+        "publish",
+        3,
+        PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Publish { sharded: false })
+    ),
+    cmd!(
+        "spublish",
+        3,
+        PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE,
+        ONE_KEY,
+        Coordinator,
+        C(CoordCmd::Publish { sharded: true })
+    ),
+    cmd!(
+        "monitor",
+        1,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Monitor)
+    ),
+    cmd!("pubsub", -2, 0, NO_KEYS, Coordinator, C(CoordCmd::Pubsub)),
+    cmd!(
+        "lastsave",
+        1,
+        LOADING | STALE | FAST,
+        NO_KEYS,
+        Coordinator,
+        C(CoordCmd::Lastsave)
+    ),
+    cmd!(
+        "dbsize",
+        1,
+        READONLY | FAST,
+        NO_KEYS,
+        AllShards(Merge::Sum),
+        S(server::dbsize)
+    ),
+    cmd!(
+        "flushdb",
+        -1,
+        WRITE,
+        NO_KEYS,
+        AllShards(Merge::AllOk),
+        S(server::flushdb)
+    ),
+    cmd!(intents Intents::AllDbs; "flushall", -1, WRITE, NO_KEYS, AllShards(Merge::AllOk), S(server::flushall)),
     // generic keyspace
-    cmd!("del", -2, WRITE, ALL_KEYS, "@keyspace @write @slow", "generic", "1.0.0", "Deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
-    cmd!("unlink", -2, WRITE | FAST, ALL_KEYS, "@keyspace @write @fast", "generic", "4.0.0", "Asynchronously deletes one or more keys.", Keys(Merge::Sum), S(keys::del)),
-    cmd!("exists", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "1.0.0", "Determines whether one or more keys exist.", Keys(Merge::Sum), S(keys::exists)),
-    cmd!("touch", -2, READONLY | FAST, ALL_KEYS, "@keyspace @read @fast", "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", Keys(Merge::Sum), S(keys::touch)),
-    cmd!("type", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "1.0.0", "Determines the type of value stored at a key.", Key, S(keys::type_cmd)),
-    cmd!("expire", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Sets the expiration time of a key in seconds.", Key, S(keys::expire)),
-    cmd!("pexpire", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.6.0", "Sets the expiration time of a key in milliseconds.", Key, S(keys::pexpire)),
-    cmd!("expireat", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.2.0", "Sets the expiration time of a key to a Unix timestamp.", Key, S(keys::expireat)),
-    cmd!("pexpireat", -3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.6.0", "Sets the expiration time of a key to a Unix milliseconds timestamp.", Key, S(keys::pexpireat)),
-    cmd!("ttl", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "1.0.0", "Returns the expiration time in seconds of a key.", Key, S(keys::ttl)),
-    cmd!("pttl", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "2.6.0", "Returns the expiration time in milliseconds of a key.", Key, S(keys::pttl)),
-    cmd!("expiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", Key, S(keys::expiretime)),
-    cmd!("pexpiretime", 2, READONLY | FAST, ONE_KEY, "@keyspace @read @fast", "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", Key, S(keys::pexpiretime)),
-    cmd!("persist", 2, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "2.2.0", "Removes the expiration time of a key.", Key, S(keys::persist)),
-    cmd!(intents Intents::Transfer; "rename", 3, WRITE, (1, 2, 1), "@keyspace @write @slow", "generic", "1.0.0", "Renames a key and overwrites the destination.", Keys(Merge::Transfer), S(keys::transfer)),
-    cmd!(intents Intents::Transfer; "renamenx", 3, WRITE | FAST, (1, 2, 1), "@keyspace @write @fast", "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", Keys(Merge::Transfer), S(keys::transfer)),
-    cmd!(intents Intents::Transfer; "copy", -3, WRITE | DENYOOM, (1, 2, 1), "@keyspace @write @slow", "generic", "6.2.0", "Copies the value of a key to a new key.", Keys(Merge::Transfer), S(keys::transfer)),
-    cmd!(intents Intents::Transfer; "move", 3, WRITE | FAST, ONE_KEY, "@keyspace @write @fast", "generic", "1.0.0", "Moves a key to another database.", Key, S(keys::transfer)),
-    cmd!(intents Intents::SwapDbs; "swapdb", 3, WRITE | FAST, NO_KEYS, "@keyspace @write @fast @dangerous", "server", "4.0.0", "Swaps two Redis databases.", AllShards(Merge::AllOk), S(keys::swapdb)),
-    cmd!("object", -2, READONLY, (2, 2, 1), "@keyspace @read @slow", "generic", "2.2.3", "A container for object introspection commands.", Key, S(keys::object)),
-    cmd!("memory", -2, READONLY, (2, 2, 1), "@read @slow", "server", "4.0.0", "A container for memory diagnostics commands.", KeyOrCoordinator(CoordCmd::Memory), S(keys::memory_usage)),
-    cmd!("dump", 2, READONLY, ONE_KEY, "@keyspace @read @slow", "generic", "2.6.0", "Return a serialized version of the value stored at the specified key.", Key, S(dumps::dump)),
-    cmd!("restore", -4, WRITE | DENYOOM, ONE_KEY, "@keyspace @write @slow @dangerous", "generic", "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.", Key, S(dumps::restore)),
-    cmd!("keys", 2, READONLY, NO_KEYS, "@keyspace @read @slow @dangerous", "generic", "1.0.0", "Returns all key names that match a pattern.", AllShards(Merge::Concat), S(keys::keys)),
-    cmd!("scan", -2, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "2.8.0", "Iterates over the key names in the database.", Cursor, S(keys::scan)),
-    cmd!("randomkey", 1, READONLY, NO_KEYS, "@keyspace @read @slow", "generic", "1.0.0", "Returns a random key name from the database.", AllShards(Merge::RandomKey), S(keys::randomkey)),
+    cmd!("del", -2, WRITE, ALL_KEYS, Keys(Merge::Sum), S(keys::del)),
+    cmd!(
+        "unlink",
+        -2,
+        WRITE | FAST,
+        ALL_KEYS,
+        Keys(Merge::Sum),
+        S(keys::del)
+    ),
+    cmd!(
+        "exists",
+        -2,
+        READONLY | FAST,
+        ALL_KEYS,
+        Keys(Merge::Sum),
+        S(keys::exists)
+    ),
+    cmd!(
+        "touch",
+        -2,
+        READONLY | FAST,
+        ALL_KEYS,
+        Keys(Merge::Sum),
+        S(keys::touch)
+    ),
+    cmd!("type", 2, READONLY | FAST, ONE_KEY, Key, S(keys::type_cmd)),
+    cmd!("expire", -3, WRITE | FAST, ONE_KEY, Key, S(keys::expire)),
+    cmd!("pexpire", -3, WRITE | FAST, ONE_KEY, Key, S(keys::pexpire)),
+    cmd!(
+        "expireat",
+        -3,
+        WRITE | FAST,
+        ONE_KEY,
+        Key,
+        S(keys::expireat)
+    ),
+    cmd!(
+        "pexpireat",
+        -3,
+        WRITE | FAST,
+        ONE_KEY,
+        Key,
+        S(keys::pexpireat)
+    ),
+    cmd!("ttl", 2, READONLY | FAST, ONE_KEY, Key, S(keys::ttl)),
+    cmd!("pttl", 2, READONLY | FAST, ONE_KEY, Key, S(keys::pttl)),
+    cmd!(
+        "expiretime",
+        2,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(keys::expiretime)
+    ),
+    cmd!(
+        "pexpiretime",
+        2,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(keys::pexpiretime)
+    ),
+    cmd!("persist", 2, WRITE | FAST, ONE_KEY, Key, S(keys::persist)),
+    cmd!(intents Intents::Transfer; "rename", 3, WRITE, (1, 2, 1), Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!(intents Intents::Transfer; "renamenx", 3, WRITE | FAST, (1, 2, 1), Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!(intents Intents::Transfer; "copy", -3, WRITE | DENYOOM, (1, 2, 1), Keys(Merge::Transfer), S(keys::transfer)),
+    cmd!(intents Intents::Transfer; "move", 3, WRITE | FAST, ONE_KEY, Key, S(keys::transfer)),
+    cmd!(intents Intents::SwapDbs; "swapdb", 3, WRITE | FAST, NO_KEYS, AllShards(Merge::AllOk), S(keys::swapdb)),
+    cmd!("object", -2, READONLY, (2, 2, 1), Key, S(keys::object)),
+    cmd!(
+        "memory",
+        -2,
+        READONLY,
+        (2, 2, 1),
+        KeyOrCoordinator(CoordCmd::Memory),
+        S(keys::memory_usage)
+    ),
+    cmd!("dump", 2, READONLY, ONE_KEY, Key, S(dumps::dump)),
+    cmd!(
+        "restore",
+        -4,
+        WRITE | DENYOOM,
+        ONE_KEY,
+        Key,
+        S(dumps::restore)
+    ),
+    cmd!(
+        "keys",
+        2,
+        READONLY,
+        NO_KEYS,
+        AllShards(Merge::Concat),
+        S(keys::keys)
+    ),
+    cmd!("scan", -2, READONLY, NO_KEYS, Cursor, S(keys::scan)),
+    cmd!(
+        "randomkey",
+        1,
+        READONLY,
+        NO_KEYS,
+        AllShards(Merge::RandomKey),
+        S(keys::randomkey)
+    ),
     // strings
-    cmd!("get", 2, READONLY | FAST, ONE_KEY, "@read @string @fast", "string", "1.0.0", "Returns the string value of a key.", Key, S(strings::get)),
-    cmd!("set", -3, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "1.0.0", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", Key, S(strings::set)),
-    cmd!("setnx", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Set the string value of a key only when the key doesn't exist.", Key, S(strings::setnx)),
-    cmd!("setex", 4, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "2.0.0", "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.", Key, S(strings::setex)),
-    cmd!("psetex", 4, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "2.6.0", "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.", Key, S(strings::psetex)),
-    cmd!("getset", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Returns the previous string value of a key after setting it to a new value.", Key, S(strings::getset)),
-    cmd!("getdel", 2, WRITE | FAST, ONE_KEY, "@write @string @fast", "string", "6.2.0", "Returns the string value of a key after deleting the key.", Key, S(strings::getdel)),
-    cmd!("getex", -2, WRITE | FAST, ONE_KEY, "@write @string @fast", "string", "6.2.0", "Returns the string value of a key after setting its expiration time.", Key, S(strings::getex)),
-    cmd!("mget", -2, READONLY | FAST, ALL_KEYS, "@read @string @fast", "string", "1.0.0", "Atomically returns the string values of one or more keys.", Keys(Merge::Items), S(strings::mget)),
-    cmd!("mset", -3, WRITE | DENYOOM, PAIRS, "@write @string @slow", "string", "1.0.1", "Atomically creates or modifies the string values of one or more keys.", Keys(Merge::AllOk), S(strings::mset)),
-    cmd!("msetnx", -3, WRITE | DENYOOM, PAIRS, "@write @string @slow", "string", "1.0.1", "Atomically modifies the string values of one or more keys only when all keys don't exist.", Keys(Merge::MsetNx), S(strings::msetnx)),
-    cmd!("append", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.", Key, S(strings::append)),
-    cmd!("lcs", -3, READONLY, (1, 2, 1), "@read @string @slow", "string", "7.0.0", "Finds the longest common substring.", Keys(Merge::Gather), S(strings::lcs)),
-    cmd!("strlen", 2, READONLY | FAST, ONE_KEY, "@read @string @fast", "string", "2.2.0", "Returns the length of a string value.", Key, S(strings::strlen)),
-    cmd!("getrange", 4, READONLY, ONE_KEY, "@read @string @slow", "string", "2.4.0", "Returns a substring of the string stored at a key.", Key, S(strings::getrange)),
-    cmd!("substr", 4, READONLY, ONE_KEY, "@read @string @slow", "string", "1.0.0", "Returns a substring from a string value.", Key, S(strings::getrange)),
-    cmd!("setrange", 4, WRITE | DENYOOM, ONE_KEY, "@write @string @slow", "string", "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", Key, S(strings::setrange)),
-    cmd!("incr", 2, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incr)),
-    cmd!("decr", 2, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decr)),
-    cmd!("incrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrby)),
-    cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::decrby)),
-    cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @string @fast", "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", Key, S(strings::incrbyfloat)),
+    cmd!("get", 2, READONLY | FAST, ONE_KEY, Key, S(strings::get)),
+    cmd!("set", -3, WRITE | DENYOOM, ONE_KEY, Key, S(strings::set)),
+    cmd!(
+        "setnx",
+        3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::setnx)
+    ),
+    cmd!("setex", 4, WRITE | DENYOOM, ONE_KEY, Key, S(strings::setex)),
+    cmd!(
+        "psetex",
+        4,
+        WRITE | DENYOOM,
+        ONE_KEY,
+        Key,
+        S(strings::psetex)
+    ),
+    cmd!(
+        "getset",
+        3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::getset)
+    ),
+    cmd!("getdel", 2, WRITE | FAST, ONE_KEY, Key, S(strings::getdel)),
+    cmd!("getex", -2, WRITE | FAST, ONE_KEY, Key, S(strings::getex)),
+    cmd!(
+        "mget",
+        -2,
+        READONLY | FAST,
+        ALL_KEYS,
+        Keys(Merge::Items),
+        S(strings::mget)
+    ),
+    cmd!(
+        "mset",
+        -3,
+        WRITE | DENYOOM,
+        PAIRS,
+        Keys(Merge::AllOk),
+        S(strings::mset)
+    ),
+    cmd!(
+        "msetnx",
+        -3,
+        WRITE | DENYOOM,
+        PAIRS,
+        Keys(Merge::MsetNx),
+        S(strings::msetnx)
+    ),
+    cmd!(
+        "append",
+        3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::append)
+    ),
+    cmd!(
+        "lcs",
+        -3,
+        READONLY,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(strings::lcs)
+    ),
+    cmd!(
+        "strlen",
+        2,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::strlen)
+    ),
+    cmd!("getrange", 4, READONLY, ONE_KEY, Key, S(strings::getrange)),
+    cmd!("substr", 4, READONLY, ONE_KEY, Key, S(strings::getrange)),
+    cmd!(
+        "setrange",
+        4,
+        WRITE | DENYOOM,
+        ONE_KEY,
+        Key,
+        S(strings::setrange)
+    ),
+    cmd!(
+        "incr",
+        2,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::incr)
+    ),
+    cmd!(
+        "decr",
+        2,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::decr)
+    ),
+    cmd!(
+        "incrby",
+        3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::incrby)
+    ),
+    cmd!(
+        "decrby",
+        3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::decrby)
+    ),
+    cmd!(
+        "incrbyfloat",
+        3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(strings::incrbyfloat)
+    ),
     // hashes
-    cmd!(more MoreKeys::Sort { store: true }; "sort", -2, WRITE | DENYOOM, ONE_KEY, "@write @set @sortedset @list @slow @dangerous", "generic", "1.0.0", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", Keys(Merge::Gather), S(sort::sort)),
-    cmd!(more MoreKeys::Sort { store: false }; "sort_ro", -2, READONLY, ONE_KEY, "@read @set @sortedset @list @slow @dangerous", "generic", "7.0.0", "Returns the sorted elements of a list, a set, or a sorted set.", Keys(Merge::Gather), S(sort::sort_ro)),
-    cmd!("setbit", 4, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", Key, S(bits::setbit)),
-    cmd!("getbit", 3, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "2.2.0", "Returns a bit value by offset.", Key, S(bits::getbit)),
-    cmd!("bitcount", -2, READONLY, ONE_KEY, "@read @bitmap @slow", "bitmap", "2.6.0", "Counts the number of set bits (population counting) in a string.", Key, S(bits::bitcount)),
-    cmd!("bitpos", -3, READONLY, ONE_KEY, "@read @bitmap @slow", "bitmap", "2.8.7", "Finds the first set (1) or clear (0) bit in a string.", Key, S(bits::bitpos)),
-    cmd!("bitop", -4, WRITE | DENYOOM, (2, -1, 1), "@write @bitmap @slow", "bitmap", "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", Keys(Merge::Gather), S(bits::bitop)),
-    cmd!("bitfield", -2, WRITE | DENYOOM, ONE_KEY, "@write @bitmap @slow", "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", Key, S(bits::bitfield)),
-    cmd!("bitfield_ro", -2, READONLY | FAST, ONE_KEY, "@read @bitmap @fast", "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", Key, S(bits::bitfield_ro)),
-    cmd!("pfadd", -2, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hyperloglog @fast", "hyperloglog", "2.8.9", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", Key, S(hll::pfadd)),
-    cmd!("pfcount", -2, READONLY | MAY_REPLICATE, ALL_KEYS, "@read @hyperloglog @slow", "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", Keys(Merge::Gather), S(hll::pfcount)),
-    cmd!("pfmerge", -2, WRITE | DENYOOM, ALL_KEYS, "@write @hyperloglog @slow", "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", Keys(Merge::Gather), S(hll::pfmerge)),
-    cmd!("hset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", Key, S(hash::hset)),
-    cmd!("hmset", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the values of multiple fields.", Key, S(hash::hset)),
-    cmd!("hsetnx", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", Key, S(hash::hsetnx)),
-    cmd!("hget", 3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Returns the value of a field in a hash.", Key, S(hash::hget)),
-    cmd!("hmget", -3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Returns the values of all fields in a hash.", Key, S(hash::hmget)),
-    cmd!("hdel", -3, WRITE | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", Key, S(hash::hdel)),
-    cmd!("hexists", 3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Determines whether a field exists in a hash.", Key, S(hash::hexists)),
-    cmd!("hlen", 2, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "2.0.0", "Returns the number of fields in a hash.", Key, S(hash::hlen)),
-    cmd!("hstrlen", 3, READONLY | FAST, ONE_KEY, "@read @hash @fast", "hash", "3.2.0", "Returns the length of the value of a field.", Key, S(hash::hstrlen)),
-    cmd!("hkeys", 2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.0.0", "Returns all fields in a hash.", Key, S(hash::hkeys)),
-    cmd!("hvals", 2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.0.0", "Returns all values in a hash.", Key, S(hash::hvals)),
-    cmd!("hgetall", 2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.0.0", "Returns all fields and values in a hash.", Key, S(hash::hgetall)),
-    cmd!("hincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.0.0", "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.", Key, S(hash::hincrby)),
-    cmd!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @hash @fast", "hash", "2.6.0", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", Key, S(hash::hincrbyfloat)),
-    cmd!("hrandfield", -2, READONLY, ONE_KEY, "@read @hash @slow", "hash", "6.2.0", "Returns one or more random fields from a hash.", Key, S(hash::hrandfield)),
-    cmd!("hscan", -3, READONLY, ONE_KEY, "@read @hash @slow", "hash", "2.8.0", "Iterates over fields and values of a hash.", Key, S(hash::hscan)),
+    cmd!(more MoreKeys::Sort { store: true }; "sort", -2, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(sort::sort)),
+    cmd!(more MoreKeys::Sort { store: false }; "sort_ro", -2, READONLY, ONE_KEY, Keys(Merge::Gather), S(sort::sort_ro)),
+    cmd!("setbit", 4, WRITE | DENYOOM, ONE_KEY, Key, S(bits::setbit)),
+    cmd!("getbit", 3, READONLY | FAST, ONE_KEY, Key, S(bits::getbit)),
+    cmd!("bitcount", -2, READONLY, ONE_KEY, Key, S(bits::bitcount)),
+    cmd!("bitpos", -3, READONLY, ONE_KEY, Key, S(bits::bitpos)),
+    cmd!(
+        "bitop",
+        -4,
+        WRITE | DENYOOM,
+        (2, -1, 1),
+        Keys(Merge::Gather),
+        S(bits::bitop)
+    ),
+    cmd!(
+        "bitfield",
+        -2,
+        WRITE | DENYOOM,
+        ONE_KEY,
+        Key,
+        S(bits::bitfield)
+    ),
+    cmd!(
+        "bitfield_ro",
+        -2,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(bits::bitfield_ro)
+    ),
+    cmd!(
+        "pfadd",
+        -2,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(hll::pfadd)
+    ),
+    cmd!(
+        "pfcount",
+        -2,
+        READONLY | MAY_REPLICATE,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(hll::pfcount)
+    ),
+    cmd!(
+        "pfmerge",
+        -2,
+        WRITE | DENYOOM,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(hll::pfmerge)
+    ),
+    cmd!(
+        "hset",
+        -4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hset)
+    ),
+    cmd!(
+        "hmset",
+        -4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hset)
+    ),
+    cmd!(
+        "hsetnx",
+        4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hsetnx)
+    ),
+    cmd!("hget", 3, READONLY | FAST, ONE_KEY, Key, S(hash::hget)),
+    cmd!("hmget", -3, READONLY | FAST, ONE_KEY, Key, S(hash::hmget)),
+    cmd!("hdel", -3, WRITE | FAST, ONE_KEY, Key, S(hash::hdel)),
+    cmd!(
+        "hexists",
+        3,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hexists)
+    ),
+    cmd!("hlen", 2, READONLY | FAST, ONE_KEY, Key, S(hash::hlen)),
+    cmd!(
+        "hstrlen",
+        3,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hstrlen)
+    ),
+    cmd!("hkeys", 2, READONLY, ONE_KEY, Key, S(hash::hkeys)),
+    cmd!("hvals", 2, READONLY, ONE_KEY, Key, S(hash::hvals)),
+    cmd!("hgetall", 2, READONLY, ONE_KEY, Key, S(hash::hgetall)),
+    cmd!(
+        "hincrby",
+        4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hincrby)
+    ),
+    cmd!(
+        "hincrbyfloat",
+        4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(hash::hincrbyfloat)
+    ),
+    cmd!(
+        "hrandfield",
+        -2,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(hash::hrandfield)
+    ),
+    cmd!("hscan", -3, READONLY, ONE_KEY, Key, S(hash::hscan)),
     // sets
-    cmd!("sadd", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @set @fast", "set", "1.0.0", "Adds one or more members to a set. Creates the key if it doesn't exist.", Key, S(sets::sadd)),
-    cmd!("srem", -3, WRITE | FAST, ONE_KEY, "@write @set @fast", "set", "1.0.0", "Removes one or more members from a set. Deletes the set if the last member was removed.", Key, S(sets::srem)),
-    cmd!("sismember", 3, READONLY | FAST, ONE_KEY, "@read @set @fast", "set", "1.0.0", "Determines whether a member belongs to a set.", Key, S(sets::sismember)),
-    cmd!("smismember", -3, READONLY | FAST, ONE_KEY, "@read @set @fast", "set", "6.2.0", "Determines whether multiple members belong to a set.", Key, S(sets::smismember)),
-    cmd!("smembers", 2, READONLY, ONE_KEY, "@read @set @slow", "set", "1.0.0", "Returns all members of a set.", Key, S(sets::smembers)),
-    cmd!("scard", 2, READONLY | FAST, ONE_KEY, "@read @set @fast", "set", "1.0.0", "Returns the number of members in a set.", Key, S(sets::scard)),
-    cmd!("spop", -2, WRITE | FAST, ONE_KEY, "@write @set @fast", "set", "1.0.0", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", Key, S(sets::spop)),
-    cmd!("srandmember", -2, READONLY, ONE_KEY, "@read @set @slow", "set", "1.0.0", "Get one or multiple random members from a set", Key, S(sets::srandmember)),
-    cmd!("smove", 4, WRITE | FAST, (1, 2, 1), "@write @set @fast", "set", "1.0.0", "Moves a member from one set to another.", Keys(Merge::Gather), S(sets::smove)),
-    cmd!("sinter", -2, READONLY, ALL_KEYS, "@read @set @slow", "set", "1.0.0", "Returns the intersect of multiple sets.", Keys(Merge::Gather), S(sets::sinter)),
-    cmd!("sunion", -2, READONLY, ALL_KEYS, "@read @set @slow", "set", "1.0.0", "Returns the union of multiple sets.", Keys(Merge::Gather), S(sets::sunion)),
-    cmd!("sdiff", -2, READONLY, ALL_KEYS, "@read @set @slow", "set", "1.0.0", "Returns the difference of multiple sets.", Keys(Merge::Gather), S(sets::sdiff)),
-    cmd!("sinterstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the intersect of multiple sets in a key.", Keys(Merge::Gather), S(sets::sinterstore)),
-    cmd!("sunionstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the union of multiple sets in a key.", Keys(Merge::Gather), S(sets::sunionstore)),
-    cmd!("sdiffstore", -3, WRITE | DENYOOM, ALL_KEYS, "@write @set @slow", "set", "1.0.0", "Stores the difference of multiple sets in a key.", Keys(Merge::Gather), S(sets::sdiffstore)),
-    cmd!(numkeys 1; "sintercard", -3, READONLY, NO_KEYS, "@read @set @slow", "set", "7.0.0", "Returns the number of members of the intersect of multiple sets.", Keys(Merge::Gather), S(sets::sintercard)),
-    cmd!("sscan", -3, READONLY, ONE_KEY, "@read @set @slow", "set", "2.8.0", "Iterates over members of a set.", Key, S(sets::sscan)),
+    cmd!(
+        "sadd",
+        -3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(sets::sadd)
+    ),
+    cmd!("srem", -3, WRITE | FAST, ONE_KEY, Key, S(sets::srem)),
+    cmd!(
+        "sismember",
+        3,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(sets::sismember)
+    ),
+    cmd!(
+        "smismember",
+        -3,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(sets::smismember)
+    ),
+    cmd!("smembers", 2, READONLY, ONE_KEY, Key, S(sets::smembers)),
+    cmd!("scard", 2, READONLY | FAST, ONE_KEY, Key, S(sets::scard)),
+    cmd!("spop", -2, WRITE | FAST, ONE_KEY, Key, S(sets::spop)),
+    cmd!(
+        "srandmember",
+        -2,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(sets::srandmember)
+    ),
+    cmd!(
+        "smove",
+        4,
+        WRITE | FAST,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(sets::smove)
+    ),
+    cmd!(
+        "sinter",
+        -2,
+        READONLY,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(sets::sinter)
+    ),
+    cmd!(
+        "sunion",
+        -2,
+        READONLY,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(sets::sunion)
+    ),
+    cmd!(
+        "sdiff",
+        -2,
+        READONLY,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(sets::sdiff)
+    ),
+    cmd!(
+        "sinterstore",
+        -3,
+        WRITE | DENYOOM,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(sets::sinterstore)
+    ),
+    cmd!(
+        "sunionstore",
+        -3,
+        WRITE | DENYOOM,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(sets::sunionstore)
+    ),
+    cmd!(
+        "sdiffstore",
+        -3,
+        WRITE | DENYOOM,
+        ALL_KEYS,
+        Keys(Merge::Gather),
+        S(sets::sdiffstore)
+    ),
+    cmd!(numkeys 1; "sintercard", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(sets::sintercard)),
+    cmd!("sscan", -3, READONLY, ONE_KEY, Key, S(sets::sscan)),
     // lists
-    cmd!("lpush", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", Key, S(lists::lpush)),
-    cmd!("rpush", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Appends one or more elements to a list. Creates the key if it doesn't exist.", Key, S(lists::rpush)),
-    cmd!("lpushx", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "2.2.0", "Prepends one or more elements to a list only when the list exists.", Key, S(lists::lpushx)),
-    cmd!("rpushx", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @list @fast", "list", "2.2.0", "Appends an element to a list only when the list exists.", Key, S(lists::rpushx)),
-    cmd!("lpop", -2, WRITE | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", Key, S(lists::lpop)),
-    cmd!("rpop", -2, WRITE | FAST, ONE_KEY, "@write @list @fast", "list", "1.0.0", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.", Key, S(lists::rpop)),
-    cmd!("llen", 2, READONLY | FAST, ONE_KEY, "@read @list @fast", "list", "1.0.0", "Returns the length of a list.", Key, S(lists::llen)),
-    cmd!("lindex", 3, READONLY, ONE_KEY, "@read @list @slow", "list", "1.0.0", "Returns an element from a list by its index.", Key, S(lists::lindex)),
-    cmd!("lset", 4, WRITE | DENYOOM, ONE_KEY, "@write @list @slow", "list", "1.0.0", "Sets the value of an element in a list by its index.", Key, S(lists::lset)),
-    cmd!("lrange", 4, READONLY, ONE_KEY, "@read @list @slow", "list", "1.0.0", "Returns a range of elements from a list.", Key, S(lists::lrange)),
-    cmd!("ltrim", 4, WRITE, ONE_KEY, "@write @list @slow", "list", "1.0.0", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", Key, S(lists::ltrim)),
-    cmd!("linsert", 5, WRITE | DENYOOM, ONE_KEY, "@write @list @slow", "list", "2.2.0", "Inserts an element before or after another element in a list.", Key, S(lists::linsert)),
-    cmd!("lrem", 4, WRITE, ONE_KEY, "@write @list @slow", "list", "1.0.0", "Removes elements from a list. Deletes the list if the last element was removed.", Key, S(lists::lrem)),
-    cmd!("lpos", -3, READONLY, ONE_KEY, "@read @list @slow", "list", "6.0.6", "Returns the index of matching elements in a list.", Key, S(lists::lpos)),
-    cmd!("lmove", 5, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(lists::lmove)),
-    cmd!("rpoplpush", 3, WRITE | DENYOOM, (1, 2, 1), "@write @list @slow", "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::rpoplpush)),
-    cmd!(numkeys 1; "lmpop", -4, WRITE, NO_KEYS, "@write @list @slow", "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(lists::lmpop)),
-    cmd!("blpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), "@write @list @slow @blocking", "list", "2.0.0", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::blpop)),
-    cmd!("brpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), "@write @list @slow @blocking", "list", "2.0.0", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::brpop)),
-    cmd!("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "2.2.0", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::brpoplpush)),
-    cmd!("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), "@write @list @slow @blocking", "list", "6.2.0", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", Keys(Merge::Gather), S(blocking::blmove)),
-    cmd!(numkeys 2; "blmpop", -5, WRITE | BLOCKING, NO_KEYS, "@write @list @slow @blocking", "list", "7.0.0", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", Keys(Merge::Gather), S(blocking::blmpop)),
+    cmd!(
+        "lpush",
+        -3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(lists::lpush)
+    ),
+    cmd!(
+        "rpush",
+        -3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(lists::rpush)
+    ),
+    cmd!(
+        "lpushx",
+        -3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(lists::lpushx)
+    ),
+    cmd!(
+        "rpushx",
+        -3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(lists::rpushx)
+    ),
+    cmd!("lpop", -2, WRITE | FAST, ONE_KEY, Key, S(lists::lpop)),
+    cmd!("rpop", -2, WRITE | FAST, ONE_KEY, Key, S(lists::rpop)),
+    cmd!("llen", 2, READONLY | FAST, ONE_KEY, Key, S(lists::llen)),
+    cmd!("lindex", 3, READONLY, ONE_KEY, Key, S(lists::lindex)),
+    cmd!("lset", 4, WRITE | DENYOOM, ONE_KEY, Key, S(lists::lset)),
+    cmd!("lrange", 4, READONLY, ONE_KEY, Key, S(lists::lrange)),
+    cmd!("ltrim", 4, WRITE, ONE_KEY, Key, S(lists::ltrim)),
+    cmd!(
+        "linsert",
+        5,
+        WRITE | DENYOOM,
+        ONE_KEY,
+        Key,
+        S(lists::linsert)
+    ),
+    cmd!("lrem", 4, WRITE, ONE_KEY, Key, S(lists::lrem)),
+    cmd!("lpos", -3, READONLY, ONE_KEY, Key, S(lists::lpos)),
+    cmd!(
+        "lmove",
+        5,
+        WRITE | DENYOOM,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(lists::lmove)
+    ),
+    cmd!(
+        "rpoplpush",
+        3,
+        WRITE | DENYOOM,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(lists::rpoplpush)
+    ),
+    cmd!(numkeys 1; "lmpop", -4, WRITE, NO_KEYS, Keys(Merge::Gather), S(lists::lmpop)),
+    cmd!(
+        "blpop",
+        -3,
+        WRITE | NOSCRIPT | BLOCKING,
+        (1, -2, 1),
+        Keys(Merge::Gather),
+        S(blocking::blpop)
+    ),
+    cmd!(
+        "brpop",
+        -3,
+        WRITE | NOSCRIPT | BLOCKING,
+        (1, -2, 1),
+        Keys(Merge::Gather),
+        S(blocking::brpop)
+    ),
+    cmd!(
+        "brpoplpush",
+        4,
+        WRITE | DENYOOM | NOSCRIPT | BLOCKING,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(blocking::brpoplpush)
+    ),
+    cmd!(
+        "blmove",
+        6,
+        WRITE | DENYOOM | NOSCRIPT | BLOCKING,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(blocking::blmove)
+    ),
+    cmd!(numkeys 2; "blmpop", -5, WRITE | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(blocking::blmpop)),
     // streams
-    cmd!("xadd", -5, WRITE | DENYOOM | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Appends a new message to a stream. Creates the key if it doesn't exist.", Key, S(streams::xadd)),
-    cmd!("xlen", 2, READONLY | FAST, ONE_KEY, "@read @stream @fast", "stream", "5.0.0", "Return the number of messages in a stream.", Key, S(streams::xlen)),
-    cmd!("xrange", -4, READONLY, ONE_KEY, "@read @stream @slow", "stream", "5.0.0", "Returns the messages from a stream within a range of IDs.", Key, S(streams::xrange)),
-    cmd!("xrevrange", -4, READONLY, ONE_KEY, "@read @stream @slow", "stream", "5.0.0", "Returns the messages from a stream within a range of IDs in reverse order.", Key, S(streams::xrevrange)),
-    cmd!("xdel", -3, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Returns the number of messages after removing them from a stream.", Key, S(streams::xdel)),
-    cmd!("xtrim", -4, WRITE, ONE_KEY, "@write @stream @slow", "stream", "5.0.0", "Deletes messages from the beginning of a stream.", Key, S(streams::xtrim)),
-    cmd!("xsetid", -3, WRITE | DENYOOM | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "An internal command for replicating stream values.", Key, S(streams::xsetid)),
-    cmd!(more MoreKeys::Streams; "xread", -4, READONLY | BLOCKING, NO_KEYS, "@read @stream @slow @blocking", "stream", "5.0.0", "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.", Keys(Merge::Gather), S(streams::xread)),
-    cmd!(more MoreKeys::Streams; "xreadgroup", -7, WRITE | BLOCKING, NO_KEYS, "@write @stream @slow @blocking", "stream", "5.0.0", "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.", Keys(Merge::Gather), S(streams::xread)),
-    cmd!("xgroup", -2, 0, (2, 2, 1), "@slow", "stream", "5.0.0", "A container for consumer groups commands.", Key, S(groups::xgroup)),
-    cmd!("xack", -4, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.", Key, S(groups::xack)),
-    cmd!("xpending", -3, READONLY, ONE_KEY, "@read @stream @slow", "stream", "5.0.0", "Returns the information and entries from a stream consumer group's pending entries list.", Key, S(groups::xpending)),
-    cmd!("xclaim", -6, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "5.0.0", "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.", Key, S(groups::xclaim)),
-    cmd!("xautoclaim", -6, WRITE | FAST, ONE_KEY, "@write @stream @fast", "stream", "6.2.0", "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.", Key, S(groups::xautoclaim)),
-    cmd!("xinfo", -2, 0, (2, 2, 1), "@slow", "stream", "5.0.0", "A container for stream introspection commands.", Key, S(groups::xinfo)),
-    cmd!("geoadd", -5, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", Key, S(geo::geoadd)),
-    cmd!("geopos", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the longitude and latitude of members from a geospatial index.", Key, S(geo::geopos)),
-    cmd!("geodist", -4, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns the distance between two members of a geospatial index.", Key, S(geo::geodist)),
-    cmd!("geohash", -2, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.0", "Returns members from a geospatial index as geohash strings.", Key, S(geo::geohash)),
-    cmd!("geosearch", -7, READONLY, ONE_KEY, "@read @geo @slow", "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle.", Key, S(geo::geosearch)),
-    cmd!("geosearchstore", -8, WRITE | DENYOOM, (1, 2, 1), "@write @geo @slow", "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.", Keys(Merge::Gather), S(geo::geosearchstore)),
-    cmd!(more MoreKeys::GeoStore; "georadius", -6, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.", Keys(Merge::Gather), S(geo::georadius)),
-    cmd!("georadius_ro", -6, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a coordinate.", Key, S(geo::georadius_ro)),
-    cmd!(more MoreKeys::GeoStore; "georadiusbymember", -5, WRITE | DENYOOM, ONE_KEY, "@write @geo @slow", "geo", "3.2.0", "Queries a geospatial index for members within a distance from a member, optionally stores the result.", Keys(Merge::Gather), S(geo::georadiusbymember)),
-    cmd!("georadiusbymember_ro", -5, READONLY, ONE_KEY, "@read @geo @slow", "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a member.", Key, S(geo::georadiusbymember_ro)),
-    cmd!("zadd", -4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", Key, S(zsets::zadd)),
-    cmd!("zincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Increments the score of a member in a sorted set.", Key, S(zsets::zincrby)),
-    cmd!("zrem", -3, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", Key, S(zsets::zrem)),
-    cmd!("zcard", 2, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "1.2.0", "Returns the number of members in a sorted set.", Key, S(zsets::zcard)),
-    cmd!("zcount", 4, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.0.0", "Returns the count of members in a sorted set that have scores within a range.", Key, S(zsets::zcount)),
-    cmd!("zlexcount", 4, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.8.9", "Returns the number of members in a sorted set within a lexicographical range.", Key, S(zsets::zlexcount)),
-    cmd!("zscore", 3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "1.2.0", "Returns the score of a member in a sorted set.", Key, S(zsets::zscore)),
-    cmd!("zmscore", -3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "6.2.0", "Returns the score of one or more members in a sorted set.", Key, S(zsets::zmscore)),
-    cmd!("zrank", 3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.0.0", "Returns the index of a member in a sorted set ordered by ascending scores.", Key, S(zsets::zrank)),
-    cmd!("zrevrank", 3, READONLY | FAST, ONE_KEY, "@read @sortedset @fast", "sorted-set", "2.0.0", "Returns the index of a member in a sorted set ordered by descending scores.", Key, S(zsets::zrevrank)),
-    cmd!("zrange", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "1.2.0", "Returns members in a sorted set within a range of indexes, scores or lexicographical order.", Key, S(zsets::zrange)),
-    cmd!("zrangestore", -5, WRITE | DENYOOM, (1, 2, 1), "@write @sortedset @slow", "sorted-set", "6.2.0", "Stores a range of members from sorted set in a key.", Keys(Merge::Gather), S(zsets::zrangestore)),
-    cmd!("zrevrange", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "1.2.0", "Returns members in a sorted set within a range of indexes in reverse order.", Key, S(zsets::zrevrange)),
-    cmd!("zrangebyscore", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "1.0.5", "Returns members in a sorted set within a range of scores.", Key, S(zsets::zrangebyscore)),
-    cmd!("zrevrangebyscore", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.2.0", "Returns members in a sorted set within a range of scores in reverse order.", Key, S(zsets::zrevrangebyscore)),
-    cmd!("zrangebylex", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.8.9", "Returns members in a sorted set within a lexicographical range.", Key, S(zsets::zrangebylex)),
-    cmd!("zrevrangebylex", -4, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.8.9", "Returns members in a sorted set within a lexicographical range in reverse order.", Key, S(zsets::zrevrangebylex)),
-    cmd!("zremrangebyrank", 4, WRITE, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.0.0", "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.", Key, S(zsets::zremrangebyrank)),
-    cmd!("zremrangebyscore", 4, WRITE, ONE_KEY, "@write @sortedset @slow", "sorted-set", "1.2.0", "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.", Key, S(zsets::zremrangebyscore)),
-    cmd!("zremrangebylex", 4, WRITE, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.8.9", "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.", Key, S(zsets::zremrangebylex)),
-    cmd!("zpopmin", -2, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "5.0.0", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", Key, S(zsets::zpopmin)),
-    cmd!("zpopmax", -2, WRITE | FAST, ONE_KEY, "@write @sortedset @fast", "sorted-set", "5.0.0", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", Key, S(zsets::zpopmax)),
-    cmd!(numkeys 1; "zmpop", -4, WRITE, NO_KEYS, "@write @sortedset @slow", "sorted-set", "7.0.0", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", Keys(Merge::Gather), S(zsets::zmpop)),
-    cmd!("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), "@write @sortedset @fast @blocking", "sorted-set", "5.0.0", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", Keys(Merge::Gather), S(blocking::bzpopmin)),
-    cmd!("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), "@write @sortedset @fast @blocking", "sorted-set", "5.0.0", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped.", Keys(Merge::Gather), S(blocking::bzpopmax)),
-    cmd!(numkeys 2; "bzmpop", -5, WRITE | BLOCKING, NO_KEYS, "@write @sortedset @slow @blocking", "sorted-set", "7.0.0", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", Keys(Merge::Gather), S(blocking::bzmpop)),
-    cmd!("zrandmember", -2, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns one or more random members from a sorted set.", Key, S(zsets::zrandmember)),
-    cmd!(numkeys 1; "zunion", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the union of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zunion)),
-    cmd!(numkeys 1; "zinter", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the intersect of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zinter)),
-    cmd!(numkeys 1; "zdiff", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "6.2.0", "Returns the difference between multiple sorted sets.", Keys(Merge::Gather), S(zsets::zdiff)),
-    cmd!(numkeys 2; "zunionstore", -4, WRITE | DENYOOM, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.0.0", "Stores the union of multiple sorted sets in a key.", Keys(Merge::Gather), S(zsets::zunionstore)),
-    cmd!(numkeys 2; "zinterstore", -4, WRITE | DENYOOM, ONE_KEY, "@write @sortedset @slow", "sorted-set", "2.0.0", "Stores the intersect of multiple sorted sets in a key.", Keys(Merge::Gather), S(zsets::zinterstore)),
-    cmd!(numkeys 2; "zdiffstore", -4, WRITE | DENYOOM, ONE_KEY, "@write @sortedset @slow", "sorted-set", "6.2.0", "Stores the difference of multiple sorted sets in a key.", Keys(Merge::Gather), S(zsets::zdiffstore)),
-    cmd!(numkeys 1; "zintercard", -3, READONLY, NO_KEYS, "@read @sortedset @slow", "sorted-set", "7.0.0", "Returns the number of members of the intersect of multiple sorted sets.", Keys(Merge::Gather), S(zsets::zintercard)),
-    cmd!("zscan", -3, READONLY, ONE_KEY, "@read @sortedset @slow", "sorted-set", "2.8.0", "Iterates over members and scores of a sorted set.", Key, S(zsets::zscan)),
+    cmd!(
+        "xadd",
+        -5,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(streams::xadd)
+    ),
+    cmd!("xlen", 2, READONLY | FAST, ONE_KEY, Key, S(streams::xlen)),
+    cmd!("xrange", -4, READONLY, ONE_KEY, Key, S(streams::xrange)),
+    cmd!(
+        "xrevrange",
+        -4,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(streams::xrevrange)
+    ),
+    cmd!("xdel", -3, WRITE | FAST, ONE_KEY, Key, S(streams::xdel)),
+    cmd!("xtrim", -4, WRITE, ONE_KEY, Key, S(streams::xtrim)),
+    cmd!(
+        "xsetid",
+        -3,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(streams::xsetid)
+    ),
+    cmd!(more MoreKeys::Streams; "xread", -4, READONLY | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(streams::xread)),
+    cmd!(more MoreKeys::Streams; "xreadgroup", -7, WRITE | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(streams::xread)),
+    cmd!("xgroup", -2, 0, (2, 2, 1), Key, S(groups::xgroup)),
+    cmd!("xack", -4, WRITE | FAST, ONE_KEY, Key, S(groups::xack)),
+    cmd!("xpending", -3, READONLY, ONE_KEY, Key, S(groups::xpending)),
+    cmd!("xclaim", -6, WRITE | FAST, ONE_KEY, Key, S(groups::xclaim)),
+    cmd!(
+        "xautoclaim",
+        -6,
+        WRITE | FAST,
+        ONE_KEY,
+        Key,
+        S(groups::xautoclaim)
+    ),
+    cmd!("xinfo", -2, 0, (2, 2, 1), Key, S(groups::xinfo)),
+    cmd!("geoadd", -5, WRITE | DENYOOM, ONE_KEY, Key, S(geo::geoadd)),
+    cmd!("geopos", -2, READONLY, ONE_KEY, Key, S(geo::geopos)),
+    cmd!("geodist", -4, READONLY, ONE_KEY, Key, S(geo::geodist)),
+    cmd!("geohash", -2, READONLY, ONE_KEY, Key, S(geo::geohash)),
+    cmd!("geosearch", -7, READONLY, ONE_KEY, Key, S(geo::geosearch)),
+    cmd!(
+        "geosearchstore",
+        -8,
+        WRITE | DENYOOM,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(geo::geosearchstore)
+    ),
+    cmd!(more MoreKeys::GeoStore; "georadius", -6, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(geo::georadius)),
+    cmd!(
+        "georadius_ro",
+        -6,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(geo::georadius_ro)
+    ),
+    cmd!(more MoreKeys::GeoStore; "georadiusbymember", -5, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(geo::georadiusbymember)),
+    cmd!(
+        "georadiusbymember_ro",
+        -5,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(geo::georadiusbymember_ro)
+    ),
+    cmd!(
+        "zadd",
+        -4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(zsets::zadd)
+    ),
+    cmd!(
+        "zincrby",
+        4,
+        WRITE | DENYOOM | FAST,
+        ONE_KEY,
+        Key,
+        S(zsets::zincrby)
+    ),
+    cmd!("zrem", -3, WRITE | FAST, ONE_KEY, Key, S(zsets::zrem)),
+    cmd!("zcard", 2, READONLY | FAST, ONE_KEY, Key, S(zsets::zcard)),
+    cmd!("zcount", 4, READONLY | FAST, ONE_KEY, Key, S(zsets::zcount)),
+    cmd!(
+        "zlexcount",
+        4,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(zsets::zlexcount)
+    ),
+    cmd!("zscore", 3, READONLY | FAST, ONE_KEY, Key, S(zsets::zscore)),
+    cmd!(
+        "zmscore",
+        -3,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(zsets::zmscore)
+    ),
+    cmd!("zrank", 3, READONLY | FAST, ONE_KEY, Key, S(zsets::zrank)),
+    cmd!(
+        "zrevrank",
+        3,
+        READONLY | FAST,
+        ONE_KEY,
+        Key,
+        S(zsets::zrevrank)
+    ),
+    cmd!("zrange", -4, READONLY, ONE_KEY, Key, S(zsets::zrange)),
+    cmd!(
+        "zrangestore",
+        -5,
+        WRITE | DENYOOM,
+        (1, 2, 1),
+        Keys(Merge::Gather),
+        S(zsets::zrangestore)
+    ),
+    cmd!("zrevrange", -4, READONLY, ONE_KEY, Key, S(zsets::zrevrange)),
+    cmd!(
+        "zrangebyscore",
+        -4,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(zsets::zrangebyscore)
+    ),
+    cmd!(
+        "zrevrangebyscore",
+        -4,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(zsets::zrevrangebyscore)
+    ),
+    cmd!(
+        "zrangebylex",
+        -4,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(zsets::zrangebylex)
+    ),
+    cmd!(
+        "zrevrangebylex",
+        -4,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(zsets::zrevrangebylex)
+    ),
+    cmd!(
+        "zremrangebyrank",
+        4,
+        WRITE,
+        ONE_KEY,
+        Key,
+        S(zsets::zremrangebyrank)
+    ),
+    cmd!(
+        "zremrangebyscore",
+        4,
+        WRITE,
+        ONE_KEY,
+        Key,
+        S(zsets::zremrangebyscore)
+    ),
+    cmd!(
+        "zremrangebylex",
+        4,
+        WRITE,
+        ONE_KEY,
+        Key,
+        S(zsets::zremrangebylex)
+    ),
+    cmd!("zpopmin", -2, WRITE | FAST, ONE_KEY, Key, S(zsets::zpopmin)),
+    cmd!("zpopmax", -2, WRITE | FAST, ONE_KEY, Key, S(zsets::zpopmax)),
+    cmd!(numkeys 1; "zmpop", -4, WRITE, NO_KEYS, Keys(Merge::Gather), S(zsets::zmpop)),
+    cmd!(
+        "bzpopmin",
+        -3,
+        WRITE | NOSCRIPT | FAST | BLOCKING,
+        (1, -2, 1),
+        Keys(Merge::Gather),
+        S(blocking::bzpopmin)
+    ),
+    cmd!(
+        "bzpopmax",
+        -3,
+        WRITE | NOSCRIPT | FAST | BLOCKING,
+        (1, -2, 1),
+        Keys(Merge::Gather),
+        S(blocking::bzpopmax)
+    ),
+    cmd!(numkeys 2; "bzmpop", -5, WRITE | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(blocking::bzmpop)),
+    cmd!(
+        "zrandmember",
+        -2,
+        READONLY,
+        ONE_KEY,
+        Key,
+        S(zsets::zrandmember)
+    ),
+    cmd!(numkeys 1; "zunion", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zunion)),
+    cmd!(numkeys 1; "zinter", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zinter)),
+    cmd!(numkeys 1; "zdiff", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zdiff)),
+    cmd!(numkeys 2; "zunionstore", -4, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(zsets::zunionstore)),
+    cmd!(numkeys 2; "zinterstore", -4, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(zsets::zinterstore)),
+    cmd!(numkeys 2; "zdiffstore", -4, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(zsets::zdiffstore)),
+    cmd!(numkeys 1; "zintercard", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zintercard)),
+    cmd!("zscan", -3, READONLY, ONE_KEY, Key, S(zsets::zscan)),
 ];
 
 /// Finds a command by name, case-insensitively. Returns its index in [`COMMANDS`].

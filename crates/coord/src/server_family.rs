@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use damselfly_commands::stats::ThreadStats;
-use damselfly_commands::table::{CommandSpec, CoordCmd, COMMANDS};
+use damselfly_commands::table::{CoordCmd, COMMANDS};
 use damselfly_commands::{dump_family, errors, lookup, Args};
 use damselfly_persistence::digest::{to_hex, DatasetDigest, Digest};
 use damselfly_protocol::number::parse_i64;
@@ -216,18 +216,6 @@ impl Connection {
         self.closing = true;
     }
 
-    fn write_command_docs(&mut self, spec: &CommandSpec) {
-        let out = &mut self.out;
-        out.bulk(spec.name.as_bytes());
-        out.map(3);
-        out.bulk(b"summary");
-        out.bulk(spec.summary.as_bytes());
-        out.bulk(b"since");
-        out.bulk(spec.since.as_bytes());
-        out.bulk(b"group");
-        out.bulk(spec.group.as_bytes());
-    }
-
     fn command(&mut self, args: &Args) {
         use damselfly_commands::introspection as intro;
         if args.len() == 1 {
@@ -257,19 +245,17 @@ impl Connection {
                 }
             }
             b"docs" => {
-                let specs: Vec<&CommandSpec> = if args.len() == 2 {
-                    COMMANDS.iter().collect()
+                let names: Vec<String> = if args.len() == 2 {
+                    COMMANDS.iter().map(|c| c.name.to_string()).collect()
                 } else {
                     args.iter()
                         .skip(2)
-                        .filter_map(lookup)
-                        .map(|i| &COMMANDS[i])
+                        .filter(|n| intro::find(n).is_some())
+                        .map(|n| String::from_utf8_lossy(n).to_ascii_lowercase())
                         .collect()
                 };
-                self.out.map(specs.len());
-                for spec in specs {
-                    self.write_command_docs(spec);
-                }
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                damselfly_commands::command_docs::write(&mut self.out, &names);
             }
             b"list" => {
                 let filter = match args.len() {

@@ -259,3 +259,60 @@ fn config_rewrite() {
         b"-ERR The server is running without a config file\r\n"
     );
 }
+
+/// COMMAND DOCS equals Redis's for every command Damselfly runs (subcommands in any order).
+#[test]
+fn command_docs_match_redis() {
+    let redis = Server::redis();
+    let ours = Server::start(Backend::Epoll, &[]);
+    let mut r = Raw::tcp(redis.port);
+    let mut o = Raw::tcp(ours.port);
+    let docs = |raw: &mut Raw, name: &str| {
+        let mut n = parse(&raw.cmd(&["COMMAND", "DOCS", name]));
+        sort_doc_maps(&mut n);
+        encoded(&n)
+    };
+    for name in bulk_strings(&o.cmd(&["COMMAND", "LIST"])) {
+        assert_eq!(
+            String::from_utf8_lossy(&docs(&mut o, &name)),
+            String::from_utf8_lossy(&docs(&mut r, &name)),
+            "COMMAND DOCS {name}"
+        );
+    }
+    assert_eq!(
+        docs(&mut o, "nosuch"),
+        docs(&mut r, "nosuch"),
+        "unknown names are left out"
+    );
+    let all = parse(&o.cmd(&["COMMAND", "DOCS"]));
+    assert_eq!(all.items.len() / 2, top_level(&mut o));
+}
+
+/// The subcommands map of a docs reply, sorted by name (Redis writes it in hash order).
+fn sort_doc_maps(n: &mut Node) {
+    let mut i = 0;
+    while i + 1 < n.items.len() {
+        let key = String::from_utf8_lossy(&n.items[i].body)
+            .trim_end()
+            .to_string();
+        if key == "subcommands" {
+            let map = &mut n.items[i + 1];
+            let mut pairs: Vec<(Node, Node)> = map
+                .items
+                .chunks(2)
+                .map(|c| (c[0].clone(), c[1].clone()))
+                .collect();
+            pairs.sort();
+            map.items = pairs.into_iter().flat_map(|(k, v)| [k, v]).collect();
+        }
+        i += 1;
+    }
+    for item in &mut n.items {
+        sort_doc_maps(item);
+    }
+}
+
+fn top_level(raw: &mut Raw) -> usize {
+    let reply = String::from_utf8(raw.cmd(&["COMMAND", "COUNT"])).unwrap();
+    reply.trim_start_matches(':').trim_end().parse().unwrap()
+}
