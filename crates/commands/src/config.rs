@@ -337,7 +337,7 @@ pub static PARAMS: &[Param] = &[
         "active-defrag-ignore-bytes",
         "104857600",
         Kind::Memory {
-            min: 1 as u64,
+            min: 1,
             max: i64::MAX as u64,
         },
         true,
@@ -582,7 +582,7 @@ pub static PARAMS: &[Param] = &[
         "repl-backlog-size",
         "1048576",
         Kind::Memory {
-            min: 1 as u64,
+            min: 1,
             max: i64::MAX as u64,
         },
         true,

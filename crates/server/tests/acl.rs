@@ -784,7 +784,7 @@ fn revoked_subscribers_closed(port: u16) -> Vec<bool> {
         );
         c
     };
-    let mut subs = vec![
+    let mut subs = [
         subscribe("SUBSCRIBE", "news.a"),
         subscribe("SUBSCRIBE", "sport"),
         subscribe("PSUBSCRIBE", "news.*"),

@@ -18,7 +18,7 @@ use damselfly_scripting::functions::Library;
 use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Script, ScriptVm};
 
-use super::{call_answer, call_words, check_call, next_call, Failure, Next, Outcome};
+use super::{call_answer, call_words, check_call, next_call, CallRules, Failure, Next, Outcome};
 use crate::acl_family::ScriptAcl;
 use crate::maxmemory::CallOom;
 use crate::worker::Worker;
@@ -118,15 +118,13 @@ impl Worker {
             };
             let (data, spans) = call_words(&words);
             let args = Args::new(&data, &spans);
-            let checked = check_call(
-                self,
-                job.db,
-                &args,
-                job.read_only,
-                job.strict_keys.as_deref(),
-                &mut oom,
-                job.acl.as_ref(),
-            );
+            let rules = CallRules {
+                read_only: job.read_only,
+                strict_keys: job.strict_keys.as_deref(),
+                oom: &mut oom,
+                acl: job.acl.as_ref(),
+            };
+            let checked = check_call(self, job.db, &args, rules);
             let bytes = match checked {
                 Err(refusal) => Err(refusal),
                 Ok((idx, plan)) => {

@@ -404,15 +404,13 @@ impl Connection {
         let (data, spans) = call_words(argv);
         let args = Args::new(&data, &spans);
         let db = self.info.db.get();
-        let checked = check_call(
-            &self.worker,
-            db,
-            &args,
-            scope.read_only,
-            scope.strict_keys.as_deref(),
-            &mut scope.oom,
-            scope.acl.as_ref(),
-        );
+        let rules = CallRules {
+            read_only: scope.read_only,
+            strict_keys: scope.strict_keys.as_deref(),
+            oom: &mut scope.oom,
+            acl: scope.acl.as_ref(),
+        };
+        let checked = check_call(&self.worker, db, &args, rules);
         let (idx, plan) = match checked {
             Ok(c) => c,
             Err(refusal) => return CallResult::Refused(refusal),
@@ -574,19 +572,25 @@ fn check_call(
     worker: &crate::worker::Worker,
     db: usize,
     args: &Args,
-    read_only: bool,
-    strict_keys: Option<&[Vec<u8>]>,
-    oom: &mut CallOom,
-    acl: Option<&ScriptAcl>,
+    rules: CallRules,
 ) -> Result<(usize, Plan), &'static str> {
     let Some(idx) = lookup(args.get(0)) else {
         return Err("ERR Unknown Redis command called from script");
     };
-    let checked = check_known_call(worker, idx, db, args, read_only, strict_keys, oom, acl);
+    let checked = check_known_call(worker, idx, db, args, rules);
     if checked.is_err() {
         worker.stats.borrow_mut().record_rejected(idx);
     }
     checked.map(|plan| (idx, plan))
+}
+
+/// What a run's calls are checked against, beside the command itself.
+struct CallRules<'a> {
+    read_only: bool,
+    /// Under `script-shard-locking strict`: the keys calls may name.
+    strict_keys: Option<&'a [Vec<u8>]>,
+    oom: &'a mut CallOom,
+    acl: Option<&'a ScriptAcl>,
 }
 
 fn check_known_call(
@@ -594,11 +598,14 @@ fn check_known_call(
     idx: usize,
     db: usize,
     args: &Args,
-    read_only: bool,
-    strict_keys: Option<&[Vec<u8>]>,
-    oom: &mut CallOom,
-    acl: Option<&ScriptAcl>,
+    rules: CallRules,
 ) -> Result<Plan, &'static str> {
+    let CallRules {
+        read_only,
+        strict_keys,
+        oom,
+        acl,
+    } = rules;
     let spec = &COMMANDS[idx];
     if !spec.arity_ok(args.len()) {
         return Err("ERR Wrong number of args calling Redis command from script");
