@@ -3,15 +3,7 @@ use damselfly_commands::args::Args;
 use damselfly_commands::redis_meta;
 
 fn run(acl: &Acl, user: &str, words: &[&str]) -> Result<(), Denied> {
-    let mut buf = Vec::new();
-    let mut spans = Vec::new();
-    for w in words {
-        spans.push(damselfly_protocol::Span {
-            start: buf.len(),
-            len: w.len(),
-        });
-        buf.extend_from_slice(w.as_bytes());
-    }
+    let (buf, spans) = damselfly_commands::args::lay_out(words);
     let args = Args::new(&buf, &spans);
     let cmd = redis_meta::for_request(&args).expect("known command");
     acl.get(user.as_bytes()).expect("user").check(cmd, &args)

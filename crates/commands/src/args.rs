@@ -45,3 +45,19 @@ impl<'a> Args<'a> {
         self.get(i).eq_ignore_ascii_case(word.as_bytes())
     }
 }
+
+/// `words` laid end to end in one buffer, with their spans: what [`Args::new`] reads
+/// (tests and tools that build a request from words).
+pub fn lay_out<S: AsRef<[u8]>>(words: &[S]) -> (Vec<u8>, Vec<Span>) {
+    let mut buf = Vec::new();
+    let mut spans = Vec::with_capacity(words.len());
+    for w in words {
+        let w = w.as_ref();
+        spans.push(Span {
+            start: buf.len(),
+            len: w.len(),
+        });
+        buf.extend_from_slice(w);
+    }
+    (buf, spans)
+}

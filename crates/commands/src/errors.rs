@@ -60,3 +60,10 @@ pub fn unknown_subcommand(cmd: &str, sub: &[u8]) -> String {
         cmd.to_ascii_uppercase()
     )
 }
+
+/// Redis's addReplySubcommandSyntaxError.
+pub fn subcommand_syntax(cmd: &str, sub: &[u8]) -> String {
+    let sub = String::from_utf8_lossy(sub);
+    let sub: String = sub.chars().take(128).collect();
+    format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {cmd} HELP.")
+}

@@ -413,21 +413,8 @@ fn parse(data: &'static str) -> Vec<RedisCommand> {
 mod tests {
     use super::*;
 
-    fn args(words: &[&str]) -> (Vec<u8>, Vec<damselfly_protocol::Span>) {
-        let mut buf = Vec::new();
-        let mut spans = Vec::new();
-        for w in words {
-            spans.push(damselfly_protocol::Span {
-                start: buf.len(),
-                len: w.len(),
-            });
-            buf.extend_from_slice(w.as_bytes());
-        }
-        (buf, spans)
-    }
-
     fn keys(words: &[&str]) -> Vec<(usize, u16)> {
-        let (buf, spans) = args(words);
+        let (buf, spans) = crate::args::lay_out(words);
         let a = Args::new(&buf, &spans);
         commands()[for_request(&a).expect("known")].keys(&a)
     }

@@ -34,24 +34,6 @@ fn nogroup_for_key(group: &[u8], key: &[u8]) -> String {
     )
 }
 
-/// Redis's addReplySubcommandSyntaxError.
-fn subcommand_syntax(cmd: &str, sub: &[u8]) -> String {
-    let sub: String = lossy(sub).chars().take(128).collect();
-    format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {cmd} HELP.")
-}
-
-fn reply_help(r: &mut ReplyBuf, cmd: &str, lines: &[&str]) {
-    r.array(lines.len() + 3);
-    r.simple(&format!(
-        "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
-    ));
-    for l in lines {
-        r.simple(l);
-    }
-    r.simple("HELP");
-    r.simple("    Prints this help.");
-}
-
 // ---------------------------------------------------------------------------------------------
 // XGROUP
 
@@ -126,7 +108,7 @@ pub fn xgroup(ctx: &mut ExecCtx, args: &Args) {
 
 fn xgroup_subcommand(ctx: &mut ExecCtx, args: &Args, sub: &str) {
     if sub == "help" {
-        return reply_help(ctx.reply, "XGROUP", XGROUP_HELP);
+        return ctx.reply.help("XGROUP", XGROUP_HELP);
     }
     let (key, name) = (args.get(2), args.get(3));
     let (create, setid) = (sub == "create", sub == "setid");
@@ -147,7 +129,7 @@ fn xgroup_subcommand(ctx: &mut ExecCtx, args: &Args, sub: &str) {
             }
             i += 2;
         } else {
-            return ctx.error(&subcommand_syntax("XGROUP", args.get(1)));
+            return ctx.error(&errors::subcommand_syntax("XGROUP", args.get(1)));
         }
     }
     let (exists, has_group) = match read_stream(ctx, key) {
@@ -218,7 +200,7 @@ fn xgroup_subcommand(ctx: &mut ExecCtx, args: &Args, sub: &str) {
                 ctx.notify(class::STREAM, "xgroup-delconsumer", key);
             }
         }
-        _ => ctx.error(&subcommand_syntax("XGROUP", args.get(1))),
+        _ => ctx.error(&errors::subcommand_syntax("XGROUP", args.get(1))),
     }
 }
 
@@ -806,7 +788,7 @@ pub fn xinfo(ctx: &mut ExecCtx, args: &Args) {
         return;
     };
     if sub == "help" {
-        return reply_help(ctx.reply, "XINFO", XINFO_HELP);
+        return ctx.reply.help("XINFO", XINFO_HELP);
     }
     let key = args.get(2);
     let now = ctx.now;
@@ -880,7 +862,7 @@ fn info_stream(r: &mut ReplyBuf, s: &Stream, args: &Args) -> Result<(), String> 
     let full = opts > 0;
     if full {
         if (opts != 1 && opts != 3) || !args.is(3, "full") || (opts == 3 && !args.is(4, "count")) {
-            return Err(subcommand_syntax("XINFO", args.get(1)));
+            return Err(errors::subcommand_syntax("XINFO", args.get(1)));
         }
         if opts == 3 {
             count = parse_i64(args.get(5)).ok_or(errors::NOT_INT)?;

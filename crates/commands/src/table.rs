@@ -1496,16 +1496,7 @@ mod tests {
     #[test]
     fn key_positions() {
         let positions = |name: &str, words: &[&str]| {
-            let mut buf = Vec::new();
-            let mut spans = Vec::new();
-            for w in words {
-                let start = buf.len();
-                buf.extend_from_slice(w.as_bytes());
-                spans.push(damselfly_protocol::Span {
-                    start,
-                    len: w.len(),
-                });
-            }
+            let (buf, spans) = crate::args::lay_out(words);
             let spec = &COMMANDS[lookup(name.as_bytes()).unwrap()];
             spec.key_positions(&Args::new(&buf, &spans))
         };

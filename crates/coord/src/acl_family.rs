@@ -337,20 +337,8 @@ impl Connection {
                     }
                 }
             }
-            b"help" => {
-                self.out.array(HELP.len() + 3);
-                self.out
-                    .simple("ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
-                for l in HELP {
-                    self.out.simple(l);
-                }
-                self.out.simple("HELP");
-                self.out.simple("    Prints this help.");
-            }
-            _ => {
-                let sub: String = lossy(args.get(1)).chars().take(128).collect();
-                self.reply_error(&format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try ACL HELP."));
-            }
+            b"help" => self.out.help("ACL", HELP),
+            _ => self.reply_error(&errors::subcommand_syntax("ACL", args.get(1))),
         }
     }
 

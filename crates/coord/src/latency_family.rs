@@ -7,30 +7,11 @@ use std::sync::atomic::Ordering;
 
 use damselfly_commands::latency::{self, DoctorContext, Events, Histograms};
 use damselfly_commands::slowlog::{self, SlowEntry};
-use damselfly_commands::{lookup, Args, COMMANDS};
+use damselfly_commands::{errors, lookup, Args, COMMANDS};
 
 use crate::connection::Connection;
 use crate::messages::ShardMsg;
 use crate::worker::Worker;
-
-/// Redis's addReplyHelp: the title, the lines, then HELP's own.
-fn reply_help(out: &mut damselfly_protocol::ReplyBuf, cmd: &str, lines: &[&str]) {
-    out.array(lines.len() + 3);
-    out.simple(&format!(
-        "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
-    ));
-    for l in lines {
-        out.simple(l);
-    }
-    out.simple("HELP");
-    out.simple("    Prints this help.");
-}
-
-/// Redis's addReplySubcommandSyntaxError.
-fn subcommand_syntax(cmd: &str, sub: &[u8]) -> String {
-    let sub: String = String::from_utf8_lossy(sub).chars().take(128).collect();
-    format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {cmd} HELP.")
-}
 
 /// Whether the process has transparent huge pages (Redis's THPGetAnonHugePagesSize).
 fn anon_huge_pages() -> bool {
@@ -102,7 +83,7 @@ impl Connection {
         let n = args.len();
         let sub = args.get(1).to_ascii_lowercase();
         match sub.as_slice() {
-            b"help" if n == 2 => reply_help(&mut self.out, "SLOWLOG", slowlog::HELP),
+            b"help" if n == 2 => self.out.help("SLOWLOG", slowlog::HELP),
             b"reset" if n == 2 => {
                 self.ask_all(|tx| {
                     ShardMsg::Call(Box::new(move |w: &Worker| {
@@ -125,7 +106,7 @@ impl Connection {
                 let entries = self.gather_slowlog().await;
                 slowlog::reply_entries(&mut self.out, &entries, count);
             }
-            _ => self.reply_error(&subcommand_syntax("SLOWLOG", args.get(1))),
+            _ => self.reply_error(&errors::subcommand_syntax("SLOWLOG", args.get(1))),
         }
     }
 
@@ -206,8 +187,8 @@ impl Connection {
                     }
                 }
             }
-            b"help" if n == 2 => reply_help(&mut self.out, "LATENCY", latency::HELP),
-            _ => self.reply_error(&subcommand_syntax("LATENCY", args.get(1))),
+            b"help" if n == 2 => self.out.help("LATENCY", latency::HELP),
+            _ => self.reply_error(&errors::subcommand_syntax("LATENCY", args.get(1))),
         }
     }
 

@@ -317,14 +317,7 @@ impl Connection {
                     "GETKEYSANDFLAGS <full-command>",
                     "    Return the keys and the access flags from a full Redis command.",
                 ];
-                self.out.array(HELP.len() + 3);
-                self.out
-                    .simple("COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
-                for l in HELP {
-                    self.out.simple(l);
-                }
-                self.out.simple("HELP");
-                self.out.simple("    Prints this help.");
+                self.out.help("COMMAND", HELP);
             }
             _ => self.reply_error(&errors::unknown_subcommand("command", args.get(1))),
         }
@@ -444,14 +437,7 @@ impl Connection {
                     "REWRITE",
                     "    Rewrite the configuration file.",
                 ];
-                self.out.array(HELP.len() + 3);
-                self.out
-                    .simple("CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:");
-                for l in HELP {
-                    self.out.simple(l);
-                }
-                self.out.simple("HELP");
-                self.out.simple("    Prints this help.");
+                self.out.help("CONFIG", HELP);
             }
             b"get" | b"set" | b"resetstat" | b"rewrite" | b"help" => {
                 let full = format!("config|{}", String::from_utf8_lossy(&sub));

@@ -74,6 +74,19 @@ impl ReplyBuf {
         self.buf.extend_from_slice(b"\r\n");
     }
 
+    /// Redis's addReplyHelp: `<CMD> <subcommand> ...` as title, the lines, then HELP's own.
+    pub fn help(&mut self, cmd: &str, lines: &[&str]) {
+        self.array(lines.len() + 3);
+        self.simple(&format!(
+            "{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+        ));
+        for l in lines {
+            self.simple(l);
+        }
+        self.simple("HELP");
+        self.simple("    Prints this help.");
+    }
+
     pub fn int(&mut self, v: i64) {
         self.header(b':', v);
     }
