@@ -201,6 +201,18 @@ pub static PARAMS: &[Param] = &[
     // Redis's testing knobs: microseconds of sleep per record loaded, per key saved.
     p("key-load-delay", "0", NONNEG, true, Y),
     p("rdb-key-save-delay", "0", NONNEG, true, Y),
+    p("use-exit-on-panic", "no", Kind::Bool, true, A),
+    p("watchdog-period", "0", NONNEG_INT, true, A),
+    p(
+        "loading-process-events-interval-bytes",
+        "2097152",
+        Kind::Int {
+            min: 1024,
+            max: i32::MAX as i64,
+        },
+        true,
+        A,
+    ),
     p("save", "3600 1 300 100 60 10000", Kind::Str, true, Y),
     p("stop-writes-on-bgsave-error", "yes", Kind::Bool, true, Y),
     p("rdbcompression", "yes", Kind::Bool, true, Y),
@@ -773,6 +785,15 @@ pub static PARAMS: &[Param] = &[
     p("syslog-ident", "redis", Kind::Str, false, A),
 ];
 
+/// Parameters CONFIG GET shows only when asked for by name (Redis's HIDDEN_CONFIG).
+const HIDDEN: &[&str] = &[
+    "use-exit-on-panic",
+    "rdb-key-save-delay",
+    "key-load-delay",
+    "watchdog-period",
+    "loading-process-events-interval-bytes",
+];
+
 /// Old and new names of the same parameter (Redis 7 renamed ziplist to listpack); setting
 /// either sets both.
 const ALIASES: &[(&str, &str)] = &[
@@ -1087,9 +1108,15 @@ impl Config {
         values
             .iter()
             .filter(|(name, _)| {
-                patterns
-                    .iter()
-                    .any(|p| damselfly_storage::glob::glob_match(p, name.as_bytes(), true))
+                patterns.iter().any(|p| {
+                    // A name without glob characters is looked up: hidden ones are found
+                    // only so, as in Redis.
+                    if !p.iter().any(|c| b"[*?".contains(c)) {
+                        return p.eq_ignore_ascii_case(name.as_bytes());
+                    }
+                    !HIDDEN.contains(name)
+                        && damselfly_storage::glob::glob_match(p, name.as_bytes(), true)
+                })
             })
             .map(|(k, v)| match Self::param(k).map(|p| p.kind) {
                 Some(Kind::KeyspaceEvents) => (

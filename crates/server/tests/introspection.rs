@@ -165,11 +165,18 @@ fn config_knows_redis_parameters() {
             .collect()
     };
     let ours_names = names(&mut o);
-    let missing: Vec<String> = names(&mut r)
-        .into_iter()
+    let redis_names = names(&mut r);
+    let missing: Vec<&String> = redis_names
+        .iter()
         .filter(|n| !ours_names.contains(n) && !n.starts_with("tls-"))
         .collect();
     assert!(missing.is_empty(), "{missing:?}");
+    for hidden in ["key-load-delay", "rdb-key-save-delay"] {
+        assert!(
+            !ours_names.iter().any(|n| n == hidden),
+            "{hidden} is hidden"
+        );
+    }
     for cmd in [
         &["CONFIG", "HELP"][..],
         &["CONFIG", "SET", "maxmemory", "10mb", "nosuch", "1"],
@@ -179,6 +186,10 @@ fn config_knows_redis_parameters() {
         &["CONFIG", "GET", "replica-priority"],
         &["CONFIG", "SET", "supervised", "no"],
         &["CONFIG", "GET", "nosuch"],
+        &["CONFIG", "GET", "key-load-delay"],
+        &["CONFIG", "GET", "KEY-LOAD-DELA?"],
+        &["CONFIG", "GET", "watchdog-period"],
+        &["CONFIG", "GET", "use-exit-on-panic"],
     ] {
         assert_eq!(
             String::from_utf8_lossy(&o.cmd(cmd)),
