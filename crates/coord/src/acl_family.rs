@@ -70,34 +70,47 @@ fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
 }
 
 impl Connection {
-    /// The user this connection runs as, re-read when any user changed since it last looked.
-    /// A user that no longer exists leaves the connection unauthenticated, as the default
-    /// user; its kill is on the way.
-    pub(crate) fn current_user(&mut self) -> Arc<User> {
+    /// Re-reads the connection's user when any user changed since it last looked. A user
+    /// that no longer exists leaves the connection unauthenticated, as the default user; its
+    /// kill is on the way.
+    fn refresh_user(&mut self) {
         let acl = &self.worker.cluster.acl;
         let epoch = acl.epoch();
-        if epoch != self.acl_epoch {
-            self.acl_epoch = epoch;
-            let name = self.info.user.borrow().name.clone();
-            let fresh = match acl.get(&name) {
-                Some(u) => u,
-                None => {
-                    self.authenticated = false;
-                    acl.default_user()
-                }
-            };
-            *self.info.user.borrow_mut() = fresh;
+        if epoch == self.acl_epoch {
+            return;
         }
+        self.acl_epoch = epoch;
+        let name = self.info.user.borrow().name.clone();
+        let fresh = match acl.get(&name) {
+            Some(u) => u,
+            None => {
+                self.authenticated = false;
+                acl.default_user()
+            }
+        };
+        *self.info.user.borrow_mut() = fresh;
+    }
+
+    /// The user this connection runs as now.
+    pub(crate) fn current_user(&mut self) -> Arc<User> {
+        self.refresh_user();
         self.info.user.borrow().clone()
+    }
+
+    /// Whether the connection's user may do everything: checked before every command
+    /// without touching the user's reference count, which every thread shares.
+    fn unrestricted(&mut self) -> bool {
+        self.refresh_user();
+        self.info.user.borrow().unrestricted
     }
 
     /// Redis's refusal of this request under the connection's user, logged in the ACL LOG;
     /// None when it may run.
     pub(crate) fn acl_refusal(&mut self, args: &Args) -> Option<String> {
-        let user = self.current_user();
-        if user.unrestricted {
+        if self.unrestricted() {
             return None;
         }
+        let user = self.current_user();
         let context = if self.multi.is_some() {
             AclContext::Multi
         } else {
@@ -119,10 +132,10 @@ impl Connection {
 
     /// EXEC's refusal of a queued command the user may no longer run.
     pub(crate) fn exec_acl_refusal(&mut self, args: &Args) -> Option<String> {
-        let user = self.current_user();
-        if user.unrestricted {
+        if self.unrestricted() {
             return None;
         }
+        let user = self.current_user();
         let (_, denied) = self.acl_denial(&user, args, AclContext::Multi)?;
         let reason = match denied {
             Denied::Command => "no permission to execute the command or subcommand",
@@ -577,9 +590,11 @@ impl Connection {
     /// What the calls of a script this client runs now are checked against; None when its
     /// user is allowed everything.
     pub(crate) fn script_acl(&mut self) -> Option<ScriptAcl> {
-        let user = self.current_user();
-        (!user.unrestricted).then(|| ScriptAcl {
-            user,
+        if self.unrestricted() {
+            return None;
+        }
+        Some(ScriptAcl {
+            user: self.current_user(),
             client_info: self.info.describe(Instant::now()),
         })
     }
