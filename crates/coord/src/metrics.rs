@@ -438,12 +438,8 @@ fn family_of(name: &str) -> &str {
 
 const UP_HELP: &str = "1 when the server answered the scrape (every shard reported)";
 
-fn flag(b: bool) -> f64 {
-    if b {
-        1.0
-    } else {
-        0.0
-    }
+fn flag(b: bool) -> u64 {
+    u64::from(b)
 }
 
 impl Collector for Snapshot {
@@ -451,14 +447,14 @@ impl Collector for Snapshot {
         let mut out = Out { enc };
         let f = match &self.0 {
             State::Loading => {
-                out.gauge("redis_up", UP_HELP, 1.0)?;
-                return out.gauge(
+                out.int_gauge("redis_up", UP_HELP, 1)?;
+                return out.int_gauge(
                     "redis_loading_dump_file",
                     "Whether the server is loading its data (INFO loading)",
-                    1.0,
+                    1,
                 );
             }
-            State::Down => return out.gauge("redis_up", UP_HELP, 0.0),
+            State::Down => return out.int_gauge("redis_up", UP_HELP, 0),
             State::Up(f) => f,
         };
         encode_server(&mut out, f)?;
@@ -471,7 +467,7 @@ impl Collector for Snapshot {
 /// The server-wide figures of INFO's server, clients, memory, persistence, stats and cpu
 /// sections.
 fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
-    out.gauge("redis_up", UP_HELP, 1.0)?;
+    out.int_gauge("redis_up", UP_HELP, 1)?;
     let info = [
         ("role", "master".to_string()),
         ("redis_version", REDIS_VERSION.to_string()),
@@ -509,10 +505,10 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         "Shard threads (--threads)",
         f.reports.len() as u64,
     )?;
-    out.gauge(
+    out.int_gauge(
         "redis_loading_dump_file",
         "Whether the server is loading its data (INFO loading)",
-        0.0,
+        0,
     )?;
     // Clients.
     out.int_gauge(
@@ -592,22 +588,22 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         "Time of the last successful save, seconds since the Unix epoch",
         f.last_save_unix,
     )?;
-    out.gauge(
+    out.int_gauge(
         "redis_rdb_bgsave_in_progress",
         "Whether a background save runs (INFO rdb_bgsave_in_progress)",
         flag(f.bgsave_in_progress),
     )?;
-    out.gauge(
+    out.int_gauge(
         "redis_rdb_last_bgsave_status",
         "1 when the last background save succeeded (INFO rdb_last_bgsave_status ok)",
         flag(f.last_bgsave_ok),
     )?;
-    out.gauge(
+    out.int_gauge(
         "redis_aof_enabled",
         "Whether the journal is on (INFO aof_enabled)",
         flag(f.aof_enabled),
     )?;
-    out.gauge(
+    out.int_gauge(
         "redis_aof_rewrite_in_progress",
         "Whether a journal rewrite runs (INFO aof_rewrite_in_progress)",
         flag(f.aof_rewrite_in_progress),

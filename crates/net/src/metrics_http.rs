@@ -176,7 +176,7 @@ fn parse(head: &[u8]) -> Option<Request> {
         return None;
     }
     let mut accept = None;
-    for line in lines {
+    for line in lines.filter(|l| !l.is_empty()) {
         let (name, value) = line.split_once(':')?;
         if name.trim().eq_ignore_ascii_case("accept") {
             accept = Some(value.trim().to_string());
