@@ -589,6 +589,7 @@ fn check_call(
     checked.map(|plan| (idx, plan))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_known_call(
     worker: &crate::worker::Worker,
     idx: usize,
