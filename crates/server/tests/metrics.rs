@@ -588,3 +588,29 @@ fn healthz_is_503_while_loading() {
     assert_eq!(value(&m, "redis_db_keys", &[("db", "db0")]), 4000.0);
     let _ = Raw::try_tcp(port).map(|mut c| assert_eq!(c.cmd(&["DBSIZE"]), b":4000\r\n"));
 }
+
+/// A shard thread that does not answer (DEBUG SLEEP blocks it) cannot hang a scrape: after
+/// the gathering deadline (3 s) it reports `redis_up 0` alone, and the full figures again
+/// once the shard is back. Epoll only: the backend plays no part in gathering.
+#[test]
+fn a_stuck_shard_gives_redis_up_0_not_a_hang() {
+    let (s, mp) = start_with_metrics(Backend::Epoll, &[]);
+    let mut sleeper = s.raw();
+    sleeper.send(&common::encode(&["DEBUG", "SLEEP", "6"]));
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let m = scrape(mp);
+    let took = started.elapsed();
+    assert_eq!(value(&m, "redis_up", &[]), 0.0);
+    assert_eq!(sample(&m, "redis_connected_clients", &[]), None);
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    // /healthz does not gather: it answers at once.
+    let started = Instant::now();
+    assert_eq!(get(mp, "/healthz").status, 200);
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(sleeper.reply(), b"+OK\r\n");
+    assert_eq!(value(&scrape(mp), "redis_up", &[]), 1.0);
+}
