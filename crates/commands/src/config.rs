@@ -114,6 +114,14 @@ use Effect::{Accepted as A, Applied as Y};
 pub static PARAMS: &[Param] = &[
     p("port", "6379", Kind::Int { min: 0, max: 65535 }, false, Y),
     p("bind", "127.0.0.1", Kind::Str, false, Y),
+    // The Prometheus endpoint (docs/operations.md, "Metrics"); 0: none.
+    p(
+        "metrics-port",
+        "0",
+        Kind::Int { min: 0, max: 65535 },
+        false,
+        Y,
+    ),
     p("unixsocket", "", Kind::Str, false, Y),
     p("unixsocketperm", "0", Kind::Str, false, Y),
     p("requirepass", "", Kind::Str, true, Y),

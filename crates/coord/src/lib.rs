@@ -23,6 +23,7 @@ pub mod mailbox;
 mod maxmemory;
 mod memory_family;
 pub mod messages;
+pub mod metrics;
 mod multi_family;
 pub mod pause;
 mod pubsub_family;

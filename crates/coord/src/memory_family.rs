@@ -159,7 +159,7 @@ impl MemoryFigures {
         )
     }
 
-    fn fragmentation(&self) -> (f32, i64) {
+    pub(crate) fn fragmentation(&self) -> (f32, i64) {
         (
             ratio(self.rss, self.used()),
             difference(self.rss, self.used()),

@@ -162,6 +162,9 @@ pub struct ThreadReport {
     pub lua_memory: usize,
     /// (tracking clients here, tracked keys, tracked items) for CLIENT TRACKING.
     pub tracking: (usize, usize, usize),
+    /// (channels, patterns) with a subscriber in this thread's replica of every
+    /// subscription (the same on every thread once changes have spread), for /metrics.
+    pub pubsub: (usize, usize),
 }
 
 /// One shard's journal, for INFO persistence.

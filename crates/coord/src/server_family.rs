@@ -101,7 +101,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
 /// Sections `INFO all` adds to the default ones.
 const EXTRA_SECTIONS: &[&str] = &["commandstats", "latencystats", "shards"];
 
-fn cpu_times() -> (f64, f64) {
+pub(crate) fn cpu_times() -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };

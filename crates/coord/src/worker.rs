@@ -875,6 +875,7 @@ impl Worker {
 
     pub fn report(&self) -> ThreadReport {
         let tracking = self.tracking_counts();
+        let (channels, patterns, _) = self.pubsub_counts();
         let shard = self.shard.borrow();
         ThreadReport {
             shard_id: self.id,
@@ -898,6 +899,7 @@ impl Worker {
             dirty: shard.dirty,
             lua_memory: self.scripting.used_memory(),
             tracking,
+            pubsub: (channels, patterns),
         }
     }
 

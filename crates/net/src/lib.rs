@@ -2,13 +2,15 @@
 //! backend runs. One thread per shard, each pinned to a core; each thread runs its shard's
 //! mailbox, a 10 Hz housekeeping tick, and the connections it accepted. Two interchangeable
 //! backends drive those tasks: glommio executors (io_uring) and tokio current-thread runtimes
-//! (epoll).
+//! (epoll). Beside them, `metrics_http` serves the metrics endpoint (`--metrics-port`) on
+//! blocking threads of its own.
 
 mod cpus;
 mod drive;
 mod epoll_backend;
 mod handoff;
 mod listeners;
+pub mod metrics_http;
 pub mod probe;
 mod uring_backend;
 

@@ -157,6 +157,21 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The metrics endpoint answers from now on: /healthz says 503 until the data has loaded.
+    let metrics = match config.get_u64("metrics-port") {
+        0 => None,
+        port => {
+            let spec = options::listener_spec(&config);
+            let port = u16::try_from(port).unwrap_or(0);
+            match damselfly_net::metrics_http::MetricsEndpoint::start(&spec.bind, port) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    };
     let info = ServerInfo {
         multiplexing_api: backend.multiplexing_api(),
         tcp_port: listeners.tcp_port(),
@@ -190,6 +205,9 @@ fn main() -> ExitCode {
     if let Err(e) = load_users(&server.cluster(), &users, opts.config_file.as_deref()) {
         tracing::error!("{e}");
         return ExitCode::from(1);
+    }
+    if let Some(metrics) = &metrics {
+        metrics.serve(server.cluster());
     }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

@@ -22,6 +22,9 @@ pub struct Options {
     /// Addresses to listen on (space separated, `-` prefix = optional).
     #[arg(long, num_args = 1..)]
     pub bind: Option<Vec<String>>,
+    /// Port of the Prometheus endpoint (/metrics, /healthz) on the --bind addresses; 0 = off.
+    #[arg(long = "metrics-port")]
+    pub metrics_port: Option<u16>,
     /// Unix socket path.
     #[arg(long)]
     pub unixsocket: Option<String>,
@@ -221,9 +224,10 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 37] = [
+        let flags: [(&str, Option<String>); 38] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
+            ("metrics-port", self.metrics_port.map(|p| p.to_string())),
             ("unixsocket", self.unixsocket.clone()),
             ("unixsocketperm", self.unixsocketperm.clone()),
             ("requirepass", self.requirepass.clone()),
