@@ -896,6 +896,56 @@ mod tests {
         assert!(got.iter().any(|(k, _)| *k == "hash-max-listpack-entries"));
     }
 
+    /// CONFIG SET of a `tls-*` parameter runs the TLS rebuild with the values being set; its
+    /// failure fails the whole CONFIG SET, which keeps every old value.
+    #[test]
+    fn tls_parameters_go_through_the_reload() {
+        use std::sync::{Arc, Mutex};
+        let c = Config::default();
+        assert_eq!(c.get("tls-auth-clients"), "yes");
+        assert_eq!(c.get("tls-session-cache-size"), "20480");
+        // Without a reload installed (no TLS port) the values are only stored.
+        c.set_runtime(&[("tls-cert-file".into(), "a.crt".into())])
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        c.set_tls_reload(Box::new(move |get| {
+            let cert = get("tls-cert-file");
+            log.lock()
+                .unwrap()
+                .push((cert.clone(), get("tls-auth-clients")));
+            if cert == "bad.crt" {
+                Err("no".into())
+            } else {
+                Ok(())
+            }
+        }));
+        let set = |pairs: &[(&str, &str)]| {
+            c.set_runtime(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        set(&[("tls-auth-clients", "OPTIONAL")]).unwrap();
+        set(&[("maxclients", "9")]).unwrap();
+        assert_eq!(
+            set(&[("maxclients", "5"), ("tls-cert-file", "bad.crt")]).unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'tls-cert-file') - Unable to update TLS configuration. Check server logs."
+        );
+        assert_eq!(c.get("tls-cert-file"), "a.crt");
+        assert_eq!(c.get("maxclients"), "9");
+        assert!(set(&[("tls-auth-clients", "maybe")]).is_err());
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                ("a.crt".to_string(), "optional".to_string()),
+                ("bad.crt".to_string(), "optional".to_string()),
+            ]
+        );
+    }
+
     /// Redis prints `KEAmn` as `AKEm`, but `new` events stay on.
     #[test]
     fn keyspace_events_keep_new_under_all() {
