@@ -209,7 +209,7 @@ fn load_roots(file: &str, dir: &str) -> Result<RootCertStore, String> {
     }
     if roots.is_empty() {
         return Err(fail(
-            &format!("{file} {dir}").trim().to_string(),
+            format!("{file} {dir}").trim(),
             "no CA certificate found".into(),
         ));
     }
