@@ -320,6 +320,7 @@ impl Options {
 
 /// What applying the options leaves for later: warnings to log once logging is up, and the
 /// config file's `user` lines (as ACL file text, on their own line numbers).
+#[derive(Debug)]
 pub struct Applied {
     pub warnings: Vec<String>,
     pub users: String,

@@ -589,6 +589,9 @@ fn check_call(
     checked.map(|plan| (idx, plan))
 }
 
+// Each argument is one of the checks Redis's scriptCall makes; bundling them would only
+// rename them.
+#[allow(clippy::too_many_arguments)]
 fn check_known_call(
     worker: &crate::worker::Worker,
     idx: usize,
