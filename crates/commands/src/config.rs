@@ -84,6 +84,7 @@ const POLICIES: &[&str] = &[
 const SCRIPT_LOCKING: &[&str] = &["declared", "all", "strict"];
 const ACL_PUBSUB: &[&str] = &["allchannels", "resetchannels"];
 const FSYNC: &[&str] = &["always", "everysec", "no"];
+const TLS_AUTH_CLIENTS: &[&str] = &["no", "yes", "optional"];
 const INT: Kind = Kind::Int {
     min: i64::MIN,
     max: i64::MAX,
@@ -336,6 +337,37 @@ pub static PARAMS: &[Param] = &[
     p("io-threads", "1", Kind::Int { min: 1, max: 128 }, false, A),
     p("replica-read-only", "yes", Kind::Bool, true, A),
     p("cluster-enabled", "no", Kind::Bool, false, A),
+    // TLS for client connections (docs/operations.md, "TLS"), with Redis 7.0's names and
+    // defaults. Changing any of them rebuilds the TLS configuration for new connections
+    // (`Config::set_tls_reload`); a configuration that does not build fails CONFIG SET.
+    p("tls-port", "0", Kind::Int { min: 0, max: 65535 }, false, Y),
+    p("tls-cert-file", "", Kind::Str, true, Y),
+    p("tls-key-file", "", Kind::Str, true, Y),
+    p("tls-key-file-pass", "", Kind::Str, true, Y),
+    p("tls-ca-cert-file", "", Kind::Str, true, Y),
+    p("tls-ca-cert-dir", "", Kind::Str, true, Y),
+    p(
+        "tls-auth-clients",
+        "yes",
+        Kind::Enum(TLS_AUTH_CLIENTS),
+        true,
+        Y,
+    ),
+    p("tls-protocols", "", Kind::Str, true, Y),
+    p("tls-ciphers", "", Kind::Str, true, Y),
+    p("tls-ciphersuites", "", Kind::Str, true, Y),
+    p("tls-prefer-server-ciphers", "no", Kind::Bool, true, Y),
+    p("tls-session-caching", "yes", Kind::Bool, true, Y),
+    p("tls-session-cache-size", "20480", NONNEG_INT, true, Y),
+    // rustls's session cache has no expiry of its own (docs/operations.md).
+    p("tls-session-cache-timeout", "300", NONNEG_INT, true, A),
+    // No replication or cluster bus, so nothing dials out with TLS; no DHE suites in rustls.
+    p("tls-replication", "no", Kind::Bool, true, A),
+    p("tls-cluster", "no", Kind::Bool, true, A),
+    p("tls-client-cert-file", "", Kind::Str, true, A),
+    p("tls-client-key-file", "", Kind::Str, true, A),
+    p("tls-client-key-file-pass", "", Kind::Str, true, A),
+    p("tls-dh-params-file", "", Kind::Str, true, A),
     p("list-max-ziplist-entries", "128", NONNEG, true, A),
     // The rest of Redis 7.0's parameters, with its defaults, types and ranges: replication,
     // cluster, defragmentation, process and logging settings Damselfly has no use for.
@@ -969,9 +1001,18 @@ fn validate(param: &Param, value: &str) -> Result<String, String> {
     }
 }
 
+/// Rebuilds the TLS configuration from the parameters' values as `get` reads them (the ones
+/// a CONFIG SET is about to store, the current ones for the rest), and puts it in force for
+/// new connections; the error says why it does not build. Set by the runtime layer, which
+/// owns TLS, so this crate (and the coordinator that runs CONFIG SET) need not know it.
+pub type TlsReload = Box<dyn Fn(&dyn Fn(&str) -> String) -> Result<(), String> + Send + Sync>;
+
 /// The live configuration of the server, shared by every thread.
 pub struct Config {
     values: RwLock<BTreeMap<&'static str, String>>,
+    /// Called by CONFIG SET of any `tls-*` parameter, after the values validated and before
+    /// they are stored: an error fails the CONFIG SET and keeps the old values in force.
+    tls_reload: std::sync::OnceLock<TlsReload>,
     pub proto_max_bulk_len: AtomicU64,
     pub query_buffer_limit: AtomicU64,
     pub output_buffer_limit: AtomicU64,
@@ -1024,6 +1065,7 @@ impl Default for Config {
                     .map(|p| (p.name, p.default.to_string()))
                     .collect(),
             ),
+            tls_reload: std::sync::OnceLock::new(),
             proto_max_bulk_len: AtomicU64::new(0),
             query_buffer_limit: AtomicU64::new(0),
             output_buffer_limit: AtomicU64::new(0),
@@ -1102,12 +1144,36 @@ impl Config {
             })?;
             staged.push((param, v, value));
         }
+        if let (Some(reload), Some((first, _, _))) = (
+            self.tls_reload.get(),
+            staged.iter().find(|(p, _, _)| p.name.starts_with("tls-")),
+        ) {
+            let get = |name: &str| {
+                staged
+                    .iter()
+                    .find(|(p, _, _)| p.name == name)
+                    .map_or_else(|| self.get(name), |(_, v, _)| v.clone())
+            };
+            // Redis's reply; the reload logs the reason, as Redis does.
+            if reload(&get).is_err() {
+                return Err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{}') - Unable to update TLS configuration. Check server logs.",
+                    first.name
+                ));
+            }
+        }
         for (param, v, value) in staged {
             self.store(param.name, v);
             self.note_flags(param, value);
         }
         self.refresh_atomics();
         Ok(())
+    }
+
+    /// Installs the TLS rebuild that CONFIG SET of a `tls-*` parameter runs (once; later
+    /// calls are ignored).
+    pub fn set_tls_reload(&self, reload: TlsReload) {
+        let _ = self.tls_reload.set(reload);
     }
 
     /// CONFIG GET: every (name, value) matching any of the glob patterns.
@@ -1428,6 +1494,56 @@ mod tests {
         );
         set("latency-tracking", "no").unwrap();
         assert!(!c.latency_tracking.load(Ordering::Relaxed));
+    }
+
+    /// CONFIG SET of a `tls-*` parameter runs the TLS rebuild with the values being set; its
+    /// failure fails the whole CONFIG SET, which keeps every old value.
+    #[test]
+    fn tls_parameters_go_through_the_reload() {
+        use std::sync::{Arc, Mutex};
+        let c = Config::default();
+        assert_eq!(c.get("tls-auth-clients"), "yes");
+        assert_eq!(c.get("tls-session-cache-size"), "20480");
+        // Without a reload installed (no TLS port) the values are only stored.
+        c.set_runtime(&[("tls-cert-file".into(), "a.crt".into())])
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        c.set_tls_reload(Box::new(move |get| {
+            let cert = get("tls-cert-file");
+            log.lock()
+                .unwrap()
+                .push((cert.clone(), get("tls-auth-clients")));
+            if cert == "bad.crt" {
+                Err("no".into())
+            } else {
+                Ok(())
+            }
+        }));
+        let set = |pairs: &[(&str, &str)]| {
+            c.set_runtime(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        set(&[("tls-auth-clients", "OPTIONAL")]).unwrap();
+        set(&[("maxclients", "9")]).unwrap();
+        assert_eq!(
+            set(&[("maxclients", "5"), ("tls-cert-file", "bad.crt")]).unwrap_err(),
+            "ERR CONFIG SET failed (possibly related to argument 'tls-cert-file') - Unable to update TLS configuration. Check server logs."
+        );
+        assert_eq!(c.get("tls-cert-file"), "a.crt");
+        assert_eq!(c.get("maxclients"), "9");
+        assert!(set(&[("tls-auth-clients", "maybe")]).is_err());
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![
+                ("a.crt".to_string(), "optional".to_string()),
+                ("bad.crt".to_string(), "optional".to_string()),
+            ]
+        );
     }
 
     /// Redis prints `KEAmn` as `AKEm`, but `new` events stay on.

@@ -8,7 +8,8 @@
 //!
 //! A move happens only between rounds, with every reply written and no state tied to the
 //! thread: not in MULTI, not watching, not blocked, not subscribed, not tracking, not
-//! monitoring, CLIENT REPLY on. Unread input travels with it. The I/O loop (damselfly_net)
+//! monitoring, CLIENT REPLY on. Unread input travels with it. A connection whose I/O layer
+//! holds state that cannot travel with the socket (TLS) never moves (`stay_on_thread`). The I/O loop (damselfly_net)
 //! hands the socket over; this module decides when, and carries the session
 //! (docs/architecture.md, "Connection affinity").
 
@@ -111,6 +112,9 @@ impl Drop for MovedClient {
 impl Connection {
     /// The shard thread this connection should move to now, if any (see the module doc).
     pub fn move_target(&self) -> Option<usize> {
+        if self.stays {
+            return None;
+        }
         let target = self.affinity.due()?;
         let config = &self.worker.cluster.config;
         let quiet = self.tx.is_none()

@@ -126,6 +126,9 @@ pub struct Connection {
     round_len: usize,
     /// The session went to another thread (`detach`): nothing is left to clean up here.
     pub(crate) moved_away: bool,
+    /// Never moves to another thread (a TLS session's state lives in its I/O loop, not in
+    /// the socket): `move_target` is always None.
+    pub(crate) stays: bool,
 }
 
 /// CLIENT REPLY's mode.
@@ -208,7 +211,15 @@ impl Connection {
             affinity: Affinity::default(),
             round_len: 0,
             moved_away: false,
+            stays: false,
         }
+    }
+
+    /// Keeps this connection on its thread for good: connection affinity never moves it.
+    /// The I/O layer calls it for streams whose state cannot travel with a duplicated
+    /// descriptor (TLS).
+    pub fn stay_on_thread(&mut self) {
+        self.stays = true;
     }
 
     /// Input received and not run yet.

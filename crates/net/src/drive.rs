@@ -25,7 +25,10 @@ pub(crate) trait ConnRead {
 
 /// The writing half of a client socket.
 pub(crate) trait ConnWrite {
-    /// Writes some bytes; cancel-safe (nothing is written if the future is dropped pending).
+    /// Writes some bytes. If the future is dropped pending, the next call is made with a
+    /// buffer that starts with the same bytes (the loop only appends to its output): a plain
+    /// socket has written nothing then, a TLS stream may have sent part of what it took and
+    /// reports it on that next call (tls.rs).
     fn write(&mut self, buf: &[u8]) -> impl Future<Output = io::Result<usize>>;
 
     /// Lets go of the socket without shutting it down: the connection moves to another
@@ -33,13 +36,13 @@ pub(crate) trait ConnWrite {
     fn let_go(self);
 }
 
-enum Either<A, B> {
+pub(crate) enum Either<A, B> {
     Left(A),
     Right(B),
 }
 
 /// Waits for whichever future finishes first; the other is dropped.
-async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
+pub(crate) async fn race<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output> {
     let mut a = pin!(a);
     let mut b = pin!(b);
     poll_fn(|cx| {
@@ -144,7 +147,7 @@ async fn yield_now() {
     .await
 }
 
-async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
+pub(crate) async fn write_all<W: ConnWrite>(wr: &mut W, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         match wr.write(buf).await? {
             0 => return Err(io::ErrorKind::WriteZero.into()),

@@ -15,6 +15,7 @@ use tokio::task::{spawn_local, JoinHandle};
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
 use crate::handoff::{MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
+use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
 
 struct Reader<S>(S);
@@ -69,11 +70,17 @@ pub(crate) fn run(shared: Arc<Shared>, starts: Vec<ThreadStart>) -> io::Result<(
             .as_ref()
             .map(|l| l.try_clone())
             .transpose()?;
+        let tls = shared
+            .listeners
+            .tls
+            .iter()
+            .map(|l| l.try_clone())
+            .collect::<io::Result<Vec<_>>>()?;
         handles.push(
             std::thread::Builder::new()
                 .name(format!("damselfly-{index}"))
                 .stack_size(crate::THREAD_STACK)
-                .spawn(move || thread_main(index, shared, start, tcp, unix))?,
+                .spawn(move || thread_main(index, shared, start, tcp, unix, tls))?,
         );
     }
     for h in handles {
@@ -89,6 +96,7 @@ fn thread_main(
     start: ThreadStart,
     tcp: Vec<std::net::TcpListener>,
     unix: Option<std::os::unix::net::UnixListener>,
+    tls: Vec<std::net::TcpListener>,
 ) -> io::Result<()> {
     shared.pin(index);
     let rt = runtime(&shared.cluster.mailboxes[index])?;
@@ -123,6 +131,17 @@ fn thread_main(
                 listener,
                 movers.clone(),
             )));
+        }
+        if let Some(config) = &shared.tls {
+            for l in tls {
+                let listener = tokio::net::TcpListener::from_std(l)?;
+                acceptors.push(spawn_local(accept_tls(
+                    worker.clone(),
+                    listener,
+                    movers.clone(),
+                    config.clone(),
+                )));
+            }
         }
         let path = unix
             .as_ref()
@@ -180,6 +199,38 @@ async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener, mover
             Ok((stream, _)) => start_tcp(&worker, stream, &[], &movers),
             Err(e) => accept_failed(e).await,
         }
+    }
+}
+
+async fn accept_tls(
+    worker: Rc<Worker>,
+    listener: tokio::net::TcpListener,
+    movers: Movers,
+    tls: Arc<Tls>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => start_tls(&worker, stream, &movers, &tls),
+            Err(e) => accept_failed(e).await,
+        }
+    }
+}
+
+/// Admits a client of the TLS port and serves it after its handshake, with the TLS
+/// configuration in force now.
+fn start_tls(worker: &Rc<Worker>, stream: tokio::net::TcpStream, movers: &Movers, tls: &Tls) {
+    let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
+    if let Some(conn) = admit(worker, stream.as_raw_fd(), peer) {
+        tune_tcp(worker, stream.as_fd());
+        let (rd, wr) = stream.into_split();
+        spawn_local(serve_tls(
+            Reader(rd),
+            Writer(wr),
+            conn,
+            tokio::time::sleep,
+            movers.clone(),
+            tls.server_config(),
+        ));
     }
 }
 

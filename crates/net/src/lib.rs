@@ -12,6 +12,7 @@ mod handoff;
 mod listeners;
 pub mod metrics_http;
 pub mod probe;
+pub mod tls;
 mod uring_backend;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ use handoff::{MovedConn, Movers};
 
 pub use cpus::available_cpus;
 pub use listeners::{ListenerSpec, Listeners};
+pub use tls::Tls;
 
 /// Which I/O backend runs the event loops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub(crate) struct Shared {
     pub drained: AtomicUsize,
     /// Where connections moving to each thread are sent.
     pub movers: Movers,
+    /// The TLS configuration for the TLS listeners (`listeners.tls`).
+    pub tls: Option<Arc<Tls>>,
 }
 
 /// What one shard thread starts with: its shard's mailbox, its mailbox for connections
@@ -147,11 +151,20 @@ impl Server {
                 pin,
                 drained: AtomicUsize::new(0),
                 movers: movers.into(),
+                tls: None,
             }),
             mailboxes,
             arrivals,
             backend,
             adopted: Vec::new(),
+        }
+    }
+
+    /// The TLS configuration the TLS listeners serve with (`Tls::from_config`); without it
+    /// they are not served.
+    pub fn set_tls(&mut self, tls: Option<Arc<Tls>>) {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.tls = tls;
         }
     }
 

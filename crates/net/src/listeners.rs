@@ -19,6 +19,8 @@ pub struct ListenerSpec {
     pub bind: Vec<String>,
     /// 0 disables TCP.
     pub port: u16,
+    /// The TLS port, on the same addresses; 0 disables TLS.
+    pub tls_port: u16,
     pub unixsocket: Option<PathBuf>,
     /// Octal mode for the socket file (e.g. 0o700); None leaves the umask's.
     pub unixsocketperm: Option<u32>,
@@ -27,6 +29,9 @@ pub struct ListenerSpec {
 
 pub struct Listeners {
     pub tcp: Vec<TcpListener>,
+    /// TLS clients' listeners (`tls-port`): served only by the shard threads, not while the
+    /// data loads.
+    pub tls: Vec<TcpListener>,
     pub unix: Option<UnixListener>,
     unix_path: Option<PathBuf>,
 }
@@ -67,53 +72,21 @@ fn bind_unix(path: &PathBuf, perm: Option<u32>) -> io::Result<UnixListener> {
 
 impl Listeners {
     pub fn bind(spec: &ListenerSpec) -> io::Result<Listeners> {
-        let mut tcp = Vec::new();
-        if spec.port != 0 {
-            for raw in &spec.bind {
-                let (optional, host) = match raw.strip_prefix('-') {
-                    Some(h) => (true, h),
-                    None => (false, raw.as_str()),
-                };
-                let ip = match host {
-                    "*" => "0.0.0.0",
-                    "::*" => "::",
-                    other => other,
-                };
-                let addr: SocketAddr = match ip.parse::<std::net::IpAddr>() {
-                    Ok(ip) => SocketAddr::new(ip, spec.port),
-                    Err(_) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidInput,
-                            format!("invalid bind address '{raw}'"),
-                        ))
-                    }
-                };
-                match bind_tcp(addr, spec.backlog) {
-                    Ok(l) => tcp.push(l),
-                    Err(e) if optional => {
-                        tracing::warn!("skipping optional bind address {addr}: {e}")
-                    }
-                    Err(e) => {
-                        return Err(io::Error::new(
-                            e.kind(),
-                            format!("could not listen on {addr}: {e}"),
-                        ))
-                    }
-                }
-            }
-        }
+        let tcp = bind_port(spec, spec.port)?;
+        let tls = bind_port(spec, spec.tls_port)?;
         let unix = match &spec.unixsocket {
             Some(path) => Some(bind_unix(path, spec.unixsocketperm)?),
             None => None,
         };
-        if tcp.is_empty() && unix.is_none() {
+        if tcp.is_empty() && tls.is_empty() && unix.is_none() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "no listener configured: set --port or --unixsocket",
+                "no listener configured: set --port, --tls-port or --unixsocket",
             ));
         }
         Ok(Listeners {
             tcp,
+            tls,
             unix,
             unix_path: spec.unixsocket.clone(),
         })
@@ -135,11 +108,58 @@ impl Listeners {
             .filter_map(|l| l.local_addr().ok())
             .map(|a| format!("tcp {a}"))
             .collect();
+        parts.extend(
+            self.tls
+                .iter()
+                .filter_map(|l| l.local_addr().ok())
+                .map(|a| format!("tls {a}")),
+        );
         if let Some(p) = &self.unix_path {
             parts.push(format!("unix {}", p.display()));
         }
         parts.join(", ")
     }
+}
+
+/// Listens on `port` at every `bind` address (none when `port` is 0).
+fn bind_port(spec: &ListenerSpec, port: u16) -> io::Result<Vec<TcpListener>> {
+    let mut listeners = Vec::new();
+    if port == 0 {
+        return Ok(listeners);
+    }
+    for raw in &spec.bind {
+        let (optional, host) = match raw.strip_prefix('-') {
+            Some(h) => (true, h),
+            None => (false, raw.as_str()),
+        };
+        let ip = match host {
+            "*" => "0.0.0.0",
+            "::*" => "::",
+            other => other,
+        };
+        let addr: SocketAddr = match ip.parse::<std::net::IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, port),
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("invalid bind address '{raw}'"),
+                ))
+            }
+        };
+        match bind_tcp(addr, spec.backlog) {
+            Ok(l) => listeners.push(l),
+            Err(e) if optional => {
+                tracing::warn!("skipping optional bind address {addr}: {e}")
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("could not listen on {addr}: {e}"),
+                ))
+            }
+        }
+    }
+    Ok(listeners)
 }
 
 impl Drop for Listeners {

@@ -55,6 +55,7 @@ impl MetricsEndpoint {
         let spec = ListenerSpec {
             bind: bind.to_vec(),
             port,
+            tls_port: 0,
             unixsocket: None,
             unixsocketperm: None,
             backlog: 64,

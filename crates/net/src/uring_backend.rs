@@ -17,6 +17,7 @@ use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
 use crate::handoff::{MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
+use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
 
 struct Reader<S>(S);
@@ -86,6 +87,12 @@ pub(crate) fn run(shared: Arc<Shared>, starts: Vec<ThreadStart>) -> io::Result<(
             .iter()
             .map(|l| l.try_clone())
             .collect::<io::Result<Vec<_>>>()?;
+        let tls = shared
+            .listeners
+            .tls
+            .iter()
+            .map(|l| l.try_clone())
+            .collect::<io::Result<Vec<_>>>()?;
         let unix_path = unix_path.clone();
         // Our own thread, for its stack size (glommio's spawn takes none), running an
         // executor made on it.
@@ -99,7 +106,9 @@ pub(crate) fn run(shared: Arc<Shared>, starts: Vec<ThreadStart>) -> io::Result<(
                     .io_memory(IO_MEMORY)
                     .make()
                     .map_err(|e| io::Error::other(format!("cannot start glommio executor: {e}")))?;
-                executor.run(thread_main(index, shared, start, adopt, tcp, unix_path))
+                executor.run(thread_main(
+                    index, shared, start, adopt, tcp, tls, unix_path,
+                ))
             })?;
         handles.push(handle);
     }
@@ -154,6 +163,7 @@ async fn thread_main(
     start: ThreadStart,
     adopt: Mailbox<i32>,
     tcp: Vec<std::net::TcpListener>,
+    tls: Vec<std::net::TcpListener>,
     unix_path: String,
 ) -> io::Result<()> {
     shared.pin(index);
@@ -188,6 +198,18 @@ async fn thread_main(
             listener,
             movers.clone(),
         )));
+    }
+    if let Some(config) = &shared.tls {
+        for l in tls {
+            // SAFETY: as above.
+            let listener = unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) };
+            acceptors.push(spawn_local(accept_tls(
+                worker.clone(),
+                listener,
+                movers.clone(),
+                config.clone(),
+            )));
+        }
     }
     for a in start.adopted {
         adopt_loaded(&worker, a, &unix_path, &movers);
@@ -233,6 +255,43 @@ async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener, mov
             }
             Err(e) => {
                 // Out of descriptors and similar: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Accepts clients of the TLS port and serves each after its handshake, with the TLS
+/// configuration in force when it connected.
+async fn accept_tls(
+    worker: Rc<Worker>,
+    listener: glommio::net::TcpListener,
+    movers: Movers,
+    tls: Arc<Tls>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
+                if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
+                    // SAFETY: the descriptor stays owned by `stream` for this call.
+                    tune_tcp(&worker, unsafe {
+                        BorrowedFd::borrow_raw(stream.as_raw_fd())
+                    });
+                    let (rd, wr) = futures_lite::io::split(stream);
+                    spawn_local(serve_tls(
+                        Reader(rd),
+                        Writer(wr),
+                        conn,
+                        glommio::timer::sleep,
+                        movers.clone(),
+                        tls.server_config(),
+                    ))
+                    .detach();
+                }
+            }
+            Err(e) => {
                 tracing::warn!("accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }

@@ -150,6 +150,14 @@ fn main() -> ExitCode {
         0 => damselfly_net::available_cpus(),
         n => usize::try_from(n).unwrap_or(usize::MAX),
     };
+    // Before anything listens: a TLS configuration that does not build stops start-up.
+    let tls = match damselfly_net::Tls::from_config(&config) {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::error!("Failed to configure TLS: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let listeners = match Listeners::bind(&options::listener_spec(&config)) {
         Ok(l) => l,
         Err(e) => {
@@ -195,6 +203,7 @@ fn main() -> ExitCode {
     let described = listeners.describe();
     let pin = config.get("pin-threads") == "yes";
     let mut server = Server::new(config.clone(), threads, backend, pin, listeners, info);
+    server.set_tls(tls);
     server.adopt(loading_clients);
     // Before any other thread starts (journal writers): threads inherit the blocked signals.
     install_signal_thread(server.cluster());

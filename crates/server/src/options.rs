@@ -136,6 +136,23 @@ pub struct Options {
     /// Client eviction's limit, bytes or a percentage of maxmemory (accepted; not built).
     #[arg(long = "maxmemory-clients")]
     pub maxmemory_clients: Option<String>,
+    /// TLS port, beside --port (0 = off): needs --tls-cert-file and --tls-key-file
+    /// (docs/operations.md, "TLS").
+    #[arg(long = "tls-port")]
+    pub tls_port: Option<String>,
+    /// The server's certificate chain (PEM).
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<String>,
+    /// The server certificate's private key (PEM).
+    #[arg(long = "tls-key-file")]
+    pub tls_key_file: Option<String>,
+    /// CA certificates (PEM) that client certificates are checked against.
+    #[arg(long = "tls-ca-cert-file")]
+    pub tls_ca_cert_file: Option<String>,
+    /// yes (default): clients must present a certificate; optional: checked if presented;
+    /// no: not asked for.
+    #[arg(long = "tls-auth-clients")]
+    pub tls_auth_clients: Option<String>,
     #[arg(long = "protected-mode")]
     pub protected_mode: Option<String>,
     #[arg(long)]
@@ -224,7 +241,7 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 38] = [
+        let flags: [(&str, Option<String>); 43] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
             ("metrics-port", self.metrics_port.map(|p| p.to_string())),
@@ -272,6 +289,11 @@ impl Options {
             ("migrate-connections", self.migrate_connections.clone()),
             ("disable-thp", self.disable_thp.clone()),
             ("maxmemory-clients", self.maxmemory_clients.clone()),
+            ("tls-port", self.tls_port.clone()),
+            ("tls-cert-file", self.tls_cert_file.clone()),
+            ("tls-key-file", self.tls_key_file.clone()),
+            ("tls-ca-cert-file", self.tls_ca_cert_file.clone()),
+            ("tls-auth-clients", self.tls_auth_clients.clone()),
         ];
         for (name, value) in flags {
             if let Some(v) = value {
@@ -320,6 +342,7 @@ pub fn listener_spec(config: &Config) -> ListenerSpec {
             .map(str::to_string)
             .collect(),
         port: u16::try_from(config.get_u64("port")).unwrap_or(0),
+        tls_port: u16::try_from(config.get_u64("tls-port")).unwrap_or(0),
         unixsocket: (!unixsocket.is_empty()).then(|| PathBuf::from(unixsocket)),
         unixsocketperm: u32::from_str_radix(&perm, 8).ok().filter(|&m| m != 0),
         // The parameter's range is a C int's (as Redis's), so this cannot truncate.

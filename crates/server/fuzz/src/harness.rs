@@ -100,6 +100,7 @@ impl Harness {
         let listeners = Listeners::bind(&ListenerSpec {
             bind: Vec::new(),
             port: 0,
+            tls_port: 0,
             unixsocket: Some(socket.clone()),
             unixsocketperm: None,
             backlog: 128,

@@ -311,6 +311,12 @@ impl Raw {
         }
     }
 
+    /// A client over any byte stream carried by the TCP socket `tcp` (TLS in tests/tls.rs);
+    /// `tcp` sets the read timeout.
+    pub fn over(r: Box<dyn Read + Send>, w: Box<dyn Write + Send>, tcp: TcpStream) -> Raw {
+        Raw::new(r, w, Sock::Tcp(tcp))
+    }
+
     pub fn unix_at(path: &std::path::Path) -> Raw {
         let s = UnixStream::connect(path).expect("connect unix");
         s.set_read_timeout(Some(Duration::from_secs(30))).ok();
