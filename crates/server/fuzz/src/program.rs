@@ -478,6 +478,13 @@ fn allowed(name: &str, args: &[Vec<u8>]) -> bool {
         // CONFIG SET could set requirepass or limits that break the following inputs;
         // RESETSTAT changes server-wide counters, so an input would depend on earlier ones.
         "config" => !matches!(sub(args).as_slice(), b"set" | b"resetstat"),
+        // Users are server-wide: only the subcommands that read them.
+        "acl" => matches!(
+            sub(args).as_slice(),
+            b"whoami" | b"cat" | b"users" | b"getuser" | b"dryrun" | b"help"
+        ),
+        // Their resets clear what earlier inputs left, server-wide.
+        "slowlog" | "latency" => sub(args).as_slice() != b"reset",
         "client" => !matches!(
             sub(args).as_slice(),
             b"kill" | b"pause" | b"unpause" | b"unblock" | b"reply"
