@@ -362,173 +362,34 @@ const PAIRS: (i32, i32, i32) = (1, -1, 2);
 use Handler::{Coord as C, Shard as S};
 use Route::{AllShards, Coordinator, Cursor, Key, KeyOrCoordinator, Keys};
 
+#[rustfmt::skip]
 pub static COMMANDS: &[CommandSpec] = &[
     // connection
-    cmd!(
-        "ping",
-        -1,
-        FAST | SENTINEL,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Ping)
-    ),
+    cmd!("ping", -1, FAST | SENTINEL, NO_KEYS, Coordinator, C(CoordCmd::Ping)),
     cmd!("echo", 2, FAST, NO_KEYS, Coordinator, C(CoordCmd::Echo)),
-    cmd!(
-        "quit",
-        -1,
-        ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Quit)
-    ),
-    cmd!(
-        "hello",
-        -1,
-        NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Hello)
-    ),
-    cmd!(
-        "auth",
-        -2,
-        NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Auth)
-    ),
-    cmd!(
-        "select",
-        2,
-        LOADING | STALE | FAST,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Select)
-    ),
-    cmd!(
-        "reset",
-        1,
-        NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Reset)
-    ),
-    cmd!(
-        "acl",
-        -2,
-        NOSCRIPT | LOADING | STALE | SENTINEL,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Acl)
-    ),
-    cmd!(
-        "client",
-        -2,
-        NOSCRIPT | LOADING | STALE | SENTINEL,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Client)
-    ),
+    cmd!("quit", -1, ALLOW_BUSY | NOSCRIPT | LOADING | STALE | FAST | NO_AUTH, NO_KEYS, Coordinator, C(CoordCmd::Quit)),
+    cmd!("hello", -1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Hello)),
+    cmd!("auth", -2, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | SENTINEL | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Auth)),
+    cmd!("select", 2, LOADING | STALE | FAST, NO_KEYS, Coordinator, C(CoordCmd::Select)),
+    cmd!("reset", 1, NOSCRIPT | LOADING | STALE | FAST | NO_AUTH | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Reset)),
+    cmd!("acl", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, Coordinator, C(CoordCmd::Acl)),
+    cmd!("client", -2, NOSCRIPT | LOADING | STALE | SENTINEL, NO_KEYS, Coordinator, C(CoordCmd::Client)),
     // transactions
-    cmd!(
-        "multi",
-        1,
-        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Multi)
-    ),
-    cmd!(
-        "exec",
-        1,
-        NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Exec)
-    ),
-    cmd!(
-        "discard",
-        1,
-        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Discard)
-    ),
-    cmd!(
-        "watch",
-        -2,
-        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
-        ALL_KEYS,
-        Coordinator,
-        C(CoordCmd::Watch)
-    ),
-    cmd!(
-        "unwatch",
-        1,
-        NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Unwatch)
-    ),
+    cmd!("multi", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Multi)),
+    cmd!("exec", 1, NOSCRIPT | LOADING | STALE | SKIP_SLOWLOG, NO_KEYS, Coordinator, C(CoordCmd::Exec)),
+    cmd!("discard", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Discard)),
+    cmd!("watch", -2, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, ALL_KEYS, Coordinator, C(CoordCmd::Watch)),
+    cmd!("unwatch", 1, NOSCRIPT | LOADING | STALE | FAST | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Unwatch)),
     // server
-    cmd!(
-        "command",
-        -1,
-        LOADING | STALE | SENTINEL,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Command)
-    ),
-    cmd!(
-        "info",
-        -1,
-        LOADING | STALE | SENTINEL,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Info)
-    ),
-    cmd!(
-        "config",
-        -2,
-        ADMIN | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Config)
-    ),
+    cmd!("command", -1, LOADING | STALE | SENTINEL, NO_KEYS, Coordinator, C(CoordCmd::Command)),
+    cmd!("info", -1, LOADING | STALE | SENTINEL, NO_KEYS, Coordinator, C(CoordCmd::Info)),
+    cmd!("config", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Config)),
     // Containers carry the flags of their subcommands (SLOWLOG HELP and LATENCY HELP are the
     // exceptions Redis does not flag admin), as CONFIG's row does.
-    cmd!(
-        "slowlog",
-        -2,
-        ADMIN | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Slowlog)
-    ),
-    cmd!(
-        "latency",
-        -2,
-        ADMIN | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Latency)
-    ),
-    cmd!(
-        "time",
-        1,
-        LOADING | STALE | FAST,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Time)
-    ),
-    cmd!(
-        "shutdown",
-        -1,
-        ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Shutdown)
-    ),
+    cmd!("slowlog", -2, ADMIN | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Slowlog)),
+    cmd!("latency", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Latency)),
+    cmd!("time", 1, LOADING | STALE | FAST, NO_KEYS, Coordinator, C(CoordCmd::Time)),
+    cmd!("shutdown", -1, ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | SENTINEL | ALLOW_BUSY, NO_KEYS, Coordinator, C(CoordCmd::Shutdown)),
     cmd!(intents Intents::Debug; "debug", -2, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Debug)),
     cmd!(intents Intents::AllDbs; "save", 1, ADMIN | NOSCRIPT | NO_MULTI, NO_KEYS, Coordinator, C(CoordCmd::Save)),
     cmd!(intents Intents::AllDbs; "bgsave", -1, ADMIN | NOSCRIPT, NO_KEYS, Coordinator, C(CoordCmd::Bgsave)),
@@ -537,185 +398,38 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "eval_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "evalsha_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, Coordinator, C(CoordCmd::Eval)),
-    cmd!(
-        "script",
-        -2,
-        NOSCRIPT,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Script)
-    ),
+    cmd!("script", -2, NOSCRIPT, NO_KEYS, Coordinator, C(CoordCmd::Script)),
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall", -3, NOSCRIPT | STALE | MAY_REPLICATE, NO_KEYS, Coordinator, C(CoordCmd::Fcall)),
     cmd!(full MoreKeys::Numkeys(2), Intents::Script; "fcall_ro", -3, NOSCRIPT | STALE | READONLY, NO_KEYS, Coordinator, C(CoordCmd::Fcall)),
-    cmd!(
-        "function",
-        -2,
-        NOSCRIPT,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Function)
-    ),
-    cmd!(
-        "subscribe",
-        -2,
-        PUBSUB | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Subscribe(Kind::Channel))
-    ),
-    cmd!(
-        "psubscribe",
-        -2,
-        PUBSUB | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Subscribe(Kind::Pattern))
-    ),
-    cmd!(
-        "ssubscribe",
-        -2,
-        PUBSUB | NOSCRIPT | LOADING | STALE,
-        ALL_KEYS,
-        Coordinator,
-        C(CoordCmd::Subscribe(Kind::ShardChannel))
-    ),
-    cmd!(
-        "unsubscribe",
-        -1,
-        PUBSUB | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Unsubscribe(Kind::Channel))
-    ),
-    cmd!(
-        "punsubscribe",
-        -1,
-        PUBSUB | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Unsubscribe(Kind::Pattern))
-    ),
-    cmd!(
-        "sunsubscribe",
-        -1,
-        PUBSUB | NOSCRIPT | LOADING | STALE,
-        ALL_KEYS,
-        Coordinator,
-        C(CoordCmd::Unsubscribe(Kind::ShardChannel))
-    ),
-    cmd!(
-        "publish",
-        3,
-        PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Publish { sharded: false })
-    ),
-    cmd!(
-        "spublish",
-        3,
-        PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE,
-        ONE_KEY,
-        Coordinator,
-        C(CoordCmd::Publish { sharded: true })
-    ),
-    cmd!(
-        "monitor",
-        1,
-        ADMIN | NOSCRIPT | LOADING | STALE,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Monitor)
-    ),
+    cmd!("function", -2, NOSCRIPT, NO_KEYS, Coordinator, C(CoordCmd::Function)),
+    cmd!("subscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Subscribe(Kind::Channel))),
+    cmd!("psubscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Subscribe(Kind::Pattern))),
+    cmd!("ssubscribe", -2, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, Coordinator, C(CoordCmd::Subscribe(Kind::ShardChannel))),
+    cmd!("unsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Unsubscribe(Kind::Channel))),
+    cmd!("punsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Unsubscribe(Kind::Pattern))),
+    cmd!("sunsubscribe", -1, PUBSUB | NOSCRIPT | LOADING | STALE, ALL_KEYS, Coordinator, C(CoordCmd::Unsubscribe(Kind::ShardChannel))),
+    cmd!("publish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, NO_KEYS, Coordinator, C(CoordCmd::Publish { sharded: false })),
+    cmd!("spublish", 3, PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE, ONE_KEY, Coordinator, C(CoordCmd::Publish { sharded: true })),
+    cmd!("monitor", 1, ADMIN | NOSCRIPT | LOADING | STALE, NO_KEYS, Coordinator, C(CoordCmd::Monitor)),
     cmd!("pubsub", -2, 0, NO_KEYS, Coordinator, C(CoordCmd::Pubsub)),
-    cmd!(
-        "lastsave",
-        1,
-        LOADING | STALE | FAST,
-        NO_KEYS,
-        Coordinator,
-        C(CoordCmd::Lastsave)
-    ),
-    cmd!(
-        "dbsize",
-        1,
-        READONLY | FAST,
-        NO_KEYS,
-        AllShards(Merge::Sum),
-        S(server::dbsize)
-    ),
-    cmd!(
-        "flushdb",
-        -1,
-        WRITE,
-        NO_KEYS,
-        AllShards(Merge::AllOk),
-        S(server::flushdb)
-    ),
+    cmd!("lastsave", 1, LOADING | STALE | FAST, NO_KEYS, Coordinator, C(CoordCmd::Lastsave)),
+    cmd!("dbsize", 1, READONLY | FAST, NO_KEYS, AllShards(Merge::Sum), S(server::dbsize)),
+    cmd!("flushdb", -1, WRITE, NO_KEYS, AllShards(Merge::AllOk), S(server::flushdb)),
     cmd!(intents Intents::AllDbs; "flushall", -1, WRITE, NO_KEYS, AllShards(Merge::AllOk), S(server::flushall)),
     // generic keyspace
     cmd!("del", -2, WRITE, ALL_KEYS, Keys(Merge::Sum), S(keys::del)),
-    cmd!(
-        "unlink",
-        -2,
-        WRITE | FAST,
-        ALL_KEYS,
-        Keys(Merge::Sum),
-        S(keys::del)
-    ),
-    cmd!(
-        "exists",
-        -2,
-        READONLY | FAST,
-        ALL_KEYS,
-        Keys(Merge::Sum),
-        S(keys::exists)
-    ),
-    cmd!(
-        "touch",
-        -2,
-        READONLY | FAST,
-        ALL_KEYS,
-        Keys(Merge::Sum),
-        S(keys::touch)
-    ),
+    cmd!("unlink", -2, WRITE | FAST, ALL_KEYS, Keys(Merge::Sum), S(keys::del)),
+    cmd!("exists", -2, READONLY | FAST, ALL_KEYS, Keys(Merge::Sum), S(keys::exists)),
+    cmd!("touch", -2, READONLY | FAST, ALL_KEYS, Keys(Merge::Sum), S(keys::touch)),
     cmd!("type", 2, READONLY | FAST, ONE_KEY, Key, S(keys::type_cmd)),
     cmd!("expire", -3, WRITE | FAST, ONE_KEY, Key, S(keys::expire)),
     cmd!("pexpire", -3, WRITE | FAST, ONE_KEY, Key, S(keys::pexpire)),
-    cmd!(
-        "expireat",
-        -3,
-        WRITE | FAST,
-        ONE_KEY,
-        Key,
-        S(keys::expireat)
-    ),
-    cmd!(
-        "pexpireat",
-        -3,
-        WRITE | FAST,
-        ONE_KEY,
-        Key,
-        S(keys::pexpireat)
-    ),
+    cmd!("expireat", -3, WRITE | FAST, ONE_KEY, Key, S(keys::expireat)),
+    cmd!("pexpireat", -3, WRITE | FAST, ONE_KEY, Key, S(keys::pexpireat)),
     cmd!("ttl", 2, READONLY | FAST, ONE_KEY, Key, S(keys::ttl)),
     cmd!("pttl", 2, READONLY | FAST, ONE_KEY, Key, S(keys::pttl)),
-    cmd!(
-        "expiretime",
-        2,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(keys::expiretime)
-    ),
-    cmd!(
-        "pexpiretime",
-        2,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(keys::pexpiretime)
-    ),
+    cmd!("expiretime", 2, READONLY | FAST, ONE_KEY, Key, S(keys::expiretime)),
+    cmd!("pexpiretime", 2, READONLY | FAST, ONE_KEY, Key, S(keys::pexpiretime)),
     cmd!("persist", 2, WRITE | FAST, ONE_KEY, Key, S(keys::persist)),
     cmd!(intents Intents::Transfer; "rename", 3, WRITE, (1, 2, 1), Keys(Merge::Transfer), S(keys::transfer)),
     cmd!(intents Intents::Transfer; "renamenx", 3, WRITE | FAST, (1, 2, 1), Keys(Merge::Transfer), S(keys::transfer)),
@@ -723,168 +437,35 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!(intents Intents::Transfer; "move", 3, WRITE | FAST, ONE_KEY, Key, S(keys::transfer)),
     cmd!(intents Intents::SwapDbs; "swapdb", 3, WRITE | FAST, NO_KEYS, AllShards(Merge::AllOk), S(keys::swapdb)),
     cmd!("object", -2, READONLY, (2, 2, 1), Key, S(keys::object)),
-    cmd!(
-        "memory",
-        -2,
-        READONLY,
-        (2, 2, 1),
-        KeyOrCoordinator(CoordCmd::Memory),
-        S(keys::memory_usage)
-    ),
+    cmd!("memory", -2, READONLY, (2, 2, 1), KeyOrCoordinator(CoordCmd::Memory), S(keys::memory_usage)),
     cmd!("dump", 2, READONLY, ONE_KEY, Key, S(dumps::dump)),
-    cmd!(
-        "restore",
-        -4,
-        WRITE | DENYOOM,
-        ONE_KEY,
-        Key,
-        S(dumps::restore)
-    ),
-    cmd!(
-        "keys",
-        2,
-        READONLY,
-        NO_KEYS,
-        AllShards(Merge::Concat),
-        S(keys::keys)
-    ),
+    cmd!("restore", -4, WRITE | DENYOOM, ONE_KEY, Key, S(dumps::restore)),
+    cmd!("keys", 2, READONLY, NO_KEYS, AllShards(Merge::Concat), S(keys::keys)),
     cmd!("scan", -2, READONLY, NO_KEYS, Cursor, S(keys::scan)),
-    cmd!(
-        "randomkey",
-        1,
-        READONLY,
-        NO_KEYS,
-        AllShards(Merge::RandomKey),
-        S(keys::randomkey)
-    ),
+    cmd!("randomkey", 1, READONLY, NO_KEYS, AllShards(Merge::RandomKey), S(keys::randomkey)),
     // strings
     cmd!("get", 2, READONLY | FAST, ONE_KEY, Key, S(strings::get)),
     cmd!("set", -3, WRITE | DENYOOM, ONE_KEY, Key, S(strings::set)),
-    cmd!(
-        "setnx",
-        3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::setnx)
-    ),
+    cmd!("setnx", 3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::setnx)),
     cmd!("setex", 4, WRITE | DENYOOM, ONE_KEY, Key, S(strings::setex)),
-    cmd!(
-        "psetex",
-        4,
-        WRITE | DENYOOM,
-        ONE_KEY,
-        Key,
-        S(strings::psetex)
-    ),
-    cmd!(
-        "getset",
-        3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::getset)
-    ),
+    cmd!("psetex", 4, WRITE | DENYOOM, ONE_KEY, Key, S(strings::psetex)),
+    cmd!("getset", 3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::getset)),
     cmd!("getdel", 2, WRITE | FAST, ONE_KEY, Key, S(strings::getdel)),
     cmd!("getex", -2, WRITE | FAST, ONE_KEY, Key, S(strings::getex)),
-    cmd!(
-        "mget",
-        -2,
-        READONLY | FAST,
-        ALL_KEYS,
-        Keys(Merge::Items),
-        S(strings::mget)
-    ),
-    cmd!(
-        "mset",
-        -3,
-        WRITE | DENYOOM,
-        PAIRS,
-        Keys(Merge::AllOk),
-        S(strings::mset)
-    ),
-    cmd!(
-        "msetnx",
-        -3,
-        WRITE | DENYOOM,
-        PAIRS,
-        Keys(Merge::MsetNx),
-        S(strings::msetnx)
-    ),
-    cmd!(
-        "append",
-        3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::append)
-    ),
-    cmd!(
-        "lcs",
-        -3,
-        READONLY,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(strings::lcs)
-    ),
-    cmd!(
-        "strlen",
-        2,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::strlen)
-    ),
+    cmd!("mget", -2, READONLY | FAST, ALL_KEYS, Keys(Merge::Items), S(strings::mget)),
+    cmd!("mset", -3, WRITE | DENYOOM, PAIRS, Keys(Merge::AllOk), S(strings::mset)),
+    cmd!("msetnx", -3, WRITE | DENYOOM, PAIRS, Keys(Merge::MsetNx), S(strings::msetnx)),
+    cmd!("append", 3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::append)),
+    cmd!("lcs", -3, READONLY, (1, 2, 1), Keys(Merge::Gather), S(strings::lcs)),
+    cmd!("strlen", 2, READONLY | FAST, ONE_KEY, Key, S(strings::strlen)),
     cmd!("getrange", 4, READONLY, ONE_KEY, Key, S(strings::getrange)),
     cmd!("substr", 4, READONLY, ONE_KEY, Key, S(strings::getrange)),
-    cmd!(
-        "setrange",
-        4,
-        WRITE | DENYOOM,
-        ONE_KEY,
-        Key,
-        S(strings::setrange)
-    ),
-    cmd!(
-        "incr",
-        2,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::incr)
-    ),
-    cmd!(
-        "decr",
-        2,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::decr)
-    ),
-    cmd!(
-        "incrby",
-        3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::incrby)
-    ),
-    cmd!(
-        "decrby",
-        3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::decrby)
-    ),
-    cmd!(
-        "incrbyfloat",
-        3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(strings::incrbyfloat)
-    ),
+    cmd!("setrange", 4, WRITE | DENYOOM, ONE_KEY, Key, S(strings::setrange)),
+    cmd!("incr", 2, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::incr)),
+    cmd!("decr", 2, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::decr)),
+    cmd!("incrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::incrby)),
+    cmd!("decrby", 3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::decrby)),
+    cmd!("incrbyfloat", 3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(strings::incrbyfloat)),
     // hashes
     cmd!(more MoreKeys::Sort { store: true }; "sort", -2, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(sort::sort)),
     cmd!(more MoreKeys::Sort { store: false }; "sort_ro", -2, READONLY, ONE_KEY, Keys(Merge::Gather), S(sort::sort_ro)),
@@ -892,254 +473,51 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("getbit", 3, READONLY | FAST, ONE_KEY, Key, S(bits::getbit)),
     cmd!("bitcount", -2, READONLY, ONE_KEY, Key, S(bits::bitcount)),
     cmd!("bitpos", -3, READONLY, ONE_KEY, Key, S(bits::bitpos)),
-    cmd!(
-        "bitop",
-        -4,
-        WRITE | DENYOOM,
-        (2, -1, 1),
-        Keys(Merge::Gather),
-        S(bits::bitop)
-    ),
-    cmd!(
-        "bitfield",
-        -2,
-        WRITE | DENYOOM,
-        ONE_KEY,
-        Key,
-        S(bits::bitfield)
-    ),
-    cmd!(
-        "bitfield_ro",
-        -2,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(bits::bitfield_ro)
-    ),
-    cmd!(
-        "pfadd",
-        -2,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(hll::pfadd)
-    ),
-    cmd!(
-        "pfcount",
-        -2,
-        READONLY | MAY_REPLICATE,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(hll::pfcount)
-    ),
-    cmd!(
-        "pfmerge",
-        -2,
-        WRITE | DENYOOM,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(hll::pfmerge)
-    ),
-    cmd!(
-        "hset",
-        -4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hset)
-    ),
-    cmd!(
-        "hmset",
-        -4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hset)
-    ),
-    cmd!(
-        "hsetnx",
-        4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hsetnx)
-    ),
+    cmd!("bitop", -4, WRITE | DENYOOM, (2, -1, 1), Keys(Merge::Gather), S(bits::bitop)),
+    cmd!("bitfield", -2, WRITE | DENYOOM, ONE_KEY, Key, S(bits::bitfield)),
+    cmd!("bitfield_ro", -2, READONLY | FAST, ONE_KEY, Key, S(bits::bitfield_ro)),
+    cmd!("pfadd", -2, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(hll::pfadd)),
+    cmd!("pfcount", -2, READONLY | MAY_REPLICATE, ALL_KEYS, Keys(Merge::Gather), S(hll::pfcount)),
+    cmd!("pfmerge", -2, WRITE | DENYOOM, ALL_KEYS, Keys(Merge::Gather), S(hll::pfmerge)),
+    cmd!("hset", -4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(hash::hset)),
+    cmd!("hmset", -4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(hash::hset)),
+    cmd!("hsetnx", 4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(hash::hsetnx)),
     cmd!("hget", 3, READONLY | FAST, ONE_KEY, Key, S(hash::hget)),
     cmd!("hmget", -3, READONLY | FAST, ONE_KEY, Key, S(hash::hmget)),
     cmd!("hdel", -3, WRITE | FAST, ONE_KEY, Key, S(hash::hdel)),
-    cmd!(
-        "hexists",
-        3,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hexists)
-    ),
+    cmd!("hexists", 3, READONLY | FAST, ONE_KEY, Key, S(hash::hexists)),
     cmd!("hlen", 2, READONLY | FAST, ONE_KEY, Key, S(hash::hlen)),
-    cmd!(
-        "hstrlen",
-        3,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hstrlen)
-    ),
+    cmd!("hstrlen", 3, READONLY | FAST, ONE_KEY, Key, S(hash::hstrlen)),
     cmd!("hkeys", 2, READONLY, ONE_KEY, Key, S(hash::hkeys)),
     cmd!("hvals", 2, READONLY, ONE_KEY, Key, S(hash::hvals)),
     cmd!("hgetall", 2, READONLY, ONE_KEY, Key, S(hash::hgetall)),
-    cmd!(
-        "hincrby",
-        4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hincrby)
-    ),
-    cmd!(
-        "hincrbyfloat",
-        4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(hash::hincrbyfloat)
-    ),
-    cmd!(
-        "hrandfield",
-        -2,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(hash::hrandfield)
-    ),
+    cmd!("hincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(hash::hincrby)),
+    cmd!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(hash::hincrbyfloat)),
+    cmd!("hrandfield", -2, READONLY, ONE_KEY, Key, S(hash::hrandfield)),
     cmd!("hscan", -3, READONLY, ONE_KEY, Key, S(hash::hscan)),
     // sets
-    cmd!(
-        "sadd",
-        -3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(sets::sadd)
-    ),
+    cmd!("sadd", -3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(sets::sadd)),
     cmd!("srem", -3, WRITE | FAST, ONE_KEY, Key, S(sets::srem)),
-    cmd!(
-        "sismember",
-        3,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(sets::sismember)
-    ),
-    cmd!(
-        "smismember",
-        -3,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(sets::smismember)
-    ),
+    cmd!("sismember", 3, READONLY | FAST, ONE_KEY, Key, S(sets::sismember)),
+    cmd!("smismember", -3, READONLY | FAST, ONE_KEY, Key, S(sets::smismember)),
     cmd!("smembers", 2, READONLY, ONE_KEY, Key, S(sets::smembers)),
     cmd!("scard", 2, READONLY | FAST, ONE_KEY, Key, S(sets::scard)),
     cmd!("spop", -2, WRITE | FAST, ONE_KEY, Key, S(sets::spop)),
-    cmd!(
-        "srandmember",
-        -2,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(sets::srandmember)
-    ),
-    cmd!(
-        "smove",
-        4,
-        WRITE | FAST,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(sets::smove)
-    ),
-    cmd!(
-        "sinter",
-        -2,
-        READONLY,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(sets::sinter)
-    ),
-    cmd!(
-        "sunion",
-        -2,
-        READONLY,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(sets::sunion)
-    ),
-    cmd!(
-        "sdiff",
-        -2,
-        READONLY,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(sets::sdiff)
-    ),
-    cmd!(
-        "sinterstore",
-        -3,
-        WRITE | DENYOOM,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(sets::sinterstore)
-    ),
-    cmd!(
-        "sunionstore",
-        -3,
-        WRITE | DENYOOM,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(sets::sunionstore)
-    ),
-    cmd!(
-        "sdiffstore",
-        -3,
-        WRITE | DENYOOM,
-        ALL_KEYS,
-        Keys(Merge::Gather),
-        S(sets::sdiffstore)
-    ),
+    cmd!("srandmember", -2, READONLY, ONE_KEY, Key, S(sets::srandmember)),
+    cmd!("smove", 4, WRITE | FAST, (1, 2, 1), Keys(Merge::Gather), S(sets::smove)),
+    cmd!("sinter", -2, READONLY, ALL_KEYS, Keys(Merge::Gather), S(sets::sinter)),
+    cmd!("sunion", -2, READONLY, ALL_KEYS, Keys(Merge::Gather), S(sets::sunion)),
+    cmd!("sdiff", -2, READONLY, ALL_KEYS, Keys(Merge::Gather), S(sets::sdiff)),
+    cmd!("sinterstore", -3, WRITE | DENYOOM, ALL_KEYS, Keys(Merge::Gather), S(sets::sinterstore)),
+    cmd!("sunionstore", -3, WRITE | DENYOOM, ALL_KEYS, Keys(Merge::Gather), S(sets::sunionstore)),
+    cmd!("sdiffstore", -3, WRITE | DENYOOM, ALL_KEYS, Keys(Merge::Gather), S(sets::sdiffstore)),
     cmd!(numkeys 1; "sintercard", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(sets::sintercard)),
     cmd!("sscan", -3, READONLY, ONE_KEY, Key, S(sets::sscan)),
     // lists
-    cmd!(
-        "lpush",
-        -3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(lists::lpush)
-    ),
-    cmd!(
-        "rpush",
-        -3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(lists::rpush)
-    ),
-    cmd!(
-        "lpushx",
-        -3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(lists::lpushx)
-    ),
-    cmd!(
-        "rpushx",
-        -3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(lists::rpushx)
-    ),
+    cmd!("lpush", -3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(lists::lpush)),
+    cmd!("rpush", -3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(lists::rpush)),
+    cmd!("lpushx", -3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(lists::lpushx)),
+    cmd!("rpushx", -3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(lists::rpushx)),
     cmd!("lpop", -2, WRITE | FAST, ONE_KEY, Key, S(lists::lpop)),
     cmd!("rpop", -2, WRITE | FAST, ONE_KEY, Key, S(lists::rpop)),
     cmd!("llen", 2, READONLY | FAST, ONE_KEY, Key, S(lists::llen)),
@@ -1147,280 +525,70 @@ pub static COMMANDS: &[CommandSpec] = &[
     cmd!("lset", 4, WRITE | DENYOOM, ONE_KEY, Key, S(lists::lset)),
     cmd!("lrange", 4, READONLY, ONE_KEY, Key, S(lists::lrange)),
     cmd!("ltrim", 4, WRITE, ONE_KEY, Key, S(lists::ltrim)),
-    cmd!(
-        "linsert",
-        5,
-        WRITE | DENYOOM,
-        ONE_KEY,
-        Key,
-        S(lists::linsert)
-    ),
+    cmd!("linsert", 5, WRITE | DENYOOM, ONE_KEY, Key, S(lists::linsert)),
     cmd!("lrem", 4, WRITE, ONE_KEY, Key, S(lists::lrem)),
     cmd!("lpos", -3, READONLY, ONE_KEY, Key, S(lists::lpos)),
-    cmd!(
-        "lmove",
-        5,
-        WRITE | DENYOOM,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(lists::lmove)
-    ),
-    cmd!(
-        "rpoplpush",
-        3,
-        WRITE | DENYOOM,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(lists::rpoplpush)
-    ),
+    cmd!("lmove", 5, WRITE | DENYOOM, (1, 2, 1), Keys(Merge::Gather), S(lists::lmove)),
+    cmd!("rpoplpush", 3, WRITE | DENYOOM, (1, 2, 1), Keys(Merge::Gather), S(lists::rpoplpush)),
     cmd!(numkeys 1; "lmpop", -4, WRITE, NO_KEYS, Keys(Merge::Gather), S(lists::lmpop)),
-    cmd!(
-        "blpop",
-        -3,
-        WRITE | NOSCRIPT | BLOCKING,
-        (1, -2, 1),
-        Keys(Merge::Gather),
-        S(blocking::blpop)
-    ),
-    cmd!(
-        "brpop",
-        -3,
-        WRITE | NOSCRIPT | BLOCKING,
-        (1, -2, 1),
-        Keys(Merge::Gather),
-        S(blocking::brpop)
-    ),
-    cmd!(
-        "brpoplpush",
-        4,
-        WRITE | DENYOOM | NOSCRIPT | BLOCKING,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(blocking::brpoplpush)
-    ),
-    cmd!(
-        "blmove",
-        6,
-        WRITE | DENYOOM | NOSCRIPT | BLOCKING,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(blocking::blmove)
-    ),
+    cmd!("blpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), Keys(Merge::Gather), S(blocking::blpop)),
+    cmd!("brpop", -3, WRITE | NOSCRIPT | BLOCKING, (1, -2, 1), Keys(Merge::Gather), S(blocking::brpop)),
+    cmd!("brpoplpush", 4, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), Keys(Merge::Gather), S(blocking::brpoplpush)),
+    cmd!("blmove", 6, WRITE | DENYOOM | NOSCRIPT | BLOCKING, (1, 2, 1), Keys(Merge::Gather), S(blocking::blmove)),
     cmd!(numkeys 2; "blmpop", -5, WRITE | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(blocking::blmpop)),
     // streams
-    cmd!(
-        "xadd",
-        -5,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(streams::xadd)
-    ),
+    cmd!("xadd", -5, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(streams::xadd)),
     cmd!("xlen", 2, READONLY | FAST, ONE_KEY, Key, S(streams::xlen)),
     cmd!("xrange", -4, READONLY, ONE_KEY, Key, S(streams::xrange)),
-    cmd!(
-        "xrevrange",
-        -4,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(streams::xrevrange)
-    ),
+    cmd!("xrevrange", -4, READONLY, ONE_KEY, Key, S(streams::xrevrange)),
     cmd!("xdel", -3, WRITE | FAST, ONE_KEY, Key, S(streams::xdel)),
     cmd!("xtrim", -4, WRITE, ONE_KEY, Key, S(streams::xtrim)),
-    cmd!(
-        "xsetid",
-        -3,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(streams::xsetid)
-    ),
+    cmd!("xsetid", -3, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(streams::xsetid)),
     cmd!(more MoreKeys::Streams; "xread", -4, READONLY | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(streams::xread)),
     cmd!(more MoreKeys::Streams; "xreadgroup", -7, WRITE | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(streams::xread)),
     cmd!("xgroup", -2, 0, (2, 2, 1), Key, S(groups::xgroup)),
     cmd!("xack", -4, WRITE | FAST, ONE_KEY, Key, S(groups::xack)),
     cmd!("xpending", -3, READONLY, ONE_KEY, Key, S(groups::xpending)),
     cmd!("xclaim", -6, WRITE | FAST, ONE_KEY, Key, S(groups::xclaim)),
-    cmd!(
-        "xautoclaim",
-        -6,
-        WRITE | FAST,
-        ONE_KEY,
-        Key,
-        S(groups::xautoclaim)
-    ),
+    cmd!("xautoclaim", -6, WRITE | FAST, ONE_KEY, Key, S(groups::xautoclaim)),
     cmd!("xinfo", -2, 0, (2, 2, 1), Key, S(groups::xinfo)),
     cmd!("geoadd", -5, WRITE | DENYOOM, ONE_KEY, Key, S(geo::geoadd)),
     cmd!("geopos", -2, READONLY, ONE_KEY, Key, S(geo::geopos)),
     cmd!("geodist", -4, READONLY, ONE_KEY, Key, S(geo::geodist)),
     cmd!("geohash", -2, READONLY, ONE_KEY, Key, S(geo::geohash)),
     cmd!("geosearch", -7, READONLY, ONE_KEY, Key, S(geo::geosearch)),
-    cmd!(
-        "geosearchstore",
-        -8,
-        WRITE | DENYOOM,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(geo::geosearchstore)
-    ),
+    cmd!("geosearchstore", -8, WRITE | DENYOOM, (1, 2, 1), Keys(Merge::Gather), S(geo::geosearchstore)),
     cmd!(more MoreKeys::GeoStore; "georadius", -6, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(geo::georadius)),
-    cmd!(
-        "georadius_ro",
-        -6,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(geo::georadius_ro)
-    ),
+    cmd!("georadius_ro", -6, READONLY, ONE_KEY, Key, S(geo::georadius_ro)),
     cmd!(more MoreKeys::GeoStore; "georadiusbymember", -5, WRITE | DENYOOM, ONE_KEY, Keys(Merge::Gather), S(geo::georadiusbymember)),
-    cmd!(
-        "georadiusbymember_ro",
-        -5,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(geo::georadiusbymember_ro)
-    ),
-    cmd!(
-        "zadd",
-        -4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(zsets::zadd)
-    ),
-    cmd!(
-        "zincrby",
-        4,
-        WRITE | DENYOOM | FAST,
-        ONE_KEY,
-        Key,
-        S(zsets::zincrby)
-    ),
+    cmd!("georadiusbymember_ro", -5, READONLY, ONE_KEY, Key, S(geo::georadiusbymember_ro)),
+    cmd!("zadd", -4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(zsets::zadd)),
+    cmd!("zincrby", 4, WRITE | DENYOOM | FAST, ONE_KEY, Key, S(zsets::zincrby)),
     cmd!("zrem", -3, WRITE | FAST, ONE_KEY, Key, S(zsets::zrem)),
     cmd!("zcard", 2, READONLY | FAST, ONE_KEY, Key, S(zsets::zcard)),
     cmd!("zcount", 4, READONLY | FAST, ONE_KEY, Key, S(zsets::zcount)),
-    cmd!(
-        "zlexcount",
-        4,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(zsets::zlexcount)
-    ),
+    cmd!("zlexcount", 4, READONLY | FAST, ONE_KEY, Key, S(zsets::zlexcount)),
     cmd!("zscore", 3, READONLY | FAST, ONE_KEY, Key, S(zsets::zscore)),
-    cmd!(
-        "zmscore",
-        -3,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(zsets::zmscore)
-    ),
+    cmd!("zmscore", -3, READONLY | FAST, ONE_KEY, Key, S(zsets::zmscore)),
     cmd!("zrank", 3, READONLY | FAST, ONE_KEY, Key, S(zsets::zrank)),
-    cmd!(
-        "zrevrank",
-        3,
-        READONLY | FAST,
-        ONE_KEY,
-        Key,
-        S(zsets::zrevrank)
-    ),
+    cmd!("zrevrank", 3, READONLY | FAST, ONE_KEY, Key, S(zsets::zrevrank)),
     cmd!("zrange", -4, READONLY, ONE_KEY, Key, S(zsets::zrange)),
-    cmd!(
-        "zrangestore",
-        -5,
-        WRITE | DENYOOM,
-        (1, 2, 1),
-        Keys(Merge::Gather),
-        S(zsets::zrangestore)
-    ),
+    cmd!("zrangestore", -5, WRITE | DENYOOM, (1, 2, 1), Keys(Merge::Gather), S(zsets::zrangestore)),
     cmd!("zrevrange", -4, READONLY, ONE_KEY, Key, S(zsets::zrevrange)),
-    cmd!(
-        "zrangebyscore",
-        -4,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(zsets::zrangebyscore)
-    ),
-    cmd!(
-        "zrevrangebyscore",
-        -4,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(zsets::zrevrangebyscore)
-    ),
-    cmd!(
-        "zrangebylex",
-        -4,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(zsets::zrangebylex)
-    ),
-    cmd!(
-        "zrevrangebylex",
-        -4,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(zsets::zrevrangebylex)
-    ),
-    cmd!(
-        "zremrangebyrank",
-        4,
-        WRITE,
-        ONE_KEY,
-        Key,
-        S(zsets::zremrangebyrank)
-    ),
-    cmd!(
-        "zremrangebyscore",
-        4,
-        WRITE,
-        ONE_KEY,
-        Key,
-        S(zsets::zremrangebyscore)
-    ),
-    cmd!(
-        "zremrangebylex",
-        4,
-        WRITE,
-        ONE_KEY,
-        Key,
-        S(zsets::zremrangebylex)
-    ),
+    cmd!("zrangebyscore", -4, READONLY, ONE_KEY, Key, S(zsets::zrangebyscore)),
+    cmd!("zrevrangebyscore", -4, READONLY, ONE_KEY, Key, S(zsets::zrevrangebyscore)),
+    cmd!("zrangebylex", -4, READONLY, ONE_KEY, Key, S(zsets::zrangebylex)),
+    cmd!("zrevrangebylex", -4, READONLY, ONE_KEY, Key, S(zsets::zrevrangebylex)),
+    cmd!("zremrangebyrank", 4, WRITE, ONE_KEY, Key, S(zsets::zremrangebyrank)),
+    cmd!("zremrangebyscore", 4, WRITE, ONE_KEY, Key, S(zsets::zremrangebyscore)),
+    cmd!("zremrangebylex", 4, WRITE, ONE_KEY, Key, S(zsets::zremrangebylex)),
     cmd!("zpopmin", -2, WRITE | FAST, ONE_KEY, Key, S(zsets::zpopmin)),
     cmd!("zpopmax", -2, WRITE | FAST, ONE_KEY, Key, S(zsets::zpopmax)),
     cmd!(numkeys 1; "zmpop", -4, WRITE, NO_KEYS, Keys(Merge::Gather), S(zsets::zmpop)),
-    cmd!(
-        "bzpopmin",
-        -3,
-        WRITE | NOSCRIPT | FAST | BLOCKING,
-        (1, -2, 1),
-        Keys(Merge::Gather),
-        S(blocking::bzpopmin)
-    ),
-    cmd!(
-        "bzpopmax",
-        -3,
-        WRITE | NOSCRIPT | FAST | BLOCKING,
-        (1, -2, 1),
-        Keys(Merge::Gather),
-        S(blocking::bzpopmax)
-    ),
+    cmd!("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), Keys(Merge::Gather), S(blocking::bzpopmin)),
+    cmd!("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), Keys(Merge::Gather), S(blocking::bzpopmax)),
     cmd!(numkeys 2; "bzmpop", -5, WRITE | BLOCKING, NO_KEYS, Keys(Merge::Gather), S(blocking::bzmpop)),
-    cmd!(
-        "zrandmember",
-        -2,
-        READONLY,
-        ONE_KEY,
-        Key,
-        S(zsets::zrandmember)
-    ),
+    cmd!("zrandmember", -2, READONLY, ONE_KEY, Key, S(zsets::zrandmember)),
     cmd!(numkeys 1; "zunion", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zunion)),
     cmd!(numkeys 1; "zinter", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zinter)),
     cmd!(numkeys 1; "zdiff", -3, READONLY, NO_KEYS, Keys(Merge::Gather), S(zsets::zdiff)),
