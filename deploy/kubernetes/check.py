@@ -519,7 +519,7 @@ BREAKS = [
     ("the image declares another VOLUME", "data-dir",
      lambda c: setattr(c, "dockerfile", c.dockerfile.replace('VOLUME ["/data"]', 'VOLUME ["/var"]'))),
     ("an unknown directive", "config-directives",
-     lambda c: edit_config(c, lambda t: t + "supervised no\n")),
+     lambda c: edit_config(c, lambda t: t + "no-such-directive yes\n")),
     ("config port differs from the container port", "config-directives",
      lambda c: edit_config(c, lambda t: t.replace("port 6379", "port 6380"))),
     ("appendonly off", "config-directives",
