@@ -70,43 +70,50 @@ fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
 }
 
 impl Connection {
-    /// Re-reads the connection's user when any user changed since it last looked. A user
-    /// that no longer exists leaves the connection unauthenticated, as the default user; its
-    /// kill is on the way.
-    fn refresh_user(&mut self) {
+    /// Re-reads the connection's user when any user changed since it last looked. False when
+    /// its user was deleted or switched off: DELUSER and SETUSER off close such connections
+    /// on every thread, but one moving between threads at that moment is in no registry, so
+    /// it closes itself here, before it runs anything more.
+    fn refresh_user(&mut self) -> bool {
         let acl = &self.worker.cluster.acl;
         let epoch = acl.epoch();
         if epoch == self.acl_epoch {
-            return;
+            return true;
         }
         self.acl_epoch = epoch;
         let name = self.info.user.borrow().name.clone();
-        let fresh = match acl.get(&name) {
-            Some(u) => u,
-            None => {
-                self.authenticated = false;
-                acl.default_user()
+        match acl.get(&name) {
+            Some(u) if u.enabled || !self.authenticated => {
+                *self.info.user.borrow_mut() = u;
+                true
             }
-        };
-        *self.info.user.borrow_mut() = fresh;
+            _ => {
+                self.authenticated = false;
+                *self.info.user.borrow_mut() = acl.default_user();
+                self.closing = true;
+                false
+            }
+        }
     }
 
     /// The user this connection runs as now.
     pub(crate) fn current_user(&mut self) -> Arc<User> {
-        self.refresh_user();
+        let _ = self.refresh_user();
         self.info.user.borrow().clone()
     }
 
     /// Whether the connection's user may do everything: checked before every command
     /// without touching the user's reference count, which every thread shares.
     fn unrestricted(&mut self) -> bool {
-        self.refresh_user();
-        self.info.user.borrow().unrestricted
+        self.refresh_user() && self.info.user.borrow().unrestricted
     }
 
     /// Redis's refusal of this request under the connection's user, logged in the ACL LOG;
     /// None when it may run.
     pub(crate) fn acl_refusal(&mut self, args: &Args) -> Option<String> {
+        if !self.refresh_user() {
+            return Some(errors::NO_AUTH.to_string());
+        }
         if self.unrestricted() {
             return None;
         }
@@ -132,6 +139,9 @@ impl Connection {
 
     /// EXEC's refusal of a queued command the user may no longer run.
     pub(crate) fn exec_acl_refusal(&mut self, args: &Args) -> Option<String> {
+        if !self.refresh_user() {
+            return Some(errors::NO_AUTH.to_string());
+        }
         if self.unrestricted() {
             return None;
         }
