@@ -22,7 +22,9 @@ use damselfly_commands::stats::ThreadStats;
 use damselfly_commands::table::COMMANDS;
 use futures_channel::oneshot;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
@@ -351,15 +353,7 @@ struct Out<'a> {
 type Fmt = Result<(), std::fmt::Error>;
 
 impl Out<'_> {
-    fn gauge(&mut self, name: &str, help: &str, value: f64) -> Fmt {
-        let metric = ConstGauge::new(value);
-        let family = self
-            .enc
-            .encode_descriptor(name, help, None, metric.metric_type())?;
-        metric.encode(family)
-    }
-
-    fn int_gauge(&mut self, name: &str, help: &str, value: u64) -> Fmt {
+    fn gauge<V: EncodeGaugeValue>(&mut self, name: &str, help: &str, value: V) -> Fmt {
         let metric = ConstGauge::new(value);
         let family = self
             .enc
@@ -368,15 +362,7 @@ impl Out<'_> {
     }
 
     /// `name` is the sample's name, ending in `_total`; the family is named without it.
-    fn counter(&mut self, name: &str, help: &str, value: u64) -> Fmt {
-        let metric = ConstCounter::new(value);
-        let family =
-            self.enc
-                .encode_descriptor(family_of(name), help, None, metric.metric_type())?;
-        metric.encode(family)
-    }
-
-    fn float_counter(&mut self, name: &str, help: &str, value: f64) -> Fmt {
+    fn counter<V: EncodeCounterValue>(&mut self, name: &str, help: &str, value: V) -> Fmt {
         let metric = ConstCounter::new(value);
         let family =
             self.enc
@@ -385,7 +371,7 @@ impl Out<'_> {
     }
 
     /// One gauge family with a sample per `(label value, value)`.
-    fn gauges<V: prometheus_client::encoding::EncodeGaugeValue + Copy>(
+    fn gauges<V: EncodeGaugeValue + Copy>(
         &mut self,
         name: &str,
         help: &str,
@@ -406,7 +392,7 @@ impl Out<'_> {
     }
 
     /// One counter family (`name` ends in `_total`) with a sample per `(label value, value)`.
-    fn counters<V: prometheus_client::encoding::EncodeCounterValue + Copy>(
+    fn counters<V: EncodeCounterValue + Copy>(
         &mut self,
         name: &str,
         help: &str,
@@ -447,14 +433,14 @@ impl Collector for Snapshot {
         let mut out = Out { enc };
         let f = match &self.0 {
             State::Loading => {
-                out.int_gauge("redis_up", UP_HELP, 1)?;
-                return out.int_gauge(
+                out.gauge("redis_up", UP_HELP, 1)?;
+                return out.gauge(
                     "redis_loading_dump_file",
                     "Whether the server is loading its data (INFO loading)",
                     1,
                 );
             }
-            State::Down => return out.int_gauge("redis_up", UP_HELP, 0),
+            State::Down => return out.gauge("redis_up", UP_HELP, 0),
             State::Up(f) => f,
         };
         encode_server(&mut out, f)?;
@@ -467,7 +453,7 @@ impl Collector for Snapshot {
 /// The server-wide figures of INFO's server, clients, memory, persistence, stats and cpu
 /// sections.
 fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
-    out.int_gauge("redis_up", UP_HELP, 1)?;
+    out.gauge("redis_up", UP_HELP, 1)?;
     let info = [
         ("role", "master".to_string()),
         ("redis_version", REDIS_VERSION.to_string()),
@@ -490,84 +476,84 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         prometheus_client::metrics::MetricType::Gauge,
     )?;
     ConstGauge::new(1i64).encode(family.encode_family(&info)?)?;
-    out.int_gauge(
+    out.gauge(
         "redis_uptime_in_seconds",
         "Seconds since the server started (INFO uptime_in_seconds)",
         f.uptime,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_start_time_seconds",
         "Start time of the server, seconds since the Unix epoch",
         f.start_time,
     )?;
-    out.int_gauge(
+    out.gauge(
         "damselfly_shards",
         "Shard threads (--threads)",
         f.reports.len() as u64,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_loading_dump_file",
         "Whether the server is loading its data (INFO loading)",
         0,
     )?;
     // Clients.
-    out.int_gauge(
+    out.gauge(
         "redis_connected_clients",
         "Client connections (INFO connected_clients)",
         f.connected_clients,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_blocked_clients",
         "Clients blocked in a blocking command (INFO blocked_clients)",
         f.blocked_clients,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_config_maxclients",
         "The maxclients setting",
         f.maxclients,
     )?;
     // Memory.
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_bytes",
         "Bytes the allocator holds for the server (INFO used_memory)",
         f.used_memory,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_rss_bytes",
         "Resident set size of the process (INFO used_memory_rss)",
         f.rss,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_peak_bytes",
         "Peak of used memory (INFO used_memory_peak)",
         f.peak,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_startup_bytes",
         "Memory in use right after start-up (INFO used_memory_startup)",
         f.startup,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_dataset_bytes",
         "The keys' own bytes (INFO used_memory_dataset)",
         f.dataset,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_overhead_bytes",
         "Memory that is not the keys' own bytes (INFO used_memory_overhead)",
         f.overhead,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_used_lua_bytes",
         "Bytes the Lua VMs use (INFO used_memory_lua)",
         f.lua,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_mem_clients_normal",
         "Bytes of the clients' buffers (INFO mem_clients_normal)",
         f.client_buffers,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_memory_max_bytes",
         "The maxmemory setting, 0 for none (INFO maxmemory)",
         f.maxmemory,
@@ -578,32 +564,32 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         f.fragmentation,
     )?;
     // Persistence.
-    out.int_gauge(
+    out.gauge(
         "redis_rdb_changes_since_last_save",
         "Changes since the last save (INFO rdb_changes_since_last_save)",
         f.changes_since_save,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_rdb_last_save_timestamp_seconds",
         "Time of the last successful save, seconds since the Unix epoch",
         f.last_save_unix,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_rdb_bgsave_in_progress",
         "Whether a background save runs (INFO rdb_bgsave_in_progress)",
         flag(f.bgsave_in_progress),
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_rdb_last_bgsave_status",
         "1 when the last background save succeeded (INFO rdb_last_bgsave_status ok)",
         flag(f.last_bgsave_ok),
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_aof_enabled",
         "Whether the journal is on (INFO aof_enabled)",
         flag(f.aof_enabled),
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_aof_rewrite_in_progress",
         "Whether a journal rewrite runs (INFO aof_rewrite_in_progress)",
         flag(f.aof_rewrite_in_progress),
@@ -625,7 +611,7 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         "Commands processed (INFO total_commands_processed)",
         s.total_commands,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_instantaneous_ops_per_sec",
         "Commands per second over the last seconds (INFO instantaneous_ops_per_sec)",
         f.ops_per_sec,
@@ -660,12 +646,12 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         "Key lookups that did not find the key (INFO keyspace_misses)",
         f.misses,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_pubsub_channels",
         "Channels with a subscriber (INFO pubsub_channels)",
         f.pubsub_channels as u64,
     )?;
-    out.int_gauge(
+    out.gauge(
         "redis_pubsub_patterns",
         "Patterns with a subscriber (INFO pubsub_patterns)",
         f.pubsub_patterns as u64,
@@ -691,12 +677,12 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         s.connections_moved,
     )?;
     // CPU.
-    out.float_counter(
+    out.counter(
         "redis_cpu_sys_seconds_total",
         "System CPU time of the process (INFO used_cpu_sys)",
         f.cpu_sys,
     )?;
-    out.float_counter(
+    out.counter(
         "redis_cpu_user_seconds_total",
         "User CPU time of the process (INFO used_cpu_user)",
         f.cpu_user,

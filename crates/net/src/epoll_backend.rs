@@ -130,16 +130,17 @@ fn thread_main(
                 worker.clone(),
                 listener,
                 movers.clone(),
+                None,
             )));
         }
         if let Some(config) = &shared.tls {
             for l in tls {
                 let listener = tokio::net::TcpListener::from_std(l)?;
-                acceptors.push(spawn_local(accept_tls(
+                acceptors.push(spawn_local(accept_tcp(
                     worker.clone(),
                     listener,
                     movers.clone(),
-                    config.clone(),
+                    Some(config.clone()),
                 )));
             }
         }
@@ -193,24 +194,19 @@ async fn tick_loop(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_tcp(worker: Rc<Worker>, listener: tokio::net::TcpListener, movers: Movers) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => start_tcp(&worker, stream, &[], &movers),
-            Err(e) => accept_failed(e).await,
-        }
-    }
-}
-
-async fn accept_tls(
+/// Accepts clients of a TCP listener: the plain port, or the TLS port (`tls`).
+async fn accept_tcp(
     worker: Rc<Worker>,
     listener: tokio::net::TcpListener,
     movers: Movers,
-    tls: Arc<Tls>,
+    tls: Option<Arc<Tls>>,
 ) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => start_tls(&worker, stream, &movers, &tls),
+            Ok((stream, _)) => match &tls {
+                None => start_tcp(&worker, stream, &[], &movers),
+                Some(tls) => start_tls(&worker, stream, &movers, tls),
+            },
             Err(e) => accept_failed(e).await,
         }
     }

@@ -197,17 +197,18 @@ async fn thread_main(
             worker.clone(),
             listener,
             movers.clone(),
+            None,
         )));
     }
     if let Some(config) = &shared.tls {
         for l in tls {
             // SAFETY: as above.
             let listener = unsafe { glommio::net::TcpListener::from_raw_fd(l.into_raw_fd()) };
-            acceptors.push(spawn_local(accept_tls(
+            acceptors.push(spawn_local(accept_tcp(
                 worker.clone(),
                 listener,
                 movers.clone(),
-                config.clone(),
+                Some(config.clone()),
             )));
         }
     }
@@ -240,58 +241,43 @@ async fn tick_loop(worker: Rc<Worker>) {
     }
 }
 
-async fn accept_tcp(worker: Rc<Worker>, listener: glommio::net::TcpListener, movers: Movers) {
-    loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
-                if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
-                    // SAFETY: the descriptor stays owned by `stream` for this call.
-                    tune_tcp(&worker, unsafe {
-                        BorrowedFd::borrow_raw(stream.as_raw_fd())
-                    });
-                    spawn_serve(stream, conn, &movers);
-                }
-            }
-            Err(e) => {
-                // Out of descriptors and similar: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-/// Accepts clients of the TLS port and serves each after its handshake, with the TLS
-/// configuration in force when it connected.
-async fn accept_tls(
+/// Accepts clients of a TCP listener: the plain port, or the TLS port (`tls`: each client
+/// served after its handshake, with the TLS configuration in force when it connected).
+async fn accept_tcp(
     worker: Rc<Worker>,
     listener: glommio::net::TcpListener,
     movers: Movers,
-    tls: Arc<Tls>,
+    tls: Option<Arc<Tls>>,
 ) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
                 let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
-                if let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) {
-                    // SAFETY: the descriptor stays owned by `stream` for this call.
-                    tune_tcp(&worker, unsafe {
-                        BorrowedFd::borrow_raw(stream.as_raw_fd())
-                    });
-                    let (rd, wr) = futures_lite::io::split(stream);
-                    spawn_local(serve_tls(
-                        Reader(rd),
-                        Writer(wr),
-                        conn,
-                        glommio::timer::sleep,
-                        movers.clone(),
-                        tls.server_config(),
-                    ))
-                    .detach();
+                let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) else {
+                    continue;
+                };
+                // SAFETY: the descriptor stays owned by `stream` for this call.
+                tune_tcp(&worker, unsafe {
+                    BorrowedFd::borrow_raw(stream.as_raw_fd())
+                });
+                match &tls {
+                    None => spawn_serve(stream, conn, &movers),
+                    Some(tls) => {
+                        let (rd, wr) = futures_lite::io::split(stream);
+                        spawn_local(serve_tls(
+                            Reader(rd),
+                            Writer(wr),
+                            conn,
+                            glommio::timer::sleep,
+                            movers.clone(),
+                            tls.server_config(),
+                        ))
+                        .detach();
+                    }
                 }
             }
             Err(e) => {
+                // Out of descriptors and similar: back off instead of spinning.
                 tracing::warn!("accept failed: {e}");
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }

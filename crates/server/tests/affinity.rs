@@ -8,29 +8,11 @@
 
 mod common;
 
-use common::{bulk, encode, info_field, wait_blocked, Backend, Raw, Server};
-use damselfly_storage::shard_for_key;
+use common::{bulk, encode, wait_blocked, Backend, Raw, Server};
 
 /// More commands in a row than any move needs (64, doubling per earlier move of the
 /// connection; the tests move a connection at most twice before this count).
 const STREAK: usize = 300;
-
-/// One key on each shard of a two-thread server.
-fn keys() -> (String, String) {
-    let on = |shard: usize| {
-        (0..)
-            .map(|i| format!("key{i}"))
-            .find(|k| shard_for_key(k.as_bytes(), 2) == shard)
-            .unwrap_or_default()
-    };
-    (on(0), on(1))
-}
-
-fn moves(admin: &mut Raw) -> u64 {
-    info_field(admin, "stats", "connections_moved")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u64::MAX)
-}
 
 /// Sends `n` GETs of `key`, each after the reply to the one before (only unpipelined
 /// rounds count toward a move), and checks each reply is `want`.
@@ -57,7 +39,7 @@ fn settle_on(c: &mut Raw, key: &str) {
 
 fn session_survives_moves(b: Backend, unix: bool) {
     let s = Server::start(b, &["--requirepass", "pw"]);
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let mut admin = s.raw();
     assert_eq!(admin.cmd(&["AUTH", "pw"]), b"+OK\r\n");
     let mut c = if unix { s.raw_unix() } else { s.raw() };
@@ -66,7 +48,7 @@ fn session_survives_moves(b: Backend, unix: bool) {
     assert_eq!(c.cmd(&["SELECT", "5"]), b"+OK\r\n");
     let id = c.cmd(&["CLIENT", "ID"]);
     c.cmd(&["HELLO", "3"]);
-    let before = moves(&mut admin);
+    let before = common::connections_moved(&mut admin);
     // Key by key: one of the two phases runs on a foreign shard, so at least one move; the
     // second phase needs a streak twice as long, so at most two.
     for key in [&k0, &k1] {
@@ -85,7 +67,7 @@ fn session_survives_moves(b: Backend, unix: bool) {
             [b"%1\r\n".to_vec(), bulk("f"), bulk("v")].concat()
         );
     }
-    let moved = moves(&mut admin) - before;
+    let moved = common::connections_moved(&mut admin) - before;
     assert!((1..=2).contains(&moved), "moves: {moved}");
     assert_eq!(c.cmd(&["CLIENT", "ID"]), id, "the client keeps its id");
     assert_eq!(c.cmd(&["CLIENT", "GETNAME"]), bulk("mover"));
@@ -114,17 +96,21 @@ fn session_survives_moves_unix(b: Backend) {
 /// A move between rounds carries input not run yet: here half a command.
 fn a_move_mid_pipeline_keeps_unread_input(b: Backend) {
     let s = Server::start(b, &[]);
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let mut admin = s.raw();
     let mut c = s.raw();
     assert_eq!(c.cmd(&["SET", &k1, "one"]), b"+OK\r\n");
-    let settled = moves(&mut admin);
+    let settled = common::connections_moved(&mut admin);
     settle_on(&mut c, &k0);
     // The streak this connection's next move needs: 64, doubled if settling moved it.
-    let needed = 64 << (moves(&mut admin) - settled);
-    let before = moves(&mut admin);
+    let needed = 64 << (common::connections_moved(&mut admin) - settled);
+    let before = common::connections_moved(&mut admin);
     gets(&mut c, &k1, needed - 1, &bulk("one"));
-    assert_eq!(moves(&mut admin), before, "one command short of a move");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before,
+        "one command short of a move"
+    );
     // The last command of the streak, then the first half of a SET in the same write.
     let set = encode(&["SET", &k1, "two"]);
     let (head, tail) = set.split_at(set.len() / 2);
@@ -132,7 +118,7 @@ fn a_move_mid_pipeline_keeps_unread_input(b: Backend) {
     assert_eq!(c.reply(), bulk("one"));
     // Wait for the move before the rest arrives.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while moves(&mut admin) == before {
+    while common::connections_moved(&mut admin) == before {
         assert!(
             std::time::Instant::now() < deadline,
             "the connection never moved"
@@ -142,34 +128,42 @@ fn a_move_mid_pipeline_keeps_unread_input(b: Backend) {
     c.send(&[tail.to_vec(), encode(&["GET", &k1])].concat());
     assert_eq!(c.reply(), b"+OK\r\n");
     assert_eq!(c.reply(), bulk("two"));
-    assert_eq!(moves(&mut admin), before + 1);
+    assert_eq!(common::connections_moved(&mut admin), before + 1);
 }
 
 /// MULTI and WATCH keep a connection in place; it moves once they are over, and a MULTI
 /// after the move runs normally.
 fn transactions_hold_a_connection_in_place(b: Backend) {
     let s = Server::start(b, &[]);
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let mut admin = s.raw();
     let mut c = s.raw();
     assert_eq!(c.cmd(&["SET", &k1, "0"]), b"+OK\r\n");
     settle_on(&mut c, &k0);
-    let before = moves(&mut admin);
+    let before = common::connections_moved(&mut admin);
     assert_eq!(c.cmd(&["WATCH", &k1]), b"+OK\r\n");
     gets(&mut c, &k1, STREAK, &bulk("0"));
-    assert_eq!(moves(&mut admin), before, "a watching connection stays");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before,
+        "a watching connection stays"
+    );
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
     for _ in 0..STREAK {
         assert_eq!(c.cmd(&["INCR", &k1]), b"+QUEUED\r\n");
     }
-    assert_eq!(moves(&mut admin), before, "a connection in MULTI stays");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before,
+        "a connection in MULTI stays"
+    );
     let exec = c.cmd(&["EXEC"]);
     assert!(exec.starts_with(format!("*{STREAK}\r\n:1\r\n:2\r\n").as_bytes()));
     assert!(exec.ends_with(format!(":{STREAK}\r\n").as_bytes()));
     // The streak built while watching is long enough: with EXEC over, the connection moves.
     assert_eq!(c.cmd(&["GET", &k1]), bulk(&STREAK.to_string()));
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
-    assert_eq!(moves(&mut admin), before + 1);
+    assert_eq!(common::connections_moved(&mut admin), before + 1);
     assert_eq!(c.cmd(&["MULTI"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["INCR", &k1]), b"+QUEUED\r\n");
     assert_eq!(c.cmd(&["INCR", &k0]), b"+QUEUED\r\n");
@@ -183,15 +177,19 @@ fn transactions_hold_a_connection_in_place(b: Backend) {
 /// does not move.
 fn blocked_and_subscribed_connections(b: Backend) {
     let s = Server::start(b, &[]);
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let list1 = format!("{{{k1}}}list");
     let mut admin = s.raw();
     let mut c = s.raw();
     settle_on(&mut c, &k0);
-    let before = moves(&mut admin);
+    let before = common::connections_moved(&mut admin);
     gets(&mut c, &k1, STREAK, b"$-1\r\n");
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
-    assert_eq!(moves(&mut admin), before + 1, "moved to k1's thread");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before + 1,
+        "moved to k1's thread"
+    );
     c.send(&encode(&["BLPOP", &list1, "0"]));
     wait_blocked(&mut admin, 1);
     assert_eq!(admin.cmd(&["RPUSH", &list1, "x"]), b":1\r\n");
@@ -205,10 +203,14 @@ fn blocked_and_subscribed_connections(b: Backend) {
     sub.cmd(&["HELLO", "3"]);
     settle_on(&mut sub, &k0);
     sub.cmd(&["SUBSCRIBE", "news"]);
-    let before = moves(&mut admin);
+    let before = common::connections_moved(&mut admin);
     gets(&mut sub, &k1, STREAK, b"_\r\n");
     assert_eq!(sub.cmd(&["PING"]), b"+PONG\r\n");
-    assert_eq!(moves(&mut admin), before, "a subscriber stays");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before,
+        "a subscriber stays"
+    );
     assert_eq!(admin.cmd(&["PUBLISH", "news", "hi"]), b":1\r\n");
     assert_eq!(
         sub.reply(),
@@ -225,22 +227,22 @@ fn blocked_and_subscribed_connections(b: Backend) {
 /// A pipelining client pays one hop per round: it stays where it was accepted.
 fn pipelining_clients_stay(b: Backend) {
     let s = Server::start(b, &[]);
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let mut admin = s.raw();
     let mut c = s.raw();
     settle_on(&mut c, &k0);
-    let before = moves(&mut admin);
+    let before = common::connections_moved(&mut admin);
     for _ in 0..5 {
         pipelined_gets(&mut c, &k1, STREAK, b"$-1\r\n");
     }
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
-    assert_eq!(moves(&mut admin), before);
+    assert_eq!(common::connections_moved(&mut admin), before);
 }
 
 /// `migrate-connections no` keeps every connection where it was accepted.
 fn moves_can_be_switched_off(b: Backend) {
     let s = Server::start(b, &[]);
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let mut admin = s.raw();
     let mut c = s.raw();
     settle_on(&mut c, &k0);
@@ -248,10 +250,10 @@ fn moves_can_be_switched_off(b: Backend) {
         admin.cmd(&["CONFIG", "SET", "migrate-connections", "no"]),
         b"+OK\r\n"
     );
-    let before = moves(&mut admin);
+    let before = common::connections_moved(&mut admin);
     gets(&mut c, &k1, STREAK, b"$-1\r\n");
     assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
-    assert_eq!(moves(&mut admin), before);
+    assert_eq!(common::connections_moved(&mut admin), before);
     assert_eq!(
         admin.cmd(&["CONFIG", "GET", "migrate-connections"]),
         [b"*2\r\n".to_vec(), bulk("migrate-connections"), bulk("no")].concat()

@@ -520,13 +520,7 @@ fn healthz_is_503_while_loading() {
     let dir = data.path().to_str().unwrap().to_string();
     let mut s = Server::start(Backend::Epoll, &["--appendonly", "yes", "--dir", &dir]);
     let mut c = s.raw();
-    let wire: Vec<u8> = (0..4000)
-        .flat_map(|i| common::encode(&["SET", &format!("k{i}"), "v"]))
-        .collect();
-    c.send(&wire);
-    for _ in 0..4000 {
-        c.reply();
-    }
+    common::set_pipelined(&mut c, 4000);
     drop(c);
     assert!(s.terminate().success());
     // Redis's testing knob slows loading: 500 us per record, about a second here.

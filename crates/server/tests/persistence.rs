@@ -796,13 +796,7 @@ fn clients_get_loading_while_the_journal_loads() {
     let data = tempfile::tempdir().expect("tempdir");
     let s = start(Backend::Epoll, 2, data.path(), "everysec", &[]);
     let mut c = s.raw();
-    let wire: Vec<u8> = (0..4000)
-        .flat_map(|i| common::encode(&["SET", &format!("k{i}"), "v"]))
-        .collect();
-    c.send(&wire);
-    for _ in 0..4000 {
-        c.reply();
-    }
+    common::set_pipelined(&mut c, 4000);
     drop(c);
     // A clean shutdown syncs the journal (a kill under everysec could lose the last second).
     let mut s = s;

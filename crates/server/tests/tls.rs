@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{bulk, encode, free_port, info_field, Backend, Raw, Server};
-use damselfly_storage::shard_for_key;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{
@@ -515,23 +514,6 @@ fn reload_certificates(b: Backend) {
     assert_eq!(served_cert(&reloaded), pki.der("server.crt"));
 }
 
-/// One key on each shard of a two-thread server.
-fn keys() -> (String, String) {
-    let on = |shard: usize| {
-        (0..)
-            .map(|i| format!("key{i}"))
-            .find(|k| shard_for_key(k.as_bytes(), 2) == shard)
-            .unwrap_or_default()
-    };
-    (on(0), on(1))
-}
-
-fn moves(admin: &mut Raw) -> u64 {
-    info_field(admin, "stats", "connections_moved")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(u64::MAX)
-}
-
 /// Unpipelined commands on one key, then on a key of the other shard: long enough streaks
 /// that a plain connection moves to the second key's thread (checked first, so this test
 /// would see a move), while a TLS connection stays where it was accepted.
@@ -540,7 +522,7 @@ fn tls_connections_stay_on_their_thread(b: Backend) {
     let pki = Pki::new();
     let (s, tls_port) = start(b, &pki, &[]);
     let mut admin = s.raw();
-    let (k0, k1) = keys();
+    let (k0, k1) = common::key_on_each_shard();
     let hammer = |c: &mut Raw| {
         for key in [&k0, &k1] {
             for i in 0..STREAK {
@@ -552,12 +534,16 @@ fn tls_connections_stay_on_their_thread(b: Backend) {
     };
     let mut plain = s.raw();
     hammer(&mut plain);
-    let after_plain = moves(&mut admin);
+    let after_plain = common::connections_moved(&mut admin);
     assert!(after_plain >= 1, "the plain connection moved");
     let (mut tls, _) = tls_raw(tls_port, pki.client(Some("client"), &[]));
     let id = tls.cmd(&["CLIENT", "ID"]);
     hammer(&mut tls);
-    assert_eq!(moves(&mut admin), after_plain, "no TLS connection moved");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        after_plain,
+        "no TLS connection moved"
+    );
     assert_eq!(tls.cmd(&["CLIENT", "ID"]), id);
     let id = String::from_utf8_lossy(&id[1..id.len() - 2]).into_owned();
     let list = String::from_utf8_lossy(&admin.cmd(&["CLIENT", "LIST"])).into_owned();

@@ -801,3 +801,32 @@ pub const LIBRARY_B: &str = "#!lua name=libb\nredis.register_function{function_n
      callback=function() return 'b' end, flags={'no-writes'}, description='reads'}";
 pub const LIBRARY_C: &str =
     "#!lua name=libc\nredis.register_function('fc', function() return 'c' end)";
+
+/// One key on each shard of a two-thread server.
+pub fn key_on_each_shard() -> (String, String) {
+    let on = |shard: usize| {
+        (0..)
+            .map(|i| format!("key{i}"))
+            .find(|k| damselfly_storage::shard_for_key(k.as_bytes(), 2) == shard)
+            .unwrap_or_default()
+    };
+    (on(0), on(1))
+}
+
+/// INFO stats `connections_moved` (u64::MAX when missing, so a comparison fails).
+pub fn connections_moved(admin: &mut Raw) -> u64 {
+    info_field(admin, "stats", "connections_moved")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// SETs `k0`..`k{n-1}` to `v` in one pipeline and reads every reply.
+pub fn set_pipelined(c: &mut Raw, n: usize) {
+    let wire: Vec<u8> = (0..n)
+        .flat_map(|i| encode(&["SET", &format!("k{i}"), "v"]))
+        .collect();
+    c.send(&wire);
+    for _ in 0..n {
+        c.reply();
+    }
+}
