@@ -114,10 +114,13 @@ impl Connection {
         if !self.refresh_user() {
             return Some(errors::NO_AUTH.to_string());
         }
-        if self.unrestricted() {
-            return None;
-        }
-        let user = self.current_user();
+        let user = {
+            let user = self.info.user.borrow();
+            if user.unrestricted {
+                return None;
+            }
+            user.clone()
+        };
         let context = if self.multi.is_some() {
             AclContext::Multi
         } else {
@@ -142,10 +145,13 @@ impl Connection {
         if !self.refresh_user() {
             return Some(errors::NO_AUTH.to_string());
         }
-        if self.unrestricted() {
-            return None;
-        }
-        let user = self.current_user();
+        let user = {
+            let user = self.info.user.borrow();
+            if user.unrestricted {
+                return None;
+            }
+            user.clone()
+        };
         let (_, denied) = self.acl_denial(&user, args, AclContext::Multi)?;
         let reason = match denied {
             Denied::Command => "no permission to execute the command or subcommand",
