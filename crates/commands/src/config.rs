@@ -185,6 +185,7 @@ pub static PARAMS: &[Param] = &[
     p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
     p("pin-threads", "yes", Kind::Bool, false, Y),
     p("migrate-connections", "yes", Kind::Bool, true, Y),
+    p("direct-replies", "yes", Kind::Bool, true, Y),
     p("disable-thp", "yes", Kind::Bool, false, Y),
     p("cache-mode", "no", Kind::Bool, true, Y),
     p(
@@ -1027,6 +1028,8 @@ pub struct Config {
     pub active_expire: AtomicBool,
     /// `migrate-connections`: a connection using one other shard moves to its thread.
     pub migrate_connections: AtomicBool,
+    /// `direct-replies`: a shard writes a one-command round's reply to the client's socket.
+    pub direct_replies: AtomicBool,
     /// `notify-keyspace-events` as flags (damselfly_storage::notify::class).
     pub notify_flags: AtomicU32,
     /// `busy-reply-threshold` in milliseconds (read by every script run).
@@ -1075,6 +1078,7 @@ impl Default for Config {
             journal_always: AtomicBool::new(false),
             active_expire: AtomicBool::new(true),
             migrate_connections: AtomicBool::new(true),
+            direct_replies: AtomicBool::new(true),
             busy_reply_ms: AtomicU64::new(0),
             notify_flags: AtomicU32::new(0),
             script_locking: AtomicU8::new(0),
@@ -1285,6 +1289,8 @@ impl Config {
         self.timeout_secs.store(self.get_u64("timeout"), r);
         self.migrate_connections
             .store(self.get("migrate-connections") == "yes", r);
+        self.direct_replies
+            .store(self.get("direct-replies") == "yes", r);
         self.journal_always.store(
             self.get("appendonly") == "yes" && self.get("appendfsync") == "always",
             r,

@@ -34,6 +34,8 @@ pub struct ThreadStats {
     pub script_restarts: u64,
     /// Connections that moved from this thread to the thread of the shard they use.
     pub connections_moved: u64,
+    /// Replies a shard on this thread wrote whole to a client's socket (direct_reply.rs).
+    pub direct_replies: u64,
 }
 
 impl Default for ThreadStats {
@@ -49,6 +51,7 @@ impl Default for ThreadStats {
             tx_retries: 0,
             script_restarts: 0,
             connections_moved: 0,
+            direct_replies: 0,
             net_input_bytes: 0,
             net_output_bytes: 0,
         }
@@ -108,6 +111,7 @@ impl ThreadStats {
         self.tx_retries += other.tx_retries;
         self.script_restarts += other.script_restarts;
         self.connections_moved += other.connections_moved;
+        self.direct_replies += other.direct_replies;
         self.net_input_bytes += other.net_input_bytes;
         self.net_output_bytes += other.net_output_bytes;
     }

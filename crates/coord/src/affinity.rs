@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use crate::client::ClientInfo;
 use crate::cluster::Cluster;
-use crate::connection::{Connection, ReplyMode};
+use crate::connection::Connection;
 use crate::worker::Worker;
 
 /// Consecutive commands for one other shard before the first move. Random keys over two
@@ -57,7 +57,7 @@ impl Affinity {
     }
 
     /// The shard to move to, once its streak is long enough.
-    fn due(&self) -> Option<usize> {
+    pub(crate) fn due(&self) -> Option<usize> {
         let needed = MOVE_AFTER << self.moves.min(MAX_DOUBLINGS);
         (self.streak >= needed).then_some(self.shard)
     }
@@ -117,19 +117,7 @@ impl Connection {
         }
         let target = self.affinity.due()?;
         let config = &self.worker.cluster.config;
-        let quiet = self.tx.is_none()
-            && self.multi.is_none()
-            && self.watching.is_empty()
-            && self.blocked.is_none()
-            && !self.subscribed()
-            && self.info.tracking.borrow().is_none()
-            && !self.info.monitor.get()
-            && self.info.inbox.is_empty()
-            && self.reply_mode == ReplyMode::On
-            && self.out.buf.is_empty()
-            && !self.closing
-            && !self.over_output_limit()
-            && !self.killed();
+        let quiet = self.writes_alone() && self.watching.is_empty() && !self.reply_in_flight();
         let allowed = config.migrate_connections.load(Ordering::Relaxed)
             && !self.worker.cluster.shutdown.is_triggered();
         (quiet && allowed && target < self.worker.num_shards()).then_some(target)

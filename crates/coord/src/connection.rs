@@ -12,6 +12,7 @@
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use damselfly_commands::slowlog::{self, SlowCall, SlowEntry};
@@ -24,8 +25,10 @@ use futures_channel::oneshot;
 use crate::affinity::Affinity;
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
+use crate::direct_reply::ClientSocket;
 use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
 use crate::pubsub_family::ConnPubSub;
+use crate::reply_slots::ReplyWait;
 use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
 use crate::worker::Worker;
 
@@ -76,10 +79,10 @@ struct ParsedCmd {
 }
 
 /// A remote reply to be spliced into the output at `at`.
-struct PendingSlot {
-    at: usize,
-    shard: usize,
-    index: usize,
+pub(crate) struct PendingSlot {
+    pub(crate) at: usize,
+    pub(crate) shard: usize,
+    pub(crate) index: usize,
 }
 
 pub struct Connection {
@@ -99,8 +102,8 @@ pub struct Connection {
     cmds: Vec<ParsedCmd>,
     pub(crate) out: ReplyBuf,
     pub(crate) closing: bool,
-    batches: Vec<ExecBatch>,
-    pending: Vec<PendingSlot>,
+    pub(crate) batches: Vec<ExecBatch>,
+    pub(crate) pending: Vec<PendingSlot>,
     /// The transaction this connection's commands currently run in (EXEC, a multi-shard
     /// command): while set, every keyed command runs as a hop of it.
     pub(crate) tx: Option<Tx>,
@@ -123,7 +126,14 @@ pub struct Connection {
     /// Which other shard the keyed commands have been going to (affinity.rs).
     pub(crate) affinity: Affinity,
     /// Commands in the round being run.
-    round_len: usize,
+    pub(crate) round_len: usize,
+    /// The socket, for shards to write replies to (None for TLS); direct_reply.rs.
+    pub(crate) socket: Option<Arc<ClientSocket>>,
+    /// A one-command round whose reply a shard writes to the socket: the shard, and where
+    /// its answer (what it did not write) arrives.
+    pub(crate) in_flight: Option<(usize, ReplyWait)>,
+    /// The I/O loop holds output it has not written yet.
+    pub(crate) unsent_output: bool,
     /// The session went to another thread (`detach`): nothing is left to clean up here.
     pub(crate) moved_away: bool,
     /// Never moves to another thread (a TLS session's state lives in its I/O loop, not in
@@ -183,6 +193,7 @@ impl Connection {
     pub(crate) fn with_info(worker: Rc<Worker>, info: Rc<ClientInfo>, authenticated: bool) -> Self {
         worker.clients.borrow_mut().add(info.clone());
         let shards = worker.num_shards();
+        let socket = ClientSocket::new(info.fd);
         Connection {
             worker,
             info,
@@ -210,6 +221,9 @@ impl Connection {
             pre_command_oom: false,
             affinity: Affinity::default(),
             round_len: 0,
+            socket: Some(socket),
+            in_flight: None,
+            unsent_output: false,
             moved_away: false,
             stays: false,
         }
@@ -220,6 +234,7 @@ impl Connection {
     /// descriptor (TLS).
     pub fn stay_on_thread(&mut self) {
         self.stays = true;
+        self.socket = None;
     }
 
     /// Input received and not run yet.
@@ -331,13 +346,17 @@ impl Connection {
         true
     }
 
-    /// Caps the reply bytes the next rounds may produce before `take_output`: the I/O loop
-    /// passes what the output buffer limit leaves beside its unsent bytes. A round stops at
-    /// the first command (or shard batch) whose replies pass it, and a reply whose size the
-    /// client chooses stops growing there (`ReplyBuf::full`), so one round of a client that
-    /// does not read cannot make the server hold far more than the limit.
-    pub fn set_output_budget(&mut self, bytes: u64) {
-        self.out.limit = usize::try_from(bytes).unwrap_or(usize::MAX);
+    /// Tells the connection how many bytes the I/O loop has yet to write. That caps the
+    /// reply bytes the next rounds may produce before `take_output` to what the output
+    /// buffer limit leaves beside them: a round stops at the first command (or shard batch)
+    /// whose replies pass it, and a reply whose size the client chooses stops growing there
+    /// (`ReplyBuf::full`), so one round of a client that does not read cannot make the
+    /// server hold far more than the limit. And while any wait, no shard may write to the
+    /// socket directly (direct_reply.rs).
+    pub fn set_unsent_output(&mut self, unsent: u64) {
+        let budget = self.output_limit().saturating_sub(unsent);
+        self.out.limit = usize::try_from(budget).unwrap_or(usize::MAX);
+        self.unsent_output = unsent > 0;
     }
 
     /// The most unsent output this client may have: the server's limit, or the pubsub
@@ -411,6 +430,7 @@ impl Connection {
 
     /// Parses and runs the buffered complete commands (up to a round's worth).
     pub async fn step(&mut self) -> Step {
+        self.settle().await;
         if self.closing || self.over_output_limit {
             return Step::Close;
         }
@@ -457,7 +477,7 @@ impl Connection {
                 break;
             }
         }
-        if !self.over_output_limit {
+        if !self.over_output_limit && !self.send_for_direct_reply() {
             self.flush_remote().await;
         }
         // Changes made on this thread's shard outside a command context (a fan-out's local
@@ -984,6 +1004,11 @@ impl Connection {
                 }
             }
         }
+        self.splice(replies);
+    }
+
+    /// Puts the round's remote replies (by shard) into the output, in request order.
+    pub(crate) fn splice(&mut self, mut replies: Vec<Option<BatchReply>>) {
         self.log_remote_slow(&mut replies);
         let stopped_early = self.pending.iter().any(|p| {
             replies[p.shard]
@@ -1150,6 +1175,7 @@ pub(crate) fn add_to_plan(plan: &mut Vec<(usize, Vec<Lock>)>, shard: usize, lock
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        self.revoke_socket();
         if self.moved_away {
             // Its session lives on in the `MovedClient`; it held nothing on this thread.
             return;

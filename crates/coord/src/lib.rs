@@ -16,6 +16,7 @@ pub mod cluster;
 mod conn_family;
 pub mod connection;
 pub mod crash;
+mod direct_reply;
 mod durability;
 mod fanout;
 mod latency_family;

@@ -41,7 +41,19 @@ impl<T> Clone for MailboxSender<T> {
 impl<T> MailboxSender<T> {
     /// Queues a message; false when the owner has gone (server shutting down).
     pub fn send(&self, msg: T) -> bool {
-        let ok = self.tx.send(msg).is_ok();
+        let ok = self.send_quiet(msg);
+        self.wake_if_sleeping();
+        ok
+    }
+
+    /// Queues a message without waking the owner: it is found when the owner's thread next
+    /// runs for another reason (or is poked). False when the owner has gone.
+    pub fn send_quiet(&self, msg: T) -> bool {
+        self.tx.send(msg).is_ok()
+    }
+
+    /// Wakes the owner's mailbox task if the owner may be asleep.
+    pub fn wake_if_sleeping(&self) {
         // The fence pairs with the one in `before_park` (a store-load pattern that needs
         // both): either we see the owner parked, or it sees our message when it re-checks
         // the queue.
@@ -49,7 +61,6 @@ impl<T> MailboxSender<T> {
         if self.signal.parked.load(Ordering::SeqCst) {
             self.signal.waker.wake();
         }
-        ok
     }
 
     /// True when messages are queued.

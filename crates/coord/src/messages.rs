@@ -4,6 +4,7 @@
 //! that sends a message need not reach into the worker.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use damselfly_commands::stats::ThreadStats;
 use damselfly_protocol::Span;
@@ -13,6 +14,7 @@ use futures_channel::oneshot;
 
 use crate::blocking::Wake;
 use crate::client::KillFilter;
+use crate::direct_reply::ClientSocket;
 use crate::tx::{Lock, TxId};
 use crate::worker::Worker;
 
@@ -58,6 +60,8 @@ pub struct ExecBatch {
     /// client is then over its output buffer limit and is dropped, so running the rest would
     /// only grow memory; Redis too stops serving a client it is closing.
     pub reply_limit: usize,
+    /// The client's socket, when the shard may write the reply to it (direct_reply.rs).
+    pub socket: Option<Arc<ClientSocket>>,
 }
 
 impl Default for ExecBatch {
@@ -67,6 +71,7 @@ impl Default for ExecBatch {
             spans: Vec::new(),
             cmds: Vec::new(),
             reply_limit: usize::MAX,
+            socket: None,
         }
     }
 }
@@ -96,6 +101,8 @@ pub struct BatchReply {
     pub ends: Vec<usize>,
     /// Commands that belong in the slow log, which the client's thread keeps.
     pub slow: Vec<damselfly_commands::slowlog::SlowCall>,
+    /// Where to write the replies directly, if the shard may (direct_reply.rs).
+    pub socket: Option<Arc<ClientSocket>>,
 }
 
 impl BatchReply {

@@ -676,6 +676,11 @@ fn encode_server(out: &mut Out, f: &Figures) -> Fmt {
         "Connections moved to the thread of the shard they use (INFO connections_moved)",
         s.connections_moved,
     )?;
+    out.counter(
+        "damselfly_direct_replies_total",
+        "Replies a shard wrote to the client's socket itself (INFO direct_replies)",
+        s.direct_replies,
+    )?;
     // CPU.
     out.counter(
         "redis_cpu_sys_seconds_total",

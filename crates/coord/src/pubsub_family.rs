@@ -198,6 +198,10 @@ impl Connection {
     /// Moves pushed messages waiting for this client to the end of `into` (under CLIENT
     /// REPLY OFF they are dropped, as Redis drops every reply then).
     pub fn take_pushes(&mut self, into: &mut Vec<u8>) {
+        if self.reply_in_flight() {
+            // A shard may be writing to the socket; they go out after that reply.
+            return;
+        }
         let before = into.len();
         drain_inbox(&self.info.inbox, self.reply_mode, into);
         self.worker.stats.borrow_mut().net_output_bytes += (into.len() - before) as u64;

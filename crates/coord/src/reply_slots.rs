@@ -67,6 +67,18 @@ impl ReplySlots {
         }
     }
 
+    /// Ready once the slot's answer has arrived, without taking it (the waiter takes it
+    /// later); until then the caller is woken when it comes.
+    pub(crate) fn poll_arrived(&mut self, slot: usize, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.slots[slot] {
+            SlotState::Waiting(w) => {
+                *w = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    }
+
     pub(crate) fn close(&mut self, slot: usize) {
         self.slots[slot] = SlotState::Free;
         self.free.push(slot);

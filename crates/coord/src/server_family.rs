@@ -802,7 +802,7 @@ impl Connection {
         }
         section("Persistence", &persistence_info(cluster, reports), &mut out);
         let s = format!(
-            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{exceeded_total}\r\ncurrent_eviction_exceeded_time:{exceeded_now}\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\nconnections_moved:{}\r\n",
+            "total_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{ops}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{expired}\r\nevicted_keys:{evicted}\r\nevicted_clients:0\r\ntotal_eviction_exceeded_time:{exceeded_total}\r\ncurrent_eviction_exceeded_time:{exceeded_now}\r\nkeyspace_hits:{hits}\r\nkeyspace_misses:{misses}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nmulti_shard_transactions:{}\r\ntransaction_schedule_retries:{}\r\nscript_shard_restarts:{}\r\nconnections_moved:{}\r\ndirect_replies:{}\r\n",
             stats.total_connections,
             stats.total_commands,
             stats.net_input_bytes,
@@ -819,6 +819,7 @@ impl Connection {
             stats.tx_retries,
             stats.script_restarts,
             stats.connections_moved,
+            stats.direct_replies,
         );
         section("Stats", &s, &mut out);
         section(

@@ -611,10 +611,12 @@ impl Worker {
     }
 
     pub(crate) fn send_reply(&self, origin: usize, slot: usize, reply: Payload) {
-        if origin == self.id {
-            self.replies.borrow_mut().fill(slot, reply);
-        } else {
-            self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+        match reply {
+            _ if origin == self.id => self.replies.borrow_mut().fill(slot, reply),
+            Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
+            reply => {
+                self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+            }
         }
     }
 
@@ -723,10 +725,13 @@ impl Worker {
                 break;
             }
         }
+        // A reply over the client's output limit is not written: the client is dropped.
+        let socket = d.batch.socket.take().filter(|_| !d.reply.full());
         let reply = BatchReply {
             out: d.reply.buf,
             ends: d.ends,
             slow: d.slow,
+            socket,
         };
         self.reply_to(d.origin, d.slot, Payload::Batch(reply));
     }
@@ -847,6 +852,7 @@ impl Worker {
             out: reply.buf,
             ends,
             slow,
+            socket: None,
         }
     }
 

@@ -6,7 +6,7 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -167,13 +167,37 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
     sleep: impl Fn(Duration) -> S,
     movers: Movers,
 ) {
+    let moving = serve_until_done(&mut rd, &mut wr, &mut conn, sleep, &movers).await;
+    // A shard may still be writing a reply to the socket: let it finish (the client may
+    // still read, after a half-close), and write what it left, before the socket goes.
+    if conn.reply_in_flight() {
+        conn.settle().await;
+        let mut rest = Vec::new();
+        conn.take_output(&mut rest);
+        let _ = write_all(&mut wr, &rest).await;
+    }
+    conn.revoke_socket();
+    if let Some((fd, unix)) = moving {
+        drop(rd);
+        wr.let_go();
+        hand_over(conn, fd, unix, &movers);
+    }
+}
+
+/// `serve`'s loop; returns the socket to hand over when the connection moves.
+async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
+    rd: &mut R,
+    wr: &mut W,
+    conn: &mut Connection,
+    sleep: impl Fn(Duration) -> S,
+    movers: &Movers,
+) -> Option<(OwnedFd, bool)> {
     let cluster = conn.cluster();
     let mut pending: Vec<u8> = Vec::new();
     let mut sent = 0;
     let mut rounds = 0u32;
     loop {
-        let limit = conn.output_limit();
-        conn.set_output_budget(limit.saturating_sub((pending.len() - sent) as u64));
+        conn.set_unsent_output((pending.len() - sent) as u64);
         let step = conn.step().await;
         conn.poke_mailbox();
         conn.take_output(&mut pending);
@@ -182,12 +206,12 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
             conn.until_durable().await;
         }
         if !conn.output_within_limits((pending.len() - sent) as u64) {
-            return;
+            return None;
         }
         match step {
             Step::Close => {
-                let _ = write_all(&mut wr, &pending[sent..]).await;
-                return;
+                let _ = write_all(wr, &pending[sent..]).await;
+                return None;
             }
             Step::Again => {
                 rounds += 1;
@@ -197,34 +221,34 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
                 continue;
             }
             Step::Blocked => {
-                if write_all(&mut wr, &pending[sent..]).await.is_err() {
-                    return;
+                if write_all(wr, &pending[sent..]).await.is_err() {
+                    return None;
                 }
                 pending.clear();
                 sent = 0;
-                if !wait_blocked(&mut rd, &mut conn, &sleep).await {
-                    return;
+                if !wait_blocked(rd, conn, &sleep).await {
+                    return None;
                 }
                 continue;
             }
             Step::Paused(left) => {
                 // Replies so far go out; the paused command waits in the buffer.
-                if write_all(&mut wr, &pending[sent..]).await.is_err() {
-                    return;
+                if write_all(wr, &pending[sent..]).await.is_err() {
+                    return None;
                 }
                 pending.clear();
                 sent = 0;
                 sleep(left.clamp(Duration::from_millis(1), PAUSE_POLL)).await;
                 if conn.killed() || cluster.shutdown.is_triggered() {
-                    return;
+                    return None;
                 }
                 continue;
             }
             Step::Read => {}
         }
         if conn.killed() || cluster.shutdown.is_triggered() {
-            let _ = write_all(&mut wr, &pending[sent..]).await;
-            return;
+            let _ = write_all(wr, &pending[sent..]).await;
+            return None;
         }
         // Messages pushed to the client (Pub/Sub) wake the loop too; the next turn takes them.
         let inbox = conn.push_inbox();
@@ -234,16 +258,15 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
             sent = 0;
             // Every reply is written: a safe point to move to the thread of the shard the
             // client keeps using.
-            if let Some((fd, unix)) = ready_to_move(&conn, &movers) {
-                drop(rd);
-                wr.let_go();
-                hand_over(conn, fd, unix, &movers);
-                return;
+            if let Some(moving) = ready_to_move(conn, movers) {
+                return Some(moving);
             }
-            match race(rd.read(conn.read_space()), pushed).await {
-                Either::Left(Ok(0) | Err(_)) => return,
-                Either::Left(Ok(n)) if !conn.advance(n) => return,
-                Either::Left(Ok(_)) | Either::Right(()) => {}
+            // A reply a shard could not write all of comes back here to be written.
+            let answered = conn.in_flight_arrived();
+            match race3(rd.read(conn.read_space()), pushed, answered).await {
+                Either3::First(Ok(0) | Err(_)) => return None,
+                Either3::First(Ok(n)) if !conn.advance(n) => return None,
+                Either3::First(Ok(_)) | Either3::Second(()) | Either3::Third(()) => {}
             }
         } else {
             match race3(
@@ -254,9 +277,9 @@ pub(crate) async fn serve<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
             .await
             {
                 Either3::First(Ok(n)) if n > 0 => sent += n,
-                Either3::First(_) => return,
-                Either3::Second(Ok(0) | Err(_)) => return,
-                Either3::Second(Ok(n)) if !conn.advance(n) => return,
+                Either3::First(_) => return None,
+                Either3::Second(Ok(0) | Err(_)) => return None,
+                Either3::Second(Ok(n)) if !conn.advance(n) => return None,
                 Either3::Second(Ok(_)) | Either3::Third(()) => {}
             }
             if sent == pending.len() {

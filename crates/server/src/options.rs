@@ -130,6 +130,10 @@ pub struct Options {
     /// thread (docs/architecture.md, "Connection affinity").
     #[arg(long = "migrate-connections")]
     pub migrate_connections: Option<String>,
+    /// yes (default): the shard that runs a client's lone command on another thread writes
+    /// its reply to the client's socket itself (docs/architecture.md, "Direct replies").
+    #[arg(long = "direct-replies")]
+    pub direct_replies: Option<String>,
     /// yes (default): transparent huge pages off for this process, as Redis does.
     #[arg(long = "disable-thp")]
     pub disable_thp: Option<String>,
@@ -241,7 +245,7 @@ impl Options {
                     .map_err(|e| format!("{path}:{}: {e}", n + 1))?;
             }
         }
-        let flags: [(&str, Option<String>); 43] = [
+        let flags: [(&str, Option<String>); 44] = [
             ("port", self.port.map(|p| p.to_string())),
             ("bind", self.bind.as_ref().map(|b| b.join(" "))),
             ("metrics-port", self.metrics_port.map(|p| p.to_string())),
@@ -287,6 +291,7 @@ impl Options {
             ("lfu-decay-time", self.lfu_decay_time.clone()),
             ("cache-mode", self.cache_mode.clone()),
             ("migrate-connections", self.migrate_connections.clone()),
+            ("direct-replies", self.direct_replies.clone()),
             ("disable-thp", self.disable_thp.clone()),
             ("maxmemory-clients", self.maxmemory_clients.clone()),
             ("tls-port", self.tls_port.clone()),

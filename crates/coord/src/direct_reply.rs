@@ -1,0 +1,259 @@
+//! Direct replies: the shard thread that runs a client's command writes its reply straight to
+//! the client's socket, so the client's own thread is not woken just to relay it.
+//!
+//! A command whose key lives on another thread otherwise costs three wake-ups: the client's
+//! thread for the request, the shard's thread to run it, and the client's thread again for
+//! the reply. Where threads sleep between requests each is a context switch and an
+//! inter-processor interrupt, which made random-key traffic at `-P 1` cost about twice
+//! Redis's CPU per request (docs/benchmarks.md, "Request path"). With a direct reply the
+//! client's thread next runs when the client's next request arrives.
+//!
+//! What keeps the byte stream whole:
+//! - Only a round of one command, sent to another shard while nothing else may write to
+//!   the connection: a plain socket (not TLS), no unwritten output, not subscribed, not
+//!   tracking, not a monitor, CLIENT REPLY ON, no transaction (`Connection::writes_alone`).
+//! - While that reply is in flight the connection writes and runs nothing: its next step
+//!   first settles it (and pushes wait, see `take_pushes`).
+//! - The shard writes without blocking, under the socket's lock. What it could not write (a
+//!   full socket buffer, a reply over the client's output limit, a slow-log entry the
+//!   client's thread must record) comes back as an ordinary reply, which the connection
+//!   writes before anything else.
+//! - Before the socket is closed or handed to another thread the connection revokes it
+//!   under that lock, so a shard never writes to a descriptor that was closed and reused.
+//! - When everything was written the shard tells the client's thread without waking it (the
+//!   news is needed only when the client's next request arrives). A connection that needs
+//!   it sooner sets `settling`, and then the shard wakes its thread.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::connection::{Connection, PendingSlot};
+use crate::messages::{BatchReply, Payload, ShardMsg};
+use crate::worker::Worker;
+
+/// A client's socket as other threads may write to it.
+#[derive(Debug)]
+pub struct ClientSocket {
+    /// The descriptor; -1 once revoked.
+    fd: Mutex<RawFd>,
+    /// The client's thread waits for the reply in flight: the shard must wake it.
+    settling: AtomicBool,
+}
+
+impl ClientSocket {
+    pub(crate) fn new(fd: RawFd) -> Arc<Self> {
+        Arc::new(ClientSocket {
+            fd: Mutex::new(fd),
+            settling: AtomicBool::new(false),
+        })
+    }
+
+    /// Writes as much of `bytes` as the socket takes without waiting; returns how much.
+    fn write_now(&self, bytes: &[u8]) -> usize {
+        let fd = self.fd.lock().unwrap_or_else(PoisonError::into_inner);
+        if *fd < 0 {
+            return 0;
+        }
+        let mut done = 0;
+        while done < bytes.len() {
+            let rest = &bytes[done..];
+            // SAFETY: the descriptor stays open while its lock is held (`revoke`), and the
+            // buffer is valid for `rest.len()` bytes.
+            let n = unsafe {
+                libc::send(
+                    *fd,
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            match usize::try_from(n) {
+                Ok(n) if n > 0 => done += n,
+                _ if n < 0
+                    && std::io::Error::last_os_error().kind()
+                        == std::io::ErrorKind::Interrupted => {}
+                // A full buffer or an error: the client's thread writes the rest, and sees
+                // the error itself.
+                _ => break,
+            }
+        }
+        done
+    }
+
+    /// No other thread writes to the socket after this returns.
+    pub(crate) fn revoke(&self) {
+        *self.fd.lock().unwrap_or_else(PoisonError::into_inner) = -1;
+    }
+}
+
+impl Worker {
+    /// Sends the answer to a batch that asked for a direct reply, after writing what it can
+    /// to the client's socket (module doc).
+    pub(crate) fn reply_directly(&self, origin: usize, slot: usize, mut reply: BatchReply) {
+        let mailbox = &self.cluster.mailboxes[origin];
+        let socket = match reply.socket.take() {
+            Some(socket) if reply.ends.len() == 1 && reply.slow.is_empty() => socket,
+            _ => {
+                mailbox.send(ShardMsg::Reply {
+                    slot,
+                    reply: Payload::Batch(reply),
+                });
+                return;
+            }
+        };
+        let written = socket.write_now(&reply.out);
+        reply.out.drain(..written);
+        reply.ends[0] = reply.out.len();
+        let unwritten = !reply.out.is_empty();
+        let mut stats = self.stats.borrow_mut();
+        stats.net_output_bytes += written as u64;
+        stats.direct_replies += u64::from(!unwritten);
+        drop(stats);
+        let msg = ShardMsg::Reply {
+            slot,
+            reply: Payload::Batch(reply),
+        };
+        if unwritten {
+            mailbox.send(msg);
+            return;
+        }
+        mailbox.send_quiet(msg);
+        // Pairs with the fence in `settle`: either it finds this reply queued, or this sees
+        // it settling and wakes its thread.
+        fence(Ordering::SeqCst);
+        if socket.settling.load(Ordering::SeqCst) {
+            mailbox.wake_if_sleeping();
+        }
+    }
+}
+
+impl Connection {
+    /// Nothing but this round's reply can reach the client until it is written: no other
+    /// output, pushes, transaction or reply mode stands between (module doc).
+    pub(crate) fn writes_alone(&self) -> bool {
+        self.tx.is_none()
+            && self.multi.is_none()
+            && self.blocked.is_none()
+            && !self.subscribed()
+            && self.info.tracking.borrow().is_none()
+            && !self.info.monitor.get()
+            && self.info.inbox.is_empty()
+            && self.reply_mode == crate::connection::ReplyMode::On
+            && self.out.buf.is_empty()
+            && !self.closing
+            && !self.over_output_limit()
+            && !self.killed()
+    }
+
+    /// Sends the round's one remote command with its socket, if it qualifies for a direct
+    /// reply (module doc); false to wait for the reply as usual.
+    pub(crate) fn send_for_direct_reply(&mut self) -> bool {
+        let Some(socket) = &self.socket else {
+            return false;
+        };
+        let [PendingSlot { shard, .. }] = self.pending[..] else {
+            return false;
+        };
+        let config = &self.worker.cluster.config;
+        if self.round_len != 1
+            || !config.direct_replies.load(Ordering::Relaxed)
+            || self.unsent_output
+            || shard == self.worker.id
+            || self.affinity.due().is_some()
+            || !self.writes_alone()
+        {
+            return false;
+        }
+        let mut batch = std::mem::take(&mut self.batches[shard]);
+        batch.reply_limit = self.out.limit;
+        batch.socket = Some(socket.clone());
+        self.pending.clear();
+        self.in_flight = Some((shard, self.worker.send_batch(shard, batch)));
+        true
+    }
+
+    /// True while a shard may be writing this connection's reply.
+    pub fn reply_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Resolves once the answer to the reply in flight has arrived (the next `step` takes
+    /// it); never when none is in flight. Holds no borrow of the connection.
+    pub fn in_flight_arrived(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let worker = self.worker.clone();
+        let slot = self.in_flight.as_ref().map(|(_, wait)| wait.slot);
+        std::future::poll_fn(move |cx| match slot {
+            Some(slot) => worker.replies.borrow_mut().poll_arrived(slot, cx),
+            None => std::task::Poll::Pending,
+        })
+    }
+
+    /// Waits for the reply in flight and puts what the shard did not write into the output.
+    pub async fn settle(&mut self) {
+        let Some((shard, wait)) = self.in_flight.take() else {
+            return;
+        };
+        let socket = self.socket.clone();
+        if let Some(s) = &socket {
+            s.settling.store(true, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+        // An answer sent without waking this thread may be queued already.
+        self.worker.poke_mailbox();
+        let answer = wait.await;
+        if let Some(s) = &socket {
+            s.settling.store(false, Ordering::SeqCst);
+        }
+        self.pending.push(PendingSlot {
+            at: self.out.buf.len(),
+            shard,
+            index: 0,
+        });
+        let mut replies: Vec<Option<BatchReply>> = (0..self.batches.len()).map(|_| None).collect();
+        if let Some(Payload::Batch(r)) = answer {
+            replies[shard] = Some(r);
+        }
+        self.splice(replies);
+    }
+
+    /// Before the socket closes or moves: no other thread writes to it any more.
+    pub fn revoke_socket(&mut self) {
+        if let Some(s) = self.socket.take() {
+            s.revoke();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    #[test]
+    fn writes_what_the_socket_takes_and_nothing_once_revoked() {
+        let (ours, mut theirs) = UnixStream::pair().expect("socketpair");
+        let socket = ClientSocket::new(ours.as_raw_fd());
+        assert_eq!(socket.write_now(b"+OK\r\n"), 5);
+        let mut got = [0; 5];
+        theirs.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"+OK\r\n");
+        // More than the socket buffer holds: a part is written, without blocking.
+        let big = vec![b'x'; 16 << 20];
+        let written = socket.write_now(&big);
+        assert!(written > 0 && written < big.len(), "wrote {written}");
+        socket.revoke();
+        assert_eq!(socket.write_now(b"+OK\r\n"), 0);
+    }
+
+    #[test]
+    fn a_closed_peer_takes_nothing() {
+        let (ours, theirs) = UnixStream::pair().expect("socketpair");
+        drop(theirs);
+        let socket = ClientSocket::new(ours.as_raw_fd());
+        assert_eq!(socket.write_now(b"+OK\r\n"), 0);
+    }
+}
