@@ -205,6 +205,12 @@ impl Connection {
         if let Some(s) = &socket {
             s.settling.store(false, Ordering::SeqCst);
         }
+        if let Some(Payload::Batch(r)) = &answer {
+            if r.out.is_empty() && r.slow.is_empty() && r.ends.len() == 1 {
+                // Written whole: nothing to add.
+                return;
+            }
+        }
         self.pending.push(PendingSlot {
             at: self.out.buf.len(),
             shard,

@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
-use crate::handoff::{MovedConn, Movers};
+use crate::handoff::{deal, Arrival, MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
@@ -110,11 +110,6 @@ fn thread_main(
             start.mailbox,
             tokio::task::yield_now,
         ));
-        spawn_local(arrivals_loop(
-            worker.clone(),
-            start.arrivals,
-            movers.clone(),
-        ));
         spawn_local(tick_loop(worker.clone()));
         if index == 0 {
             // One thread runs the `save` schedule (its cut spans every shard).
@@ -149,6 +144,12 @@ fn thread_main(
             .and_then(|l| l.local_addr().ok())
             .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
             .unwrap_or_default();
+        spawn_local(arrivals_loop(
+            worker.clone(),
+            start.arrivals,
+            path.clone(),
+            movers.clone(),
+        ));
         if let Some(l) = unix {
             let listener = tokio::net::UnixListener::from_std(l)?;
             acceptors.push(spawn_local(accept_unix(
@@ -203,9 +204,19 @@ async fn accept_tcp(
 ) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => match &tls {
-                None => start_tcp(&worker, stream, &[], &movers),
-                Some(tls) => start_tls(&worker, stream, &movers, tls),
+            Ok((stream, _)) => match (&tls, deal(&worker)) {
+                (None, None) => start_tcp(&worker, stream, &[], &movers),
+                (None, Some(target)) => {
+                    if let Ok(s) = stream.into_std() {
+                        let dealt = Adopted {
+                            stream: AdoptedStream::Tcp(s),
+                            unread: Vec::new(),
+                        };
+                        movers[target].send(Arrival::Dealt(dealt));
+                    }
+                }
+                // A TLS session stays on its thread (it never moves).
+                (Some(tls), _) => start_tls(&worker, stream, &movers, tls),
             },
             Err(e) => accept_failed(e).await,
         }
@@ -238,7 +249,18 @@ async fn accept_unix(
 ) {
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => start_unix(&worker, stream, &path, &[], &movers),
+            Ok((stream, _)) => match deal(&worker) {
+                None => start_unix(&worker, stream, &path, &[], &movers),
+                Some(target) => {
+                    if let Ok(s) = stream.into_std() {
+                        let dealt = Adopted {
+                            stream: AdoptedStream::Unix(s),
+                            unread: Vec::new(),
+                        };
+                        movers[target].send(Arrival::Dealt(dealt));
+                    }
+                }
+            },
             Err(e) => accept_failed(e).await,
         }
     }
@@ -281,7 +303,8 @@ fn serve_unix(stream: tokio::net::UnixStream, conn: Connection, movers: &Movers)
     spawn_local(serve(Reader(rd), Writer(wr), conn, sleep, movers.clone()));
 }
 
-/// Serves a connection accepted while the data loaded.
+/// Serves a connection accepted elsewhere (while the data loaded, or by another thread that
+/// dealt it here).
 fn adopt(worker: &Rc<Worker>, a: Adopted, path: &str, movers: &Movers) -> io::Result<()> {
     match a.stream {
         AdoptedStream::Tcp(s) => {
@@ -298,13 +321,21 @@ fn adopt(worker: &Rc<Worker>, a: Adopted, path: &str, movers: &Movers) -> io::Re
     Ok(())
 }
 
-/// Serves the connections other threads move here.
-async fn arrivals_loop(worker: Rc<Worker>, arrivals: Mailbox<MovedConn>, movers: Movers) {
-    let mut moved = Vec::new();
-    while arrivals.recv_all(&mut moved).await {
-        for m in moved.drain(..) {
+/// Serves the connections other threads move or deal here.
+async fn arrivals_loop(
+    worker: Rc<Worker>,
+    arrivals: Mailbox<Arrival>,
+    path: String,
+    movers: Movers,
+) {
+    let mut arrived = Vec::new();
+    while arrivals.recv_all(&mut arrived).await {
+        for a in arrived.drain(..) {
             // One whose socket the runtime cannot take is dropped (its client reconnects).
-            let _ = resume(&worker, m, &movers);
+            let _ = match a {
+                Arrival::Moved(m) => resume(&worker, *m, &movers),
+                Arrival::Dealt(a) => adopt(&worker, a, &path, &movers),
+            };
         }
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use damselfly_commands::config::Config;
 use damselfly_coord::{mailbox, Cluster, Mailbox, ServerInfo, ShardMsg};
-use handoff::{MovedConn, Movers};
+use handoff::{Arrival, Movers};
 
 pub use cpus::available_cpus;
 pub use listeners::{ListenerSpec, Listeners};
@@ -71,7 +71,7 @@ pub(crate) struct Shared {
 /// moving to it, and the connections accepted while the data loaded that it serves.
 pub(crate) struct ThreadStart {
     pub mailbox: Mailbox<ShardMsg>,
-    pub arrivals: Mailbox<MovedConn>,
+    pub arrivals: Mailbox<Arrival>,
     pub adopted: Vec<Adopted>,
 }
 
@@ -121,7 +121,7 @@ fn deal(adopted: Vec<Adopted>, threads: usize) -> Vec<Vec<Adopted>> {
 pub struct Server {
     shared: Arc<Shared>,
     mailboxes: Vec<Mailbox<ShardMsg>>,
-    arrivals: Vec<Mailbox<MovedConn>>,
+    arrivals: Vec<Mailbox<Arrival>>,
     backend: Backend,
     adopted: Vec<Adopted>,
 }

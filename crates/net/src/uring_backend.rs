@@ -15,7 +15,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
-use crate::handoff::{MovedConn, Movers};
+use crate::handoff::{deal, Arrival, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
@@ -177,6 +177,7 @@ async fn thread_main(
     spawn_local(arrivals_loop(
         worker.clone(),
         start.arrivals,
+        unix_path.clone(),
         movers.clone(),
     ))
     .detach();
@@ -252,6 +253,19 @@ async fn accept_tcp(
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                if let (None, Some(target)) = (&tls, deal(&worker)) {
+                    // The stream's own descriptor closes with it; a duplicate travels.
+                    // SAFETY: the descriptor stays owned by `stream` for this call.
+                    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+                    if let Ok(dup) = fd.try_clone_to_owned() {
+                        let dealt = Adopted {
+                            stream: AdoptedStream::Tcp(std::net::TcpStream::from(dup)),
+                            unread: Vec::new(),
+                        };
+                        movers[target].send(Arrival::Dealt(dealt));
+                    }
+                    continue;
+                }
                 let peer = describe_tcp(stream.peer_addr().ok(), stream.local_addr().ok());
                 let Some(conn) = admit(&worker, stream.as_raw_fd(), peer) else {
                     continue;
@@ -285,7 +299,8 @@ async fn accept_tcp(
     }
 }
 
-/// Serves a connection accepted while the data loaded, with the input it sent then.
+/// Serves a connection accepted elsewhere (while the data loaded, or by another thread that
+/// dealt it here), with the input it sent then.
 fn adopt_loaded(worker: &Rc<Worker>, a: Adopted, path: &str, movers: &Movers) {
     match a.stream {
         AdoptedStream::Tcp(s) if s.set_nonblocking(true).is_ok() => {
@@ -331,11 +346,23 @@ async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String, mover
     }
 }
 
-/// Serves the connections other threads move here.
-async fn arrivals_loop(worker: Rc<Worker>, arrivals: Mailbox<MovedConn>, movers: Movers) {
-    let mut moved = Vec::new();
-    while arrivals.recv_all(&mut moved).await {
-        for m in moved.drain(..) {
+/// Serves the connections other threads move or deal here.
+async fn arrivals_loop(
+    worker: Rc<Worker>,
+    arrivals: Mailbox<Arrival>,
+    path: String,
+    movers: Movers,
+) {
+    let mut arrived = Vec::new();
+    while arrivals.recv_all(&mut arrived).await {
+        for a in arrived.drain(..) {
+            let m = match a {
+                Arrival::Moved(m) => *m,
+                Arrival::Dealt(a) => {
+                    adopt_loaded(&worker, a, &path, &movers);
+                    continue;
+                }
+            };
             let Some((conn, fd, unix)) = m.attach(&worker) else {
                 continue;
             };

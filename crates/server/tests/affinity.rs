@@ -260,7 +260,74 @@ fn moves_can_be_switched_off(b: Backend) {
     );
 }
 
+/// INFO shards' `clients=` of each thread.
+fn clients_per_thread(admin: &mut Raw) -> Vec<usize> {
+    let info = String::from_utf8_lossy(&admin.cmd(&["INFO", "shards"])).into_owned();
+    info.lines()
+        .filter_map(|l| l.split(",clients=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse().ok())
+        .collect()
+}
+
+/// Waits until the threads serve `total` clients between them.
+fn placed(admin: &mut Raw, total: usize) -> Vec<usize> {
+    for _ in 0..200 {
+        let counts = clients_per_thread(admin);
+        if counts.iter().sum::<usize>() == total {
+            return counts;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("never {total} clients: {:?}", clients_per_thread(admin));
+}
+
+/// Each thread deals the connections it accepts round-robin over the threads, so however
+/// the kernel spread the accepts, every thread serves its share; with
+/// `migrate-connections no` each stays where it was accepted.
+fn accepted_connections_are_dealt(b: Backend, unix: bool) {
+    let s = Server::start_with(b, 3, &[]);
+    let mut admin = s.raw();
+    let open = |n: usize| -> Vec<Raw> {
+        (0..n)
+            .map(|_| {
+                let mut c = if unix { s.raw_unix() } else { s.raw() };
+                assert_eq!(c.cmd(&["PING"]), b"+PONG\r\n");
+                c
+            })
+            .collect()
+    };
+    let clients = open(60);
+    let counts = placed(&mut admin, 61);
+    assert_eq!(counts.len(), 3);
+    // 61 clients dealt in turns from up to 3 acceptors: at most 2 off an even share.
+    assert!(
+        counts.iter().all(|&n| n.abs_diff(61 / 3) <= 2),
+        "{counts:?}"
+    );
+    // Every dealt client is served: its session works end to end.
+    for (i, mut c) in clients.into_iter().enumerate() {
+        let key = format!("dealt{i}");
+        assert_eq!(c.cmd(&["SET", &key, "v"]), b"+OK\r\n");
+        assert_eq!(c.cmd(&["GET", &key]), bulk("v"));
+    }
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        0,
+        "dealing is not moving"
+    );
+}
+
+fn accepted_connections_are_dealt_tcp(b: Backend) {
+    accepted_connections_are_dealt(b, false);
+}
+
+fn accepted_connections_are_dealt_unix(b: Backend) {
+    accepted_connections_are_dealt(b, true);
+}
+
 backend_tests!(
+    accepted_connections_are_dealt_tcp,
+    accepted_connections_are_dealt_unix,
     session_survives_moves_tcp,
     session_survives_moves_unix,
     a_move_mid_pipeline_keeps_unread_input,
