@@ -14,7 +14,8 @@
 //!   tracking, not a monitor, CLIENT REPLY ON, no transaction (`Connection::writes_alone`).
 //! - While that reply is in flight the connection writes and runs nothing: its next step
 //!   first settles it (and pushes wait, see `take_pushes`).
-//! - The shard writes without blocking, under the socket's lock. What it could not write (a
+//! - The shard writes once the message that made the reply is done (`Worker::send_replies`),
+//!   without blocking, under the socket's lock. What it could not write (a
 //!   full socket buffer, a reply over the client's output limit, a slow-log entry the
 //!   client's thread must record) comes back as an ordinary reply, which the connection
 //!   writes before anything else.
@@ -88,8 +89,9 @@ impl ClientSocket {
 }
 
 impl Worker {
-    /// Sends the answer to a batch that asked for a direct reply, after writing what it can
-    /// to the client's socket (module doc).
+    /// Sends the answer to a batch that asked for a direct reply (module doc), after writing
+    /// to the client's socket what it takes. `send_replies` calls it once the message that
+    /// made the reply has had its consequences, as for every reply.
     pub(crate) fn reply_directly(&self, origin: usize, slot: usize, mut reply: BatchReply) {
         let mailbox = &self.cluster.mailboxes[origin];
         let socket = match reply.socket.take() {
@@ -105,21 +107,21 @@ impl Worker {
         let written = socket.write_now(&reply.out);
         reply.out.drain(..written);
         reply.ends[0] = reply.out.len();
-        let unwritten = !reply.out.is_empty();
+        let whole = reply.out.is_empty();
         let mut stats = self.stats.borrow_mut();
         stats.net_output_bytes += written as u64;
-        stats.direct_replies += u64::from(!unwritten);
+        stats.direct_replies += u64::from(whole);
         drop(stats);
         let msg = ShardMsg::Reply {
             slot,
             reply: Payload::Batch(reply),
         };
-        if unwritten {
+        if !whole {
             mailbox.send(msg);
             return;
         }
         mailbox.send_quiet(msg);
-        // Pairs with the fence in `settle`: either it finds this reply queued, or this sees
+        // Pairs with the fence in `settle`: either it finds this answer queued, or this sees
         // it settling and wakes its thread.
         fence(Ordering::SeqCst);
         if socket.settling.load(Ordering::SeqCst) {

@@ -74,6 +74,7 @@ impl Worker {
             j.appender.flush();
             self.release_deferred(&mut j, true);
         }
+        self.send_replies();
     }
 
     pub(crate) fn journaling(&self) -> bool {

@@ -70,6 +70,9 @@ pub struct Worker {
     pub clients: RefCell<Registry>,
     /// Batches this thread sent to other shards and whose replies it awaits.
     pub(crate) replies: RefCell<ReplySlots>,
+    /// Replies to other threads, sent once the message that made them is done
+    /// (`send_replies`): origin thread, reply slot, reply.
+    outgoing: RefCell<Vec<(usize, usize, Payload)>>,
     /// Transactions holding intents on this shard.
     pub(crate) txq: RefCell<TxQueue<Hop>>,
     /// Clients blocked on this shard's keys.
@@ -160,6 +163,7 @@ impl Worker {
             stats: RefCell::new(ThreadStats::default()),
             clients: RefCell::new(Registry::default()),
             replies: RefCell::new(ReplySlots::default()),
+            outgoing: RefCell::new(Vec::new()),
             txq: RefCell::new(TxQueue::default()),
             blocked: RefCell::new(BlockedKeys::default()),
             now_ms: Cell::new(now_ms()),
@@ -448,6 +452,7 @@ impl Worker {
         self.journal_flush();
         // Hops and control messages change the shard outside a command's context too.
         self.publish_memory(false);
+        self.send_replies();
     }
 
     fn handle_message(&self, msg: ShardMsg) {
@@ -610,13 +615,39 @@ impl Worker {
         self.reply_when_durable(origin, slot, reply);
     }
 
+    /// A reply to another thread waits in `outgoing` until the message being handled is
+    /// done (`send_replies`).
     pub(crate) fn send_reply(&self, origin: usize, slot: usize, reply: Payload) {
-        match reply {
-            _ if origin == self.id => self.replies.borrow_mut().fill(slot, reply),
-            Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
-            reply => {
-                self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+        if origin == self.id {
+            self.replies.borrow_mut().fill(slot, reply);
+        } else {
+            self.outgoing.borrow_mut().push((origin, slot, reply));
+        }
+    }
+
+    /// Sends the replies to other threads made since the last call. The thread calls it once
+    /// what made them has had all its consequences: clients blocked on the keys written
+    /// served, and the keyspace events of both published. Redis too writes a command's reply
+    /// only after serving the clients it unblocked, so a client that sees the reply and then
+    /// publishes sees its own message after those events (events and replies travel in each
+    /// thread's one mailbox, in order).
+    pub(crate) fn send_replies(&self) {
+        if self.outgoing.borrow().is_empty() {
+            return;
+        }
+        let mut outgoing = self.outgoing.take();
+        for (origin, slot, reply) in outgoing.drain(..) {
+            match reply {
+                Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
+                reply => {
+                    self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+                }
             }
+        }
+        // The vector's memory is kept for the next message.
+        let mut kept = self.outgoing.borrow_mut();
+        if kept.is_empty() {
+            *kept = outgoing;
         }
     }
 

@@ -98,7 +98,7 @@ fn unwaited_commands_stay_in_order(b: Backend) {
     let r = w.try_clone().expect("clone");
     r.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    const N: usize = 5_000;
+    const N: usize = 3_000;
     let reader = std::thread::spawn(move || {
         let mut c = Raw::over(
             Box::new(r.try_clone().expect("clone")),
@@ -109,12 +109,15 @@ fn unwaited_commands_stay_in_order(b: Backend) {
     });
     for i in 0..N {
         let key = if i % 3 == 0 { &k0 } else { &k1 };
-        w.write_all(&encode(&["INCR", key])).expect("write");
-        // Mostly one command per read, often arriving while the reply before is in flight;
-        // now and then a burst, which arrives as one round.
-        if i % 100 < 90 {
-            std::thread::sleep(Duration::from_micros(20));
+        // Every tenth command after a pause, so it is read alone with nothing left to write
+        // (a direct reply); the ones after it closer and closer, so some arrive while the
+        // reply before is in flight and some together in one round.
+        match i % 10 {
+            0 => std::thread::sleep(Duration::from_millis(2)),
+            1..=5 => std::thread::sleep(Duration::from_micros(20)),
+            _ => {}
         }
+        w.write_all(&encode(&["INCR", key])).expect("write");
     }
     let replies = reader.join().expect("reader");
     let (mut n0, mut n1) = (0, 0);
