@@ -8,12 +8,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use damselfly_coord::{Connection, Mailbox, MailboxSender, Worker};
+use damselfly_coord::{Connection, MailboxSender, Worker};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
-use crate::handoff::{deal, Arrival, MovedConn, Movers};
+use crate::handoff::{deal, serve_arrivals, Arrival, MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
@@ -144,12 +144,10 @@ fn thread_main(
             .and_then(|l| l.local_addr().ok())
             .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
             .unwrap_or_default();
-        spawn_local(arrivals_loop(
-            worker.clone(),
-            start.arrivals,
-            path.clone(),
-            movers.clone(),
-        ));
+        let (w, p, m) = (worker.clone(), path.clone(), movers.clone());
+        spawn_local(serve_arrivals(start.arrivals, move |a| {
+            arrive(&w, a, &p, &m)
+        }));
         if let Some(l) = unix {
             let listener = tokio::net::UnixListener::from_std(l)?;
             acceptors.push(spawn_local(accept_unix(
@@ -321,23 +319,13 @@ fn adopt(worker: &Rc<Worker>, a: Adopted, path: &str, movers: &Movers) -> io::Re
     Ok(())
 }
 
-/// Serves the connections other threads move or deal here.
-async fn arrivals_loop(
-    worker: Rc<Worker>,
-    arrivals: Mailbox<Arrival>,
-    path: String,
-    movers: Movers,
-) {
-    let mut arrived = Vec::new();
-    while arrivals.recv_all(&mut arrived).await {
-        for a in arrived.drain(..) {
-            // One whose socket the runtime cannot take is dropped (its client reconnects).
-            let _ = match a {
-                Arrival::Moved(m) => resume(&worker, *m, &movers),
-                Arrival::Dealt(a) => adopt(&worker, a, &path, &movers),
-            };
-        }
-    }
+/// Serves a connection another thread moved or dealt here. One whose socket the runtime
+/// cannot take is dropped (its client reconnects).
+fn arrive(worker: &Rc<Worker>, arrival: Arrival, path: &str, movers: &Movers) {
+    let _ = match arrival {
+        Arrival::Moved(m) => resume(worker, *m, movers),
+        Arrival::Dealt(a) => adopt(worker, a, path, movers),
+    };
 }
 
 fn resume(worker: &Rc<Worker>, moved: MovedConn, movers: &Movers) -> io::Result<()> {

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use damselfly_coord::{Connection, MailboxSender, MovedClient, Worker};
+use damselfly_coord::{Connection, Mailbox, MailboxSender, MovedClient, Worker};
 
 use crate::Adopted;
 
@@ -29,6 +29,14 @@ pub(crate) enum Arrival {
     /// A connection another thread accepted and dealt here (`deal`), not admitted yet. (If
     /// the server is shutting down the message is dropped, closing the socket.)
     Dealt(Adopted),
+}
+
+/// Hands every connection that arrives in a thread's `arrivals` mailbox to `serve`.
+pub(crate) async fn serve_arrivals(arrivals: Mailbox<Arrival>, mut serve: impl FnMut(Arrival)) {
+    let mut arrived = Vec::new();
+    while arrivals.recv_all(&mut arrived).await {
+        arrived.drain(..).for_each(&mut serve);
+    }
 }
 
 /// Each thread's mailbox for connections moving to it, by thread index.

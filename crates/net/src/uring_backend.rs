@@ -15,7 +15,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
-use crate::handoff::{deal, Arrival, Movers};
+use crate::handoff::{deal, serve_arrivals, Arrival, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
@@ -174,12 +174,10 @@ async fn thread_main(
         glommio::timer::sleep(Duration::from_micros(20))
     }))
     .detach();
-    spawn_local(arrivals_loop(
-        worker.clone(),
-        start.arrivals,
-        unix_path.clone(),
-        movers.clone(),
-    ))
+    let (w, path, m) = (worker.clone(), unix_path.clone(), movers.clone());
+    spawn_local(serve_arrivals(start.arrivals, move |a| {
+        arrive(&w, a, &path, &m)
+    }))
     .detach();
     spawn_local(tick_loop(worker.clone())).detach();
     if index == 0 {
@@ -346,35 +344,22 @@ async fn adopt_unix(worker: Rc<Worker>, adopt: Mailbox<i32>, path: String, mover
     }
 }
 
-/// Serves the connections other threads move or deal here.
-async fn arrivals_loop(
-    worker: Rc<Worker>,
-    arrivals: Mailbox<Arrival>,
-    path: String,
-    movers: Movers,
-) {
-    let mut arrived = Vec::new();
-    while arrivals.recv_all(&mut arrived).await {
-        for a in arrived.drain(..) {
-            let m = match a {
-                Arrival::Moved(m) => *m,
-                Arrival::Dealt(a) => {
-                    adopt_loaded(&worker, a, &path, &movers);
-                    continue;
-                }
-            };
-            let Some((conn, fd, unix)) = m.attach(&worker) else {
-                continue;
-            };
-            let fd = fd.into_raw_fd();
-            // SAFETY: into_raw_fd released the moved socket to us; the stream owns it now.
-            if unix {
-                let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
-                spawn_serve(stream, conn, &movers);
-            } else {
-                let stream = unsafe { glommio::net::TcpStream::from_raw_fd(fd) };
-                spawn_serve(stream, conn, &movers);
-            }
-        }
+/// Serves a connection another thread moved or dealt here.
+fn arrive(worker: &Rc<Worker>, arrival: Arrival, path: &str, movers: &Movers) {
+    let moved = match arrival {
+        Arrival::Moved(m) => *m,
+        Arrival::Dealt(a) => return adopt_loaded(worker, a, path, movers),
+    };
+    let Some((conn, fd, unix)) = moved.attach(worker) else {
+        return;
+    };
+    let fd = fd.into_raw_fd();
+    // SAFETY: into_raw_fd released the moved socket to us; the stream owns it now.
+    if unix {
+        let stream = unsafe { glommio::net::UnixStream::from_raw_fd(fd) };
+        spawn_serve(stream, conn, movers);
+    } else {
+        let stream = unsafe { glommio::net::TcpStream::from_raw_fd(fd) };
+        spawn_serve(stream, conn, movers);
     }
 }
