@@ -453,8 +453,6 @@ impl Connection {
             // The shard went away (shutdown): answer as a timeout would.
             _ => self.write_timeout_reply(),
         }
-        // A retry that ran here may have served other threads' clients.
-        self.worker.send_replies();
     }
 
     /// Ends the wait with the timeout reply if the deadline passed and no shard claimed the

@@ -481,11 +481,8 @@ impl Connection {
             self.flush_remote().await;
         }
         // Changes made on this thread's shard outside a command context (a fan-out's local
-        // part) owe their invalidations now, and what this round did for other threads'
-        // clients (a batch that waited for a transaction it ended, a blocked client it
-        // served) its replies.
+        // part) owe their invalidations now.
         self.worker.send_invalidations();
-        self.worker.send_replies();
         self.cmds = cmds;
         self.rbuf = rbuf;
         self.aux = aux;

@@ -14,7 +14,7 @@
 //!   tracking, not a monitor, CLIENT REPLY ON, no transaction (`Connection::writes_alone`).
 //! - While that reply is in flight the connection writes and runs nothing: its next step
 //!   first settles it (and pushes wait, see `take_pushes`).
-//! - The shard writes once the message that made the reply is done (`Worker::send_replies`),
+//! - The shard writes once the message that made the reply is done (`Worker::handle`),
 //!   without blocking, under the socket's lock. What it could not write (a
 //!   full socket buffer, a reply over the client's output limit, a slow-log entry the
 //!   client's thread must record) comes back as an ordinary reply, which the connection
@@ -90,8 +90,8 @@ impl ClientSocket {
 
 impl Worker {
     /// Sends the answer to a batch that asked for a direct reply (module doc), after writing
-    /// to the client's socket what it takes. `send_replies` calls it once the message that
-    /// made the reply has had its consequences, as for every reply.
+    /// to the client's socket what it takes; after the message that made the reply has had
+    /// its consequences, as for every reply (`Worker::handle`).
     pub(crate) fn reply_directly(&self, origin: usize, slot: usize, mut reply: BatchReply) {
         let mailbox = &self.cluster.mailboxes[origin];
         let socket = match reply.socket.take() {

@@ -74,7 +74,6 @@ impl Worker {
             j.appender.flush();
             self.release_deferred(&mut j, true);
         }
-        self.send_replies();
     }
 
     pub(crate) fn journaling(&self) -> bool {

@@ -70,9 +70,11 @@ pub struct Worker {
     pub clients: RefCell<Registry>,
     /// Batches this thread sent to other shards and whose replies it awaits.
     pub(crate) replies: RefCell<ReplySlots>,
-    /// Replies to other threads, sent once the message that made them is done
-    /// (`send_replies`): origin thread, reply slot, reply.
+    /// Replies to other threads made while handling a message, sent once it is done
+    /// (`handle`): origin thread, reply slot, reply.
     outgoing: RefCell<Vec<(usize, usize, Payload)>>,
+    /// Inside `handle` (nested when a message handled here asks this shard again).
+    handling: Cell<u32>,
     /// Transactions holding intents on this shard.
     pub(crate) txq: RefCell<TxQueue<Hop>>,
     /// Clients blocked on this shard's keys.
@@ -164,6 +166,7 @@ impl Worker {
             clients: RefCell::new(Registry::default()),
             replies: RefCell::new(ReplySlots::default()),
             outgoing: RefCell::new(Vec::new()),
+            handling: Cell::new(0),
             txq: RefCell::new(TxQueue::default()),
             blocked: RefCell::new(BlockedKeys::default()),
             now_ms: Cell::new(now_ms()),
@@ -444,15 +447,22 @@ impl Worker {
     }
 
     /// Handles one message from another thread, then serves clients blocked on keys it
-    /// wrote.
+    /// wrote, then sends the replies it made. Redis too writes a command's reply only after
+    /// serving the clients it unblocked, so a client that sees the reply and then publishes
+    /// knows its message reaches a subscriber after the keyspace events of both (events and
+    /// replies travel in each thread's one mailbox, in order).
     pub fn handle(&self, msg: ShardMsg) {
+        self.handling.set(self.handling.get() + 1);
         self.handle_message(msg);
         self.send_invalidations();
         self.serve_blocked();
         self.journal_flush();
         // Hops and control messages change the shard outside a command's context too.
         self.publish_memory(false);
-        self.send_replies();
+        self.handling.set(self.handling.get() - 1);
+        if self.handling.get() == 0 {
+            self.send_replies();
+        }
     }
 
     fn handle_message(&self, msg: ShardMsg) {
@@ -615,34 +625,36 @@ impl Worker {
         self.reply_when_durable(origin, slot, reply);
     }
 
-    /// A reply to another thread waits in `outgoing` until the message being handled is
-    /// done (`send_replies`).
+    /// A reply to another thread made while handling a message waits in `outgoing` until
+    /// the message is done (`handle`). Anywhere else (a connection's own transaction code,
+    /// which may wait next for an answer that depends on this reply) it leaves at once.
     pub(crate) fn send_reply(&self, origin: usize, slot: usize, reply: Payload) {
         if origin == self.id {
             self.replies.borrow_mut().fill(slot, reply);
-        } else {
+        } else if self.handling.get() > 0 {
             self.outgoing.borrow_mut().push((origin, slot, reply));
+        } else {
+            self.deliver_reply(origin, slot, reply);
         }
     }
 
-    /// Sends the replies to other threads made since the last call. The thread calls it once
-    /// what made them has had all its consequences: clients blocked on the keys written
-    /// served, and the keyspace events of both published. Redis too writes a command's reply
-    /// only after serving the clients it unblocked, so a client that sees the reply and then
-    /// publishes sees its own message after those events (events and replies travel in each
-    /// thread's one mailbox, in order).
-    pub(crate) fn send_replies(&self) {
+    fn deliver_reply(&self, origin: usize, slot: usize, reply: Payload) {
+        match reply {
+            Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
+            reply => {
+                self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+            }
+        }
+    }
+
+    /// Sends the replies `handle` kept back.
+    fn send_replies(&self) {
         if self.outgoing.borrow().is_empty() {
             return;
         }
         let mut outgoing = self.outgoing.take();
         for (origin, slot, reply) in outgoing.drain(..) {
-            match reply {
-                Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
-                reply => {
-                    self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
-                }
-            }
+            self.deliver_reply(origin, slot, reply);
         }
         // The vector's memory is kept for the next message.
         let mut kept = self.outgoing.borrow_mut();
