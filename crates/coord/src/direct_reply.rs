@@ -29,7 +29,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::connection::{Connection, PendingSlot};
+use crate::connection::{Connection, PendingSlot, ReplyMode};
 use crate::messages::{BatchReply, Payload, ShardMsg};
 use crate::worker::Worker;
 
@@ -141,7 +141,7 @@ impl Connection {
             && self.info.tracking.borrow().is_none()
             && !self.info.monitor.get()
             && self.info.inbox.is_empty()
-            && self.reply_mode == crate::connection::ReplyMode::On
+            && self.reply_mode == ReplyMode::On
             && self.out.buf.is_empty()
             && !self.closing
             && !self.over_output_limit()
@@ -196,17 +196,12 @@ impl Connection {
         let Some((shard, wait)) = self.in_flight.take() else {
             return;
         };
-        let socket = self.socket.clone();
-        if let Some(s) = &socket {
-            s.settling.store(true, Ordering::SeqCst);
-        }
+        self.set_settling(true);
         fence(Ordering::SeqCst);
         // An answer sent without waking this thread may be queued already.
         self.worker.poke_mailbox();
         let answer = wait.await;
-        if let Some(s) = &socket {
-            s.settling.store(false, Ordering::SeqCst);
-        }
+        self.set_settling(false);
         if let Some(Payload::Batch(r)) = &answer {
             if r.out.is_empty() && r.slow.is_empty() && r.ends.len() == 1 {
                 // Written whole: nothing to add.
@@ -223,6 +218,12 @@ impl Connection {
             replies[shard] = Some(r);
         }
         self.splice(replies);
+    }
+
+    fn set_settling(&self, on: bool) {
+        if let Some(s) = &self.socket {
+            s.settling.store(on, Ordering::SeqCst);
+        }
     }
 
     /// Before the socket closes or moves: no other thread writes to it any more.

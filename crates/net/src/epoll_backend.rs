@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::task::{spawn_local, JoinHandle};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
-use crate::handoff::{deal, serve_arrivals, Arrival, MovedConn, Movers};
+use crate::handoff::{deal, send_dealt, serve_arrivals, Arrival, MovedConn, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
@@ -206,11 +206,7 @@ async fn accept_tcp(
                 (None, None) => start_tcp(&worker, stream, &[], &movers),
                 (None, Some(target)) => {
                     if let Ok(s) = stream.into_std() {
-                        let dealt = Adopted {
-                            stream: AdoptedStream::Tcp(s),
-                            unread: Vec::new(),
-                        };
-                        movers[target].send(Arrival::Dealt(dealt));
+                        send_dealt(&movers, target, AdoptedStream::Tcp(s));
                     }
                 }
                 // A TLS session stays on its thread (it never moves).
@@ -251,11 +247,7 @@ async fn accept_unix(
                 None => start_unix(&worker, stream, &path, &[], &movers),
                 Some(target) => {
                     if let Ok(s) = stream.into_std() {
-                        let dealt = Adopted {
-                            stream: AdoptedStream::Unix(s),
-                            unread: Vec::new(),
-                        };
-                        movers[target].send(Arrival::Dealt(dealt));
+                        send_dealt(&movers, target, AdoptedStream::Unix(s));
                     }
                 }
             },

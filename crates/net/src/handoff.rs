@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use damselfly_coord::{Connection, Mailbox, MailboxSender, MovedClient, Worker};
 
-use crate::Adopted;
+use crate::{Adopted, AdoptedStream};
 
 /// A connection on its way to another thread.
 pub(crate) struct MovedConn {
@@ -29,6 +29,15 @@ pub(crate) enum Arrival {
     /// A connection another thread accepted and dealt here (`deal`), not admitted yet. (If
     /// the server is shutting down the message is dropped, closing the socket.)
     Dealt(Adopted),
+}
+
+/// Sends a connection this thread accepted to thread `target` (`deal`).
+pub(crate) fn send_dealt(movers: &Movers, target: usize, stream: AdoptedStream) {
+    let dealt = Adopted {
+        stream,
+        unread: Vec::new(),
+    };
+    movers[target].send(Arrival::Dealt(dealt));
 }
 
 /// Hands every connection that arrives in a thread's `arrivals` mailbox to `serve`.

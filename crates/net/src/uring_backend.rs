@@ -15,7 +15,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::{spawn_local, LocalExecutorBuilder, Placement, Task};
 
 use crate::drive::{admit, drain, mailbox_loop, serve, tune_tcp, ConnRead, ConnWrite};
-use crate::handoff::{deal, serve_arrivals, Arrival, Movers};
+use crate::handoff::{deal, send_dealt, serve_arrivals, Arrival, Movers};
 use crate::listeners::{describe_tcp, describe_unix};
 use crate::tls::{serve_tls, Tls};
 use crate::{Adopted, AdoptedStream, Shared, ThreadStart, TICK};
@@ -256,11 +256,8 @@ async fn accept_tcp(
                     // SAFETY: the descriptor stays owned by `stream` for this call.
                     let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
                     if let Ok(dup) = fd.try_clone_to_owned() {
-                        let dealt = Adopted {
-                            stream: AdoptedStream::Tcp(std::net::TcpStream::from(dup)),
-                            unread: Vec::new(),
-                        };
-                        movers[target].send(Arrival::Dealt(dealt));
+                        let stream = AdoptedStream::Tcp(std::net::TcpStream::from(dup));
+                        send_dealt(&movers, target, stream);
                     }
                     continue;
                 }
