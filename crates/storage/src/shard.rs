@@ -105,9 +105,10 @@ pub trait SnapshotSink {
 }
 
 /// A snapshot in progress: the point in time it captures is when it started. Every entry
-/// present then is saved exactly once, before anything changes it: a segment whose version
-/// is below the snapshot's is saved whole (and stamped) before any write to it, and the
-/// background walk saves the rest. Saved segments cost one comparison per write.
+/// present then is saved exactly once, before anything changes it: the background walk saves
+/// the table stripe by stripe (stamping each with the snapshot's version), and a write to a
+/// key in a stripe the walk has not reached saves that key's entry first (once) and leaves
+/// the walk a note to skip it. Saved stripes cost one comparison per write.
 struct Snapshot {
     version: u64,
     sink: Box<dyn SnapshotSink + Send>,
@@ -249,21 +250,27 @@ impl Shard {
                 return None;
             }
         }
-        self.snapshot.take().map(|s| s.sink)
+        self.end_snapshot()
     }
 
     /// Abandons a running snapshot (its file is discarded), returning its sink.
     pub fn abort_snapshot(&mut self) -> Option<Box<dyn SnapshotSink + Send>> {
+        self.end_snapshot()
+    }
+
+    fn end_snapshot(&mut self) -> Option<Box<dyn SnapshotSink + Send>> {
+        for d in &mut self.dbs {
+            d.table.end_snapshot();
+        }
         self.snapshot.take().map(|s| s.sink)
     }
 
-    /// Saves the part of the table holding `key` (its segment's stripe) first if the running
-    /// snapshot has not saved it: the snapshot keeps the state from its start, whatever is
-    /// about to change.
+    /// Saves `key`'s entry first if the running snapshot has not saved it: the snapshot
+    /// keeps the state from its start, whatever is about to change.
     #[inline]
     fn before_change(&mut self, db: usize, key: &[u8]) {
         if let Some(snap) = &mut self.snapshot {
-            for e in self.dbs[db].table.mark_stripe_of(key, snap.version) {
+            if let Some(e) = self.dbs[db].table.take_before_write(key, snap.version) {
                 snap.sink.save(db, e);
             }
         }

@@ -21,10 +21,9 @@ const SCAN_POS_BITS: u32 = 63 - SCAN_SHARD_BITS;
 /// Bytes of table one key takes at full load: its 8-byte slot and hashbrown's control byte.
 pub const SLOT_SIZE: usize = std::mem::size_of::<Entry>() + 1;
 
-/// Parts of a segment a snapshot saves on their own, chosen by the low bits of the key hash
-/// (the directory uses the top bits, so a stripe stays a stripe across splits). A write into
-/// a part the snapshot has not saved saves that stripe first: about 1/128 of a segment (28
-/// entries on average), where saving the whole segment held the write up for up to 3,584 values.
+/// Parts of a segment the snapshot's walk saves on their own, chosen by the low bits of the
+/// key hash (the directory uses the top bits, so a stripe stays a stripe across splits): a
+/// step of the walk can stop inside a segment (3,584 values of 1 KB are 3.5 MB to encode).
 const STRIPES: usize = 128;
 
 /// A set of stripes, one bit each.
@@ -36,9 +35,10 @@ fn stripe_of(hash: u64) -> usize {
 
 struct Segment {
     depth: u32,
-    /// Per stripe, the last snapshot that saved its entries (see `Shard`'s snapshot hooks):
-    /// a snapshot saves a stripe whose version is below its own before anything in it
-    /// changes. A split's two halves keep them, so entries carry their state with them.
+    /// Per stripe, the last snapshot whose walk saved its entries (see `Shard`'s snapshot
+    /// hooks): in a stripe whose version is below the running snapshot's, a write first takes
+    /// its own key ([`Table::take_before_write`]). A split's two halves keep them, so entries
+    /// carry their state with them.
     saved_by: [u64; STRIPES],
     /// While a snapshot saves this segment stripe by stripe: its entries' hashes by stripe.
     pending: Option<Box<StripeIndex>>,
@@ -48,9 +48,10 @@ struct Segment {
 /// The hashes of a segment's entries when a snapshot's first write reached it, grouped by
 /// stripe, so that each stripe's save finds its entries by hash instead of hashing every key
 /// of the segment again (reading each key is a cache miss: 128 passes over 3,584 keys per
-/// segment cost more than the saves themselves). Nothing in a stripe changes before the
-/// stripe is saved, so the index stays true for the stripes still to save. A split gives both
-/// halves a copy: a hash finds its entry in whichever half holds it.
+/// segment cost more than the saves themselves). Keys written after the index was made are
+/// the snapshot's taken keys (a new key is taken as absent), which the walk skips whether the
+/// index lists them or not. A split gives both halves a copy: a hash finds its entry in
+/// whichever half holds it.
 #[derive(Clone)]
 struct StripeIndex {
     /// The snapshot it was made for.
@@ -95,12 +96,14 @@ impl Segment {
             .fold(0, |due, (i, _)| due | 1 << i)
     }
 
-    /// Marks the stripes in `due` saved by `version` and returns their entries.
+    /// Marks the stripes in `due` saved by `version` and returns their entries, but for the
+    /// keys writes took already (which leave `taken` here: their stripe is saved now).
     fn take_stripes(
         &mut self,
         due: Stripes,
         version: u64,
         hasher: &ahash::RandomState,
+        taken: &mut Option<Box<TakenKeys>>,
     ) -> Vec<&Entry> {
         for (i, v) in self.saved_by.iter_mut().enumerate() {
             if due >> i & 1 == 1 {
@@ -110,7 +113,7 @@ impl Segment {
         let done = self.saved_by.iter().all(|&v| v >= version);
         let Segment { pending, slots, .. } = self;
         let index = pending.as_deref().filter(|p| p.version == version);
-        let entries = match index {
+        let mut entries: Vec<&Entry> = match index {
             _ if due == Stripes::MAX => slots.iter().collect(),
             Some(index) => (0..STRIPES)
                 .filter(|i| due >> i & 1 == 1)
@@ -130,8 +133,19 @@ impl Segment {
             // Every stripe is saved: the index has served.
             *pending = None;
         }
+        if let Some(taken) = taken.as_deref_mut().filter(|t| t.version == version) {
+            entries.retain(|e| !taken.keys.remove(e.key()));
+        }
         entries
     }
+}
+
+/// The keys writes took (saved as they were, or found absent) before the running snapshot's
+/// walk reached their stripes: the walk must not save what they hold now.
+struct TakenKeys {
+    /// The snapshot they belong to.
+    version: u64,
+    keys: std::collections::HashSet<Box<[u8]>, ahash::RandomState>,
 }
 
 /// The hash used inside a shard's tables. Seeds are fixed so SCAN order is reproducible.
@@ -153,6 +167,8 @@ pub struct Table {
     len: usize,
     /// Bytes of the segments' slot arrays, used or not (kept as segments grow and split).
     slot_bytes: usize,
+    /// While a snapshot runs: the keys writes took from stripes its walk had not saved.
+    taken: Option<Box<TakenKeys>>,
 }
 
 /// Bytes of a hashbrown table holding up to `capacity` items: each bucket is a slot and a
@@ -198,6 +214,7 @@ impl Table {
             }],
             len: 0,
             slot_bytes: 0,
+            taken: None,
         }
     }
 
@@ -400,7 +417,10 @@ impl Table {
     /// segment nothing saved yet and that fits in the budget is taken without hashing a key.
     pub fn mark_stripes(&mut self, seg: usize, version: u64, budget: usize) -> (Vec<&Entry>, bool) {
         let Table {
-            hasher, segments, ..
+            hasher,
+            segments,
+            taken,
+            ..
         } = self;
         let s = &mut segments[seg];
         let due = s.unsaved(version);
@@ -408,43 +428,52 @@ impl Table {
             return (Vec::new(), true);
         }
         if due == Stripes::MAX && s.slots.len() <= budget {
-            return (s.take_stripes(due, version, hasher), true);
+            return (s.take_stripes(due, version, hasher, taken), true);
         }
         if s.pending.as_ref().is_none_or(|p| p.version != version) {
             s.pending = Some(Box::new(StripeIndex::new(version, &s.slots, hasher)));
         }
         let mut take: Stripes = 0;
-        let mut taken = 0;
+        let mut counted = 0;
         if let Some(index) = s.pending.as_deref() {
             for i in (0..STRIPES).filter(|i| due >> i & 1 == 1) {
                 let n = index.stripe(i).len();
-                if take != 0 && taken + n > budget {
+                if take != 0 && counted + n > budget {
                     break;
                 }
                 take |= 1 << i;
-                taken += n;
+                counted += n;
             }
         }
-        (s.take_stripes(take, version, hasher), take == due)
+        (s.take_stripes(take, version, hasher, taken), take == due)
     }
 
-    /// Marks the stripe holding `key` (or where it would go) saved by snapshot `version`,
-    /// returning its entries if that snapshot had not saved them yet.
-    pub fn mark_stripe_of(&mut self, key: &[u8], version: u64) -> Vec<&Entry> {
+    /// Before a write to `key` while snapshot `version` runs: when the walk has not saved
+    /// the key's stripe and no earlier write took the key, takes it now, returning its entry
+    /// as it is (to save) or None when it is absent, and the walk will skip the key. A write
+    /// costs one entry's save, not its stripe's, and keys nobody writes cost nothing.
+    pub fn take_before_write(&mut self, key: &[u8], version: u64) -> Option<&Entry> {
         let h = self.hash(key);
         let seg = self.segment_of(h);
-        let stripe = stripe_of(h);
-        let Table {
-            hasher, segments, ..
-        } = self;
-        let s = &mut segments[seg];
-        if s.saved_by[stripe] >= version {
-            return Vec::new();
+        if self.segments[seg].saved_by[stripe_of(h)] >= version {
+            return None;
         }
-        if s.pending.as_ref().is_none_or(|p| p.version != version) {
-            s.pending = Some(Box::new(StripeIndex::new(version, &s.slots, hasher)));
+        let taken = match &mut self.taken {
+            Some(t) if t.version == version => t,
+            slot => slot.insert(Box::new(TakenKeys {
+                version,
+                keys: Default::default(),
+            })),
+        };
+        if !taken.keys.insert(key.into()) {
+            return None;
         }
-        s.take_stripes(1 << stripe, version, hasher)
+        self.segments[seg].slots.find(h, |e| e.key() == key)
+    }
+
+    /// Forgets what the snapshot that just ended (or was abandoned) took.
+    pub fn end_snapshot(&mut self) {
+        self.taken = None;
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Entry> {
@@ -550,43 +579,73 @@ mod tests {
         Entry::new(k, Value::Int(v), 0)
     }
 
-    /// A write saves only its key's stripe: a small share of the segment, saved once; the
-    /// walk then saves the rest, so every entry is saved exactly once.
+    /// A write saves only its own entry, once, before it changes; a key that was absent is
+    /// taken as absent; the walk then saves every other entry, so each entry present at the
+    /// start is saved exactly once with its old value and nothing written later is.
     #[test]
-    fn a_stripe_is_saved_once_and_the_walk_saves_the_rest() {
+    fn a_write_saves_only_its_key_and_the_walk_skips_it() {
         let mut t = Table::new();
         for i in 0..3000 {
             t.insert(entry(format!("k{i}").as_bytes(), i));
         }
         assert_eq!(t.segment_count(), 1);
-        let first: Vec<Vec<u8>> = t
-            .mark_stripe_of(b"k7", 1)
-            .into_iter()
-            .map(|e| e.key().to_vec())
-            .collect();
-        assert!(first.iter().any(|k| k == b"k7"));
-        assert!(
-            first.len() < 3000 / 16,
-            "{} entries in one stripe",
-            first.len()
-        );
-        let stripe = stripe_of(t.hash(b"k7"));
-        assert!(first.iter().all(|k| stripe_of(t.hash(k)) == stripe));
-        assert!(t.mark_stripe_of(b"k7", 1).is_empty(), "saved twice");
+        let first = t.take_before_write(b"k7", 1).map(|e| int_of(e.value()));
+        assert_eq!(first, Some(Some(7)));
+        t.insert(entry(b"k7", -7));
+        assert!(t.take_before_write(b"k7", 1).is_none(), "saved twice");
+        assert!(t.take_before_write(b"new", 1).is_none(), "absent");
+        t.insert(entry(b"new", 1));
+        assert!(t.take_before_write(b"k8", 1).is_some());
+        t.remove(b"k8");
         let rest: BTreeSet<Vec<u8>> = t
             .mark_segment(0, 1)
             .into_iter()
             .map(|e| e.key().to_vec())
             .collect();
-        assert_eq!(rest.len() + first.len(), 3000);
-        assert!(first.iter().all(|k| !rest.contains(k)));
+        assert_eq!(rest.len(), 2998);
+        for k in [&b"k7"[..], b"k8", b"new"] {
+            assert!(!rest.contains(k), "{k:?} saved by the walk");
+        }
+        // Saved stripes: writes take nothing more.
+        assert!(t.take_before_write(b"k9", 1).is_none());
         assert!(t.mark_segment(0, 1).is_empty());
         assert!(
             t.segments[0].pending.is_none(),
             "the index outlived the snapshot"
         );
+        t.end_snapshot();
         // The next snapshot saves everything again.
         assert_eq!(t.mark_segment(0, 2).len(), 3000);
+    }
+
+    /// The walk can stop inside a segment (by stripes): what it saved and what writes took
+    /// in between add up to the segment, once each.
+    #[test]
+    fn the_walk_saves_a_segment_in_steps_around_the_writes() {
+        let mut t = Table::new();
+        for i in 0..3000 {
+            t.insert(entry(format!("k{i}").as_bytes(), i));
+        }
+        let mut saved = BTreeSet::new();
+        let mut whole = false;
+        let mut i = 0;
+        while !whole {
+            let (entries, done) = t.mark_stripes(0, 1, 100);
+            assert!(!entries.is_empty() && entries.len() < 300, "{}", entries.len());
+            for e in entries {
+                assert!(saved.insert(e.key().to_vec()), "saved twice");
+            }
+            whole = done;
+            for _ in 0..5 {
+                let k = format!("k{}", i * 7 % 3000);
+                if let Some(e) = t.take_before_write(k.as_bytes(), 1) {
+                    assert!(saved.insert(e.key().to_vec()), "saved twice: {k}");
+                }
+                t.insert(entry(k.as_bytes(), -1));
+                i += 1;
+            }
+        }
+        assert_eq!(saved.len(), 3000);
     }
 
     #[test]
