@@ -3,11 +3,12 @@
 //! The cut: one transaction with shared intents on every database of every shard (DEBUG
 //! DIGEST's pattern), whose hop on each shard opens that shard's temporary RDB file and calls
 //! `Shard::start_snapshot` with it. No write can fall between two shards' hops, so the files
-//! together hold one point in time. Each shard then walks the rest of its data stripe by
-//! stripe in steps of `STEP_TIME`, one step per pass of its mailbox loop (the worker sends
+//! together hold one point in time. Each shard then walks its data stripe by stripe in
+//! steps of at most `STEP_TIME`, one step per pass of its mailbox loop (the worker sends
 //! itself a `SnapshotStep` message after each step, and the mailbox loop waits for the
 //! runtime's next I/O poll before the next one), so clients keep being served between steps;
-//! a write saves the stripe it touches first if the walk has not reached it.
+//! while they keep the thread busy, steps shrink so that the walk takes at most a third of
+//! its time (`WalkPace`). A write saves its key's entry first if the walk has not reached it.
 //!
 //! Each shard hands its finished sink to a finishing thread, which writes the trailers and
 //! syncs the files (off the shard threads), renames them to `.rdb`, syncs the directory and
@@ -17,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use damselfly_commands::lookup;
@@ -37,13 +38,74 @@ use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::Worker;
 use std::sync::atomic::Ordering;
 
-/// How long one snapshot step saves before the shard serves anything else. The walk goes
+/// The longest a snapshot step saves before the shard serves anything else. The walk goes
 /// stripe by stripe (about 1/128 of a table segment), checking the clock after each batch of
 /// `STEP_BATCH` entries, so a step of large values ends about as soon as one of small values
 /// and clients wait at most about this long (plus one stripe) between steps.
-const STEP_TIME: std::time::Duration = std::time::Duration::from_micros(250);
-/// Entries saved between two looks at the clock within a step.
-const STEP_BATCH: usize = 64;
+const STEP_TIME: Duration = Duration::from_micros(250);
+/// The shortest step: below it, the message and the wait for I/O around each step cost more
+/// than the step saves.
+const MIN_STEP: Duration = Duration::from_micros(20);
+/// While clients are busy, they get this many times the walk's time: a save then slows the
+/// thread's requests by a third at most (with Redis, the fork's child competes for the cores
+/// as it pleases), and the save takes longer, which costs nothing but time.
+const CLIENT_TO_WALK: u32 = 2;
+/// Entries saved between two looks at the clock within a step (about one stripe of a full
+/// segment): 8 values of 1 KB take about 30 us, and a look at the clock costs about 25 ns.
+const STEP_BATCH: usize = 8;
+
+/// The walk's pacing: the length of its next step, from the thread's CPU time its clients
+/// used since the last step ended (the *gap*) against the CPU time that step used. CPU time,
+/// not wall time: on cores shared with other processes a thread is often descheduled, and
+/// that time is neither the walk's nor its clients'. Clients that used less than half the
+/// last step leave time to spare: the step doubles, up to `STEP_TIME` (an idle server saves
+/// at full speed). Otherwise the next step is the gap divided by `CLIENT_TO_WALK`, so clients
+/// that keep the thread busy get about two thirds of it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WalkPace {
+    /// The planned length of the last step.
+    step: Duration,
+    /// The thread's CPU time when the last step started and ended (None: no walk running).
+    last: Option<(Duration, Duration)>,
+}
+
+impl WalkPace {
+    /// The length of the step starting when the thread's CPU time is `cpu`.
+    fn start(&mut self, cpu: Duration) -> Duration {
+        self.step = match self.last {
+            None => STEP_TIME,
+            Some((started, ended)) => {
+                let gap = cpu.saturating_sub(ended);
+                if gap < ended.saturating_sub(started) / 2 {
+                    (self.step * 2).min(STEP_TIME)
+                } else {
+                    (gap / CLIENT_TO_WALK).clamp(MIN_STEP, STEP_TIME)
+                }
+            }
+        };
+        self.step
+    }
+
+    /// Notes that the step that started at CPU time `started` ended at `ended`, or forgets
+    /// the walk when it is over.
+    fn end(&mut self, started: Duration, ended: Duration, running: bool) {
+        self.last = running.then_some((started, ended));
+    }
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
 
 /// A finished shard: its id and its sink (to finish on the finishing thread).
 pub(crate) type Finished = (usize, Box<dyn SnapshotSink + Send>);
@@ -239,12 +301,15 @@ impl Worker {
         // Redis's testing knob: microseconds per key saved; one key per step then, so the
         // shard keeps serving between the pauses.
         let delay = self.cluster.config.get_u64("rdb-key-save-delay");
+        let started = thread_cpu_time();
         let mut shard = self.shard.borrow_mut();
         let finished = if delay > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(delay));
+            std::thread::sleep(Duration::from_micros(delay));
             shard.snapshot_step(1)
         } else {
-            let until = Instant::now() + STEP_TIME;
+            let mut pace = self.walk_pace.get();
+            let until = Instant::now() + pace.start(started);
+            self.walk_pace.set(pace);
             loop {
                 let finished = shard.snapshot_step(STEP_BATCH);
                 // Not running: a step left over from a save that ended (DEBUG RELOAD's).
@@ -255,6 +320,9 @@ impl Worker {
         };
         let running = shard.snapshot_running();
         drop(shard);
+        let mut pace = self.walk_pace.get();
+        pace.end(started, thread_cpu_time(), running);
+        self.walk_pace.set(pace);
         match finished {
             Some(sink) => {
                 if let Some(done) = self.snapshot_done.borrow_mut().take() {
@@ -805,11 +873,11 @@ const RETRY_AFTER_FAILURE: u64 = 5;
 /// Redis's cron does. The cut is the same transaction over every shard as BGSAVE's.
 pub async fn save_schedule<S: std::future::Future<Output = ()>>(
     worker: std::rc::Rc<Worker>,
-    sleep: impl Fn(std::time::Duration) -> S,
+    sleep: impl Fn(Duration) -> S,
 ) {
     let cluster = worker.cluster.clone();
     loop {
-        sleep(std::time::Duration::from_secs(1)).await;
+        sleep(Duration::from_secs(1)).await;
         if cluster.shutdown.is_triggered() {
             return;
         }
@@ -962,5 +1030,70 @@ impl Connection {
     pub(crate) fn lastsave_cmd(&mut self) {
         let at = self.worker.cluster.saves.state().last_save_unix;
         self.out.int(i64::try_from(at).unwrap_or(i64::MAX));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// Planned steps after clients' gaps of `gaps[i]` us of CPU each, when every step uses
+    /// its planned time plus `over` us.
+    fn steps(gaps: &[u64], over: u64) -> Vec<Duration> {
+        let mut pace = WalkPace::default();
+        let mut cpu = us(1000);
+        gaps.iter()
+            .map(|&gap| {
+                cpu += us(gap);
+                let started = cpu;
+                let step = pace.start(started);
+                cpu += step + us(over);
+                pace.end(started, cpu, true);
+                step
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_idle_thread_walks_in_full_steps() {
+        assert_eq!(steps(&[0, 5, 5, 5], 0), vec![STEP_TIME; 4]);
+    }
+
+    /// Busy clients keep two thirds of the thread: each step is half the gap before it, and
+    /// no step is shorter than `MIN_STEP` or longer than `STEP_TIME`.
+    #[test]
+    fn busy_clients_get_twice_the_walks_time() {
+        assert_eq!(
+            steps(&[0, 600, 300, 300, 30, 2000], 0),
+            vec![STEP_TIME, us(250), us(150), us(150), us(250), us(250)]
+        );
+        assert_eq!(steps(&[0, 500, 300, 100, 40], 0)[3..], [us(50), MIN_STEP]);
+        // The gap is weighed against what the step used, overrun included: 150 planned
+        // and 190 used count as busy after 95 us of clients, not after 90.
+        assert_eq!(steps(&[0, 300, 100], 40)[2], us(50));
+        assert_eq!(steps(&[0, 300, 90], 40)[2], STEP_TIME);
+    }
+
+    /// Once the clients need less than half the step, the step grows back by doubling.
+    #[test]
+    fn steps_grow_back_when_the_clients_quieten() {
+        assert_eq!(
+            steps(&[0, 500, 300, 100, 10, 10, 10], 0)[2..],
+            [us(150), us(50), us(100), us(200), STEP_TIME]
+        );
+    }
+
+    #[test]
+    fn a_new_walk_starts_with_a_full_step() {
+        let mut pace = WalkPace::default();
+        pace.start(us(0));
+        pace.end(us(0), us(10), true);
+        assert_eq!(pace.start(us(5000)), STEP_TIME);
+        pace.end(us(5000), us(5300), false);
+        assert_eq!(pace.start(us(5301)), STEP_TIME);
     }
 }

@@ -111,6 +111,8 @@ pub struct Worker {
     /// Where the running snapshot's finished sink goes (crates/coord/src/snapshots.rs).
     pub(crate) snapshot_done:
         RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
+    /// How long the snapshot walk's steps are, given how busy the clients keep the thread.
+    pub(crate) walk_pace: Cell<crate::snapshots::WalkPace>,
     /// This thread's Lua VM, lent to one script run at a time.
     pub(crate) scripting: damselfly_scripting::VmSlot,
     /// This thread's replica of every subscription and its own subscribers.
@@ -185,6 +187,7 @@ impl Worker {
             running_tx: Cell::new(0),
             undo_owner: Cell::new(None),
             snapshot_done: RefCell::new(None),
+            walk_pace: Cell::default(),
             scripting: Default::default(),
             pubsub: RefCell::new(ThreadPubSub::new(threads)),
             #[cfg(debug_assertions)]

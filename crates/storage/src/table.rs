@@ -21,13 +21,11 @@ const SCAN_POS_BITS: u32 = 63 - SCAN_SHARD_BITS;
 /// Bytes of table one key takes at full load: its 8-byte slot and hashbrown's control byte.
 pub const SLOT_SIZE: usize = std::mem::size_of::<Entry>() + 1;
 
-/// Parts of a segment the snapshot's walk saves on their own, chosen by the low bits of the
-/// key hash (the directory uses the top bits, so a stripe stays a stripe across splits): a
-/// step of the walk can stop inside a segment (3,584 values of 1 KB are 3.5 MB to encode).
-const STRIPES: usize = 128;
-
-/// A set of stripes, one bit each.
-type Stripes = u128;
+/// Parts of a segment the snapshot's walk saves in order, chosen by the low bits of the key
+/// hash (the directory uses the top bits, so a stripe stays a stripe across splits): a step
+/// of the walk can stop after any stripe, about 7 entries of a full segment (3,584 values of
+/// 1 KB are 3.5 MB to encode, a stripe of them about 30 us).
+const STRIPES: usize = 512;
 
 fn stripe_of(hash: u64) -> usize {
     (hash as usize) & (STRIPES - 1)
@@ -35,20 +33,22 @@ fn stripe_of(hash: u64) -> usize {
 
 struct Segment {
     depth: u32,
-    /// Per stripe, the last snapshot whose walk saved its entries (see `Shard`'s snapshot
-    /// hooks): in a stripe whose version is below the running snapshot's, a write first takes
-    /// its own key ([`Table::take_before_write`]). A split's two halves keep them, so entries
-    /// carry their state with them.
-    saved_by: [u64; STRIPES],
+    /// The last snapshot whose walk reached this segment, and how many of its stripes (in
+    /// order) that walk has saved; earlier snapshots saved them all (see `Shard`'s snapshot
+    /// hooks). In a stripe the running snapshot has not saved, a write first takes its own
+    /// key ([`Table::take_before_write`]). A split's two halves keep both, so entries carry
+    /// their state with them.
+    walked_by: u64,
+    walked: usize,
     /// While a snapshot saves this segment stripe by stripe: its entries' hashes by stripe.
     pending: Option<Box<StripeIndex>>,
     slots: HashTable<Entry>,
 }
 
-/// The hashes of a segment's entries when a snapshot's first write reached it, grouped by
-/// stripe, so that each stripe's save finds its entries by hash instead of hashing every key
-/// of the segment again (reading each key is a cache miss: 128 passes over 3,584 keys per
-/// segment cost more than the saves themselves). Keys written after the index was made are
+/// The hashes of a segment's entries when a snapshot's walk first stopped inside it, grouped
+/// by stripe, so that each step's stripes find their entries by hash instead of hashing every
+/// key of the segment again (reading each key is a cache miss: a pass over 3,584 keys per
+/// step would cost more than the step's saves). Keys written after the index was made are
 /// the snapshot's taken keys (a new key is taken as absent), which the walk skips whether the
 /// index lists them or not. A split gives both halves a copy: a hash finds its entry in
 /// whichever half holds it.
@@ -87,36 +87,33 @@ impl StripeIndex {
 }
 
 impl Segment {
-    /// The stripes snapshot `version` has not saved.
-    fn unsaved(&self, version: u64) -> Stripes {
-        self.saved_by
-            .iter()
-            .enumerate()
-            .filter(|(_, &v)| v < version)
-            .fold(0, |due, (i, _)| due | 1 << i)
+    /// The first stripe snapshot `version` has not saved (`STRIPES` when it saved them all).
+    fn walked(&self, version: u64) -> usize {
+        match self.walked_by.cmp(&version) {
+            std::cmp::Ordering::Less => 0,
+            std::cmp::Ordering::Equal => self.walked,
+            std::cmp::Ordering::Greater => STRIPES,
+        }
     }
 
-    /// Marks the stripes in `due` saved by `version` and returns their entries, but for the
+    /// Marks stripes `from..to` saved by `version` and returns their entries, but for the
     /// keys writes took already (which leave `taken` here: their stripe is saved now).
     fn take_stripes(
         &mut self,
-        due: Stripes,
+        from: usize,
+        to: usize,
         version: u64,
         hasher: &ahash::RandomState,
         taken: &mut Option<Box<TakenKeys>>,
     ) -> Vec<&Entry> {
-        for (i, v) in self.saved_by.iter_mut().enumerate() {
-            if due >> i & 1 == 1 {
-                *v = version;
-            }
-        }
-        let done = self.saved_by.iter().all(|&v| v >= version);
+        self.walked_by = version;
+        self.walked = to;
+        let done = to == STRIPES;
         let Segment { pending, slots, .. } = self;
         let index = pending.as_deref().filter(|p| p.version == version);
         let mut entries: Vec<&Entry> = match index {
-            _ if due == Stripes::MAX => slots.iter().collect(),
-            Some(index) => (0..STRIPES)
-                .filter(|i| due >> i & 1 == 1)
+            _ if from == 0 && done => slots.iter().collect(),
+            Some(index) => (from..to)
                 .flat_map(|i| index.stripe(i).iter().copied())
                 .flat_map(|h| {
                     slots
@@ -126,7 +123,7 @@ impl Segment {
                 .collect(),
             None => slots
                 .iter()
-                .filter(|e| due >> stripe_of(hasher.hash_one(e.key())) & 1 == 1)
+                .filter(|e| (from..to).contains(&stripe_of(hasher.hash_one(e.key()))))
                 .collect(),
         };
         if done {
@@ -208,7 +205,8 @@ impl Table {
             dir: vec![0],
             segments: vec![Segment {
                 depth: 0,
-                saved_by: [version; STRIPES],
+                walked_by: version,
+                walked: STRIPES,
                 pending: None,
                 slots: HashTable::new(),
             }],
@@ -340,11 +338,14 @@ impl Table {
         self.slot_bytes += slot_array_bytes(self.segments[seg].slots.capacity());
         self.slot_bytes += slot_array_bytes(moved.capacity());
         let new_id = self.segments.len() as u32;
-        let saved_by = self.segments[seg].saved_by;
+        let Segment {
+            walked_by, walked, ..
+        } = self.segments[seg];
         let pending = self.segments[seg].pending.clone();
         self.segments.push(Segment {
             depth,
-            saved_by,
+            walked_by,
+            walked,
             pending,
             slots: moved,
         });
@@ -423,29 +424,29 @@ impl Table {
             ..
         } = self;
         let s = &mut segments[seg];
-        let due = s.unsaved(version);
-        if due == 0 {
+        let from = s.walked(version);
+        if from == STRIPES {
             return (Vec::new(), true);
         }
-        if due == Stripes::MAX && s.slots.len() <= budget {
-            return (s.take_stripes(due, version, hasher, taken), true);
+        if from == 0 && s.slots.len() <= budget {
+            return (s.take_stripes(0, STRIPES, version, hasher, taken), true);
         }
         if s.pending.as_ref().is_none_or(|p| p.version != version) {
             s.pending = Some(Box::new(StripeIndex::new(version, &s.slots, hasher)));
         }
-        let mut take: Stripes = 0;
-        let mut counted = 0;
+        let mut to = from;
         if let Some(index) = s.pending.as_deref() {
-            for i in (0..STRIPES).filter(|i| due >> i & 1 == 1) {
-                let n = index.stripe(i).len();
-                if take != 0 && counted + n > budget {
+            let mut counted = 0;
+            while to < STRIPES {
+                let n = index.stripe(to).len();
+                if to > from && counted + n > budget {
                     break;
                 }
-                take |= 1 << i;
                 counted += n;
+                to += 1;
             }
         }
-        (s.take_stripes(take, version, hasher, taken), take == due)
+        (s.take_stripes(from, to, version, hasher, taken), to == STRIPES)
     }
 
     /// Before a write to `key` while snapshot `version` runs: when the walk has not saved
@@ -455,7 +456,7 @@ impl Table {
     pub fn take_before_write(&mut self, key: &[u8], version: u64) -> Option<&Entry> {
         let h = self.hash(key);
         let seg = self.segment_of(h);
-        if self.segments[seg].saved_by[stripe_of(h)] >= version {
+        if stripe_of(h) < self.segments[seg].walked(version) {
             return None;
         }
         let taken = match &mut self.taken {
