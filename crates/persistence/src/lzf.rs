@@ -28,13 +28,15 @@ fn idx(h: u32) -> usize {
     ((h >> (3 * 8 - HLOG)).wrapping_sub(h.wrapping_mul(5)) as usize) & (HSIZE - 1)
 }
 
-/// An LZF compressor. It keeps its 2^16-entry hash table between calls, stamped with a
-/// generation per call, so compressing millions of small strings costs no table clearing.
+/// An LZF compressor. It keeps its 2^16-entry hash table between calls: each call's entries
+/// sit above the call's base (the previous call's end), so compressing millions of small
+/// strings costs no table clearing, and an entry from an earlier call never counts.
 #[derive(Default)]
 pub struct Compressor {
-    /// Per slot: the generation that wrote it (high 32 bits) and the position plus one.
-    htab: Vec<u64>,
-    generation: u32,
+    /// Per hash slot: the base of the call that wrote it plus the position plus one.
+    htab: Vec<u32>,
+    /// The next call's base: every entry written so far is at most this.
+    next_base: u32,
 }
 
 impl Compressor {
@@ -45,40 +47,38 @@ impl Compressor {
     /// Compresses `input` into at most `max_out` bytes; `None` when it does not fit (liblzf
     /// returning 0), which is also the answer for empty input or output.
     pub fn compress(&mut self, input: &[u8], max_out: usize) -> Option<Vec<u8>> {
-        if input.is_empty() || max_out == 0 || input.len() >= u32::MAX as usize {
+        let in_len = u32::try_from(input.len()).ok().filter(|&n| n < u32::MAX)?;
+        if in_len == 0 || max_out == 0 {
             return None;
         }
         if self.htab.is_empty() {
             self.htab = vec![0; HSIZE];
         }
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.htab.fill(0);
-            self.generation = 1;
-        }
-        compress_with(
-            &mut self.htab,
-            u64::from(self.generation) << 32,
-            input,
-            max_out,
-        )
+        let base = match self.next_base.checked_add(in_len) {
+            Some(end) => std::mem::replace(&mut self.next_base, end),
+            None => {
+                self.htab.fill(0);
+                self.next_base = in_len;
+                0
+            }
+        };
+        let htab: &mut [u32; HSIZE] = self.htab.as_mut_slice().try_into().ok()?;
+        compress_with(htab, base, input, max_out)
     }
 }
 
-/// liblzf's compressor over a table whose entries count only when stamped `stamp`, so the
+/// liblzf's compressor over a table whose entries count only when above `base`, so the
 /// outcome is that of a fresh table (liblzf's own starts as garbage and relies on its range
 /// checks; a clean table takes the same decision for every genuine match).
-fn compress_with(htab: &mut [u64], stamp: u64, input: &[u8], max_out: usize) -> Option<Vec<u8>> {
+fn compress_with(
+    htab: &mut [u32; HSIZE],
+    base: u32,
+    input: &[u8],
+    max_out: usize,
+) -> Option<Vec<u8>> {
     let in_len = input.len();
-    // Position plus one of the last occurrence of a slot's hash this call, or 0.
-    let lookup = |htab: &[u64], slot: usize| -> usize {
-        let e = htab[slot];
-        if e & !0xffff_ffff == stamp {
-            (e & 0xffff_ffff) as usize
-        } else {
-            0
-        }
-    };
+    // Entries hold `base` plus position plus one; in_len < u32::MAX - base (see `compress`).
+    let stamp = |pos: usize| base + pos as u32 + 1;
     let mut out = vec![0u8; max_out];
     let mut op = 1usize; // out[0] is the first literal run's header
     let mut lit = 0usize;
@@ -88,24 +88,20 @@ fn compress_with(htab: &mut [u64], stamp: u64, input: &[u8], max_out: usize) -> 
     while ip + 2 < in_len {
         hval = next(hval, input, ip);
         let slot = idx(hval);
-        let refpos = lookup(htab, slot);
-        htab[slot] = stamp | (ip + 1) as u64;
+        let entry = htab[slot];
+        htab[slot] = stamp(ip);
 
-        // A reference must be behind `ip`, within reach, past the first byte (liblzf tests
-        // `ref > in_data`), and match three bytes.
-        let found = refpos > 1 && {
-            let r = refpos - 1;
-            r < ip
-                && ip - r - 1 < MAX_OFF
-                && input[r + 2] == input[ip + 2]
-                && input[r] == input[ip]
-                && input[r + 1] == input[ip + 1]
-        };
+        // A reference must be from this call, behind `ip`, within reach, past the first byte
+        // (liblzf tests `ref > in_data`), and match three bytes.
+        let r = entry.wrapping_sub(base).wrapping_sub(1) as usize;
+        let found = entry > base
+            && r > 0
+            && r < ip
+            && ip - r - 1 < MAX_OFF
+            && input[r..r + 3] == input[ip..ip + 3];
         if found {
-            let r = refpos - 1;
             let off = ip - r - 1;
-            let mut len = 2usize;
-            let maxlen = (in_len - ip - len).min(MAX_REF);
+            let maxlen = (in_len - ip - 2).min(MAX_REF);
 
             // liblzf's two checks: three bytes of back reference plus a new run header must
             // fit (counting the empty run header that is taken back).
@@ -115,27 +111,11 @@ fn compress_with(htab: &mut [u64], stamp: u64, input: &[u8], max_out: usize) -> 
             out[op - lit - 1] = (lit as u8).wrapping_sub(1); // close the run
             op -= usize::from(lit == 0); // drop an empty run header
 
-            // liblzf first compares up to 16 bytes unrolled when more than 16 may match,
-            // then goes on byte by byte while below `maxlen`; the unrolled part can run two
-            // bytes past `maxlen` near the end of the input, and the output follows it.
-            let mut mismatch = false;
-            if maxlen > 16 {
-                for _ in 0..16 {
-                    len += 1;
-                    if input[r + len] != input[ip + len] {
-                        mismatch = true;
-                        break;
-                    }
-                }
-            }
-            if !mismatch {
-                loop {
-                    len += 1;
-                    if len >= maxlen || input[r + len] != input[ip + len] {
-                        break;
-                    }
-                }
-            }
+            // The match's length: where the bytes first differ, at most `maxlen`, but at
+            // least 3. liblzf compares the first 16 bytes unrolled whenever more than 16 may
+            // match, so near the end of the input its match can run past `maxlen` up to 19.
+            let limit = if maxlen > 16 { maxlen.max(19) } else { maxlen };
+            let mut len = first_mismatch(input, r, ip, 3, limit).max(3);
             len -= 2; // now the number of octets minus one
             ip += 1;
 
@@ -161,17 +141,17 @@ fn compress_with(htab: &mut [u64], stamp: u64, input: &[u8], max_out: usize) -> 
             ip -= 2;
             hval = first(input, ip);
             hval = next(hval, input, ip);
-            htab[idx(hval)] = stamp | (ip + 1) as u64;
+            htab[idx(hval)] = stamp(ip);
             ip += 1;
             hval = next(hval, input, ip);
-            htab[idx(hval)] = stamp | (ip + 1) as u64;
+            htab[idx(hval)] = stamp(ip);
             ip += 1;
         } else {
-            if op >= max_out {
+            let Some(o) = out.get_mut(op) else {
                 return None;
-            }
+            };
+            *o = input[ip];
             lit += 1;
-            out[op] = input[ip];
             op += 1;
             ip += 1;
             if lit == MAX_LIT {
@@ -200,6 +180,28 @@ fn compress_with(htab: &mut [u64], stamp: u64, input: &[u8], max_out: usize) -> 
     op -= usize::from(lit == 0);
     out.truncate(op);
     Some(out)
+}
+
+/// The first `k` in `from..to` where `input[a + k]` and `input[b + k]` differ, or `to`;
+/// eight bytes at a time.
+fn first_mismatch(input: &[u8], a: usize, b: usize, from: usize, to: usize) -> usize {
+    let load = |i: usize| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&input[i..i + 8]);
+        u64::from_le_bytes(word)
+    };
+    let mut k = from;
+    while k + 8 <= to {
+        let diff = load(a + k) ^ load(b + k);
+        if diff != 0 {
+            return k + (diff.trailing_zeros() / 8) as usize;
+        }
+        k += 8;
+    }
+    while k < to && input[a + k] == input[b + k] {
+        k += 1;
+    }
+    k
 }
 
 /// Why compressed data could not be expanded.
@@ -320,6 +322,21 @@ mod tests {
         let plain = "abc".repeat(20);
         assert_eq!(Compressor::new().compress(plain.as_bytes(), 56).unwrap(), c);
         assert_eq!(decompress(&c, 60).unwrap(), plain.as_bytes());
+    }
+
+    /// When the bases would pass u32::MAX the table is cleared and they start again: the
+    /// outcome stays that of a fresh compressor, before, across and after the wrap.
+    #[test]
+    fn the_table_base_wraps_cleanly() {
+        let data = "abcabcabd".repeat(40);
+        let fresh = Compressor::new().compress(data.as_bytes(), 400);
+        let mut lzf = Compressor::new();
+        lzf.compress(data.as_bytes(), 400);
+        lzf.next_base = u32::MAX - 500;
+        for _ in 0..4 {
+            assert_eq!(lzf.compress(data.as_bytes(), 400), fresh);
+        }
+        assert!(lzf.next_base < 2000, "wrapped: {}", lzf.next_base);
     }
 
     #[test]
