@@ -38,58 +38,66 @@ use crate::tx::{Lock, Mode, ShardWork};
 use crate::worker::Worker;
 use std::sync::atomic::Ordering;
 
-/// The longest a snapshot step saves before the shard serves anything else. The walk goes
-/// stripe by stripe (about 1/128 of a table segment), checking the clock after each batch of
+/// How long a snapshot step saves before the shard serves anything else. The walk goes
+/// stripe by stripe (about 1/512 of a table segment), checking the clock after each batch of
 /// `STEP_BATCH` entries, so a step of large values ends about as soon as one of small values
 /// and clients wait at most about this long (plus one stripe) between steps.
 const STEP_TIME: Duration = Duration::from_micros(250);
-/// The shortest step: below it, the message and the wait for I/O around each step cost more
-/// than the step saves.
-const MIN_STEP: Duration = Duration::from_micros(20);
-/// While clients are busy, they get this many times the walk's time: a save then slows the
-/// thread's requests by a third at most (with Redis, the fork's child competes for the cores
-/// as it pleases), and the save takes longer, which costs nothing but time.
-const CLIENT_TO_WALK: u32 = 2;
 /// Entries saved between two looks at the clock within a step (about one stripe of a full
-/// segment): 8 values of 1 KB take about 30 us, and a look at the clock costs about 25 ns.
+/// segment): 8 values of 1 KB take about 20 us, and a look at the clock costs about 25 ns.
 const STEP_BATCH: usize = 8;
+/// While clients keep the thread busy, the walk pauses this many times the CPU time of its
+/// last step before the next one: it then takes at most a quarter of the thread, so a save
+/// slows requests little, and takes longer, which costs nothing but time.
+const PAUSE_PER_STEP: u32 = 2;
+/// Less CPU time than this between two steps served no client (the mailbox loop's own round
+/// costs a few microseconds): the thread is idle and the walk goes on at once.
+const IDLE_GAP: Duration = Duration::from_micros(10);
 
-/// The walk's pacing: the length of its next step, from the thread's CPU time its clients
-/// used since the last step ended (the *gap*) against the CPU time that step used. CPU time,
-/// not wall time: on cores shared with other processes a thread is often descheduled, and
-/// that time is neither the walk's nor its clients'. Clients that used less than half the
-/// last step leave time to spare: the step doubles, up to `STEP_TIME` (an idle server saves
-/// at full speed). Otherwise the next step is the gap divided by `CLIENT_TO_WALK`, so clients
-/// that keep the thread busy get about two thirds of it.
+/// The walk's pacing. An idle thread walks step after step; a thread whose clients used CPU
+/// time since the last step (the *gap*) pauses the walk for `PAUSE_PER_STEP` times that
+/// step's CPU time before the next. CPU time, not wall time: on cores shared with other
+/// processes a thread is often descheduled, and that time is neither the walk's nor its
+/// clients'. The pause is wall time, so that other threads and processes get the cores too:
+/// on a machine shared with its load, a walk that took every spare cycle of its thread
+/// starved the load's own processes and tripled the latency of every request.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WalkPace {
-    /// The planned length of the last step.
-    step: Duration,
-    /// The thread's CPU time when the last step started and ended (None: no walk running).
-    last: Option<(Duration, Duration)>,
+    /// The thread's CPU time when the last step ended (None: no walk running).
+    ended: Option<Duration>,
+    /// Clients were served between the last two steps.
+    busy: bool,
+    /// When the paused walk takes its next step.
+    resume_at: Option<Instant>,
 }
 
 impl WalkPace {
-    /// The length of the step starting when the thread's CPU time is `cpu`.
-    fn start(&mut self, cpu: Duration) -> Duration {
-        self.step = match self.last {
-            None => STEP_TIME,
-            Some((started, ended)) => {
-                let gap = cpu.saturating_sub(ended);
-                if gap < ended.saturating_sub(started) / 2 {
-                    (self.step * 2).min(STEP_TIME)
-                } else {
-                    (gap / CLIENT_TO_WALK).clamp(MIN_STEP, STEP_TIME)
-                }
-            }
-        };
-        self.step
+    /// A step starts; the thread's CPU time is `cpu`.
+    fn start(&mut self, cpu: Duration) {
+        self.resume_at = None;
+        self.busy = self
+            .ended
+            .is_some_and(|ended| cpu.saturating_sub(ended) >= IDLE_GAP);
     }
 
-    /// Notes that the step that started at CPU time `started` ended at `ended`, or forgets
-    /// the walk when it is over.
-    fn end(&mut self, started: Duration, ended: Duration, running: bool) {
-        self.last = running.then_some((started, ended));
+    /// The step that started at CPU time `started` ended at `ended`, wall time `now`: when
+    /// the next one may start (None: at once), or nothing more when the walk is over.
+    fn end(
+        &mut self,
+        started: Duration,
+        ended: Duration,
+        now: Instant,
+        running: bool,
+    ) -> Option<Instant> {
+        if !running {
+            *self = WalkPace::default();
+            return None;
+        }
+        self.ended = Some(ended);
+        self.resume_at = self
+            .busy
+            .then(|| now + ended.saturating_sub(started) * PAUSE_PER_STEP);
+        self.resume_at
     }
 }
 
@@ -308,8 +316,9 @@ impl Worker {
             shard.snapshot_step(1)
         } else {
             let mut pace = self.walk_pace.get();
-            let until = Instant::now() + pace.start(started);
+            pace.start(started);
             self.walk_pace.set(pace);
+            let until = Instant::now() + STEP_TIME;
             loop {
                 let finished = shard.snapshot_step(STEP_BATCH);
                 // Not running: a step left over from a save that ended (DEBUG RELOAD's).
@@ -321,7 +330,7 @@ impl Worker {
         let running = shard.snapshot_running();
         drop(shard);
         let mut pace = self.walk_pace.get();
-        pace.end(started, thread_cpu_time(), running);
+        let paused = pace.end(started, thread_cpu_time(), Instant::now(), running);
         self.walk_pace.set(pace);
         match finished {
             Some(sink) => {
@@ -329,11 +338,18 @@ impl Worker {
                     let _ = done.send((self.id, sink));
                 }
             }
-            None if running => {
+            // A paused walk's next step comes from the mailbox loop when the pause is over.
+            None if running && paused.is_none() => {
                 self.cluster.mailboxes[self.id].send(ShardMsg::SnapshotStep);
             }
             None => {}
         }
+    }
+
+    /// When a paused snapshot walk takes its next step (the mailbox loop then hands this
+    /// worker a `SnapshotStep`).
+    pub fn walk_resumes_at(&self) -> Option<Instant> {
+        self.walk_pace.get().resume_at
     }
 }
 
@@ -1041,59 +1057,51 @@ mod tests {
         Duration::from_micros(n)
     }
 
-    /// Planned steps after clients' gaps of `gaps[i]` us of CPU each, when every step uses
-    /// its planned time plus `over` us.
-    fn steps(gaps: &[u64], over: u64) -> Vec<Duration> {
+    /// Pauses after steps of `step` us of CPU each, after gaps of `gaps[i]` us of CPU.
+    fn pauses(gaps: &[u64], step: u64) -> Vec<Option<Duration>> {
         let mut pace = WalkPace::default();
         let mut cpu = us(1000);
+        let now = Instant::now();
         gaps.iter()
             .map(|&gap| {
                 cpu += us(gap);
                 let started = cpu;
-                let step = pace.start(started);
-                cpu += step + us(over);
-                pace.end(started, cpu, true);
-                step
+                pace.start(started);
+                cpu += us(step);
+                pace.end(started, cpu, now, true).map(|at| at - now)
             })
             .collect()
     }
 
     #[test]
-    fn an_idle_thread_walks_in_full_steps() {
-        assert_eq!(steps(&[0, 5, 5, 5], 0), vec![STEP_TIME; 4]);
+    fn an_idle_thread_walks_without_pauses() {
+        assert_eq!(pauses(&[0, 2, 5, 9], 250), vec![None; 4]);
     }
 
-    /// Busy clients keep two thirds of the thread: each step is half the gap before it, and
-    /// no step is shorter than `MIN_STEP` or longer than `STEP_TIME`.
+    /// After clients were served, the walk pauses three times its step's CPU time, so it
+    /// takes at most a quarter of the thread; once they are idle again it goes on at once.
     #[test]
-    fn busy_clients_get_twice_the_walks_time() {
+    fn busy_clients_pause_the_walk() {
         assert_eq!(
-            steps(&[0, 600, 300, 300, 30, 2000], 0),
-            vec![STEP_TIME, us(250), us(150), us(150), us(250), us(250)]
-        );
-        assert_eq!(steps(&[0, 500, 300, 100, 40], 0)[3..], [us(50), MIN_STEP]);
-        // The gap is weighed against what the step used, overrun included: 150 planned
-        // and 190 used count as busy after 95 us of clients, not after 90.
-        assert_eq!(steps(&[0, 300, 100], 40)[2], us(50));
-        assert_eq!(steps(&[0, 300, 90], 40)[2], STEP_TIME);
-    }
-
-    /// Once the clients need less than half the step, the step grows back by doubling.
-    #[test]
-    fn steps_grow_back_when_the_clients_quieten() {
-        assert_eq!(
-            steps(&[0, 500, 300, 100, 10, 10, 10], 0)[2..],
-            [us(150), us(50), us(100), us(200), STEP_TIME]
+            pauses(&[0, 300, 40, 3, 2000], 200),
+            vec![None, Some(us(600)), Some(us(600)), None, Some(us(600))]
         );
     }
 
     #[test]
-    fn a_new_walk_starts_with_a_full_step() {
+    fn a_new_walk_starts_without_a_pause() {
         let mut pace = WalkPace::default();
+        let now = Instant::now();
         pace.start(us(0));
-        pace.end(us(0), us(10), true);
-        assert_eq!(pace.start(us(5000)), STEP_TIME);
-        pace.end(us(5000), us(5300), false);
-        assert_eq!(pace.start(us(5301)), STEP_TIME);
+        assert_eq!(pace.end(us(0), us(100), now, true), None);
+        pace.start(us(500));
+        assert!(pace.end(us(500), us(600), now, true).is_some());
+        assert_eq!(pace.resume_at, Some(now + us(300)));
+        // The walk ends: nothing more is due, and the next walk starts afresh.
+        pace.start(us(700));
+        assert_eq!(pace.end(us(700), us(800), now, false), None);
+        assert_eq!(pace.resume_at, None);
+        pace.start(us(5000));
+        assert_eq!(pace.end(us(5000), us(5100), now, true), None);
     }
 }

@@ -401,14 +401,46 @@ fn is_loopback(addr: &str) -> bool {
 const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
 
 /// Hands every message sent to this thread's shard to its worker. `after_io` waits until
-/// the runtime has polled for I/O (each backend has its way).
-pub(crate) async fn mailbox_loop<F: Future<Output = ()>>(
+/// the runtime has polled for I/O (each backend has its way); `sleep` waits out a paused
+/// snapshot walk, whose next step the loop then hands over.
+pub(crate) async fn mailbox_loop<F: Future<Output = ()>, S: Future<Output = ()>>(
     worker: Rc<Worker>,
     mailbox: Mailbox<ShardMsg>,
     after_io: impl Fn() -> F,
+    sleep: impl Fn(Duration) -> S,
 ) {
     let mut msgs = Vec::with_capacity(64);
-    while mailbox.recv_all(&mut msgs).await {
+    loop {
+        let open = match worker.walk_resumes_at() {
+            None => mailbox.recv_all(&mut msgs).await,
+            // Checked first: with messages always waiting, a race would never let it win.
+            Some(at) if at <= Instant::now() => {
+                msgs.push(ShardMsg::SnapshotStep);
+                true
+            }
+            Some(at) => {
+                let pause = at.saturating_duration_since(Instant::now());
+                let paused = async {
+                    sleep(pause).await;
+                    None
+                };
+                match futures_lite::future::or(
+                    async { Some(mailbox.recv_all(&mut msgs).await) },
+                    paused,
+                )
+                .await
+                {
+                    Some(open) => open,
+                    None => {
+                        msgs.push(ShardMsg::SnapshotStep);
+                        true
+                    }
+                }
+            }
+        };
+        if !open {
+            break;
+        }
         let mut stepped = false;
         for m in msgs.drain(..) {
             stepped |= matches!(m, ShardMsg::SnapshotStep);

@@ -170,9 +170,12 @@ async fn thread_main(
     let worker = Worker::new(index, shared.cluster.clone());
     let movers = shared.movers.clone();
     // A timer fires only when the reactor runs, which also reaps I/O completions.
-    spawn_local(mailbox_loop(worker.clone(), start.mailbox, || {
-        glommio::timer::sleep(Duration::from_micros(20))
-    }))
+    spawn_local(mailbox_loop(
+        worker.clone(),
+        start.mailbox,
+        || glommio::timer::sleep(Duration::from_micros(20)),
+        glommio::timer::sleep,
+    ))
     .detach();
     let (w, path, m) = (worker.clone(), unix_path.clone(), movers.clone());
     spawn_local(serve_arrivals(start.arrivals, move |a| {
