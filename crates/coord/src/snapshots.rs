@@ -4,11 +4,11 @@
 //! DIGEST's pattern), whose hop on each shard opens that shard's temporary RDB file and calls
 //! `Shard::start_snapshot` with it. No write can fall between two shards' hops, so the files
 //! together hold one point in time. Each shard then walks its data stripe by stripe in
-//! steps of at most `STEP_TIME`, one step per pass of its mailbox loop (the worker sends
-//! itself a `SnapshotStep` message after each step, and the mailbox loop waits for the
-//! runtime's next I/O poll before the next one), so clients keep being served between steps;
-//! while they keep the thread busy, steps shrink so that the walk takes at most a third of
-//! its time (`WalkPace`). A write saves its key's entry first if the walk has not reached it.
+//! steps of `STEP_TIME`, one step per pass of its mailbox loop (the worker sends itself a
+//! `SnapshotStep` message after each step, and the mailbox loop waits for the runtime's next
+//! I/O poll before the next one), so clients keep being served between steps; while they
+//! keep the thread busy, the walk pauses between steps so that it takes at most a third of
+//! the time (`WalkPace`). A write saves its key's entry first if the walk has not reached it.
 //!
 //! Each shard hands its finished sink to a finishing thread, which writes the trailers and
 //! syncs the files (off the shard threads), renames them to `.rdb`, syncs the directory and
@@ -47,7 +47,7 @@ const STEP_TIME: Duration = Duration::from_micros(250);
 /// segment): 8 values of 1 KB take about 20 us, and a look at the clock costs about 25 ns.
 const STEP_BATCH: usize = 8;
 /// While clients keep the thread busy, the walk pauses this many times the CPU time of its
-/// last step before the next one: it then takes at most a quarter of the thread, so a save
+/// last step before the next one: it then takes at most a third of the thread, so a save
 /// slows requests little, and takes longer, which costs nothing but time.
 const PAUSE_PER_STEP: u32 = 2;
 /// Less CPU time than this between two steps served no client (the mailbox loop's own round
@@ -1078,13 +1078,14 @@ mod tests {
         assert_eq!(pauses(&[0, 2, 5, 9], 250), vec![None; 4]);
     }
 
-    /// After clients were served, the walk pauses three times its step's CPU time, so it
-    /// takes at most a quarter of the thread; once they are idle again it goes on at once.
+    /// After clients were served, the walk pauses `PAUSE_PER_STEP` times its step's CPU
+    /// time; once they are idle again it goes on at once.
     #[test]
     fn busy_clients_pause_the_walk() {
+        let pause = Some(us(200) * PAUSE_PER_STEP);
         assert_eq!(
             pauses(&[0, 300, 40, 3, 2000], 200),
-            vec![None, Some(us(600)), Some(us(600)), None, Some(us(600))]
+            vec![None, pause, pause, None, pause]
         );
     }
 
@@ -1096,7 +1097,7 @@ mod tests {
         assert_eq!(pace.end(us(0), us(100), now, true), None);
         pace.start(us(500));
         assert!(pace.end(us(500), us(600), now, true).is_some());
-        assert_eq!(pace.resume_at, Some(now + us(300)));
+        assert_eq!(pace.resume_at, Some(now + us(100) * PAUSE_PER_STEP));
         // The walk ends: nothing more is due, and the next walk starts afresh.
         pace.start(us(700));
         assert_eq!(pace.end(us(700), us(800), now, false), None);
