@@ -233,7 +233,7 @@ impl FineSleep {
             },
             it_value: libc::timespec {
                 tv_sec: libc::time_t::try_from(pause.as_secs()).unwrap_or(libc::time_t::MAX),
-                tv_nsec: libc::c_long::try_from(pause.subsec_nanos()).unwrap_or(0),
+                tv_nsec: libc::c_long::from(pause.subsec_nanos()),
             },
         };
         // SAFETY: `fd` is our timerfd and `spec` a valid setting; arming it again replaces

@@ -11,7 +11,9 @@ fn bench_lzf(c: &mut Criterion) {
     let random: Vec<Vec<u8>> = (0..256)
         .map(|_| (0..1024).map(|_| rng.gen::<u8>()).collect())
         .collect();
-    let words = ["user", "session", "id", "42", "name", "value", ":", "{", "}", ","];
+    let words = [
+        "user", "session", "id", "42", "name", "value", ":", "{", "}", ",",
+    ];
     let text: Vec<Vec<u8>> = (0..256)
         .map(|_| {
             let mut s = Vec::with_capacity(1100);

@@ -147,10 +147,7 @@ fn compress_with(
             htab[idx(hval)] = stamp(ip);
             ip += 1;
         } else {
-            let Some(o) = out.get_mut(op) else {
-                return None;
-            };
-            *o = input[ip];
+            *out.get_mut(op)? = input[ip];
             lit += 1;
             op += 1;
             ip += 1;

@@ -446,7 +446,10 @@ impl Table {
                 to += 1;
             }
         }
-        (s.take_stripes(from, to, version, hasher, taken), to == STRIPES)
+        (
+            s.take_stripes(from, to, version, hasher, taken),
+            to == STRIPES,
+        )
     }
 
     /// Before a write to `key` while snapshot `version` runs: when the walk has not saved
@@ -632,7 +635,11 @@ mod tests {
         let mut i = 0;
         while !whole {
             let (entries, done) = t.mark_stripes(0, 1, 100);
-            assert!(!entries.is_empty() && entries.len() < 300, "{}", entries.len());
+            assert!(
+                !entries.is_empty() && entries.len() < 300,
+                "{}",
+                entries.len()
+            );
             for e in entries {
                 assert!(saved.insert(e.key().to_vec()), "saved twice");
             }
