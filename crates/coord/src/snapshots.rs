@@ -310,14 +310,13 @@ impl Worker {
         // shard keeps serving between the pauses.
         let delay = self.cluster.config.get_u64("rdb-key-save-delay");
         let started = thread_cpu_time();
+        let mut pace = self.walk_pace.get();
+        pace.start(started);
         let mut shard = self.shard.borrow_mut();
         let finished = if delay > 0 {
             std::thread::sleep(Duration::from_micros(delay));
             shard.snapshot_step(1)
         } else {
-            let mut pace = self.walk_pace.get();
-            pace.start(started);
-            self.walk_pace.set(pace);
             let until = Instant::now() + STEP_TIME;
             loop {
                 let finished = shard.snapshot_step(STEP_BATCH);
@@ -329,7 +328,6 @@ impl Worker {
         };
         let running = shard.snapshot_running();
         drop(shard);
-        let mut pace = self.walk_pace.get();
         let paused = pace.end(started, thread_cpu_time(), Instant::now(), running);
         self.walk_pace.set(pace);
         match finished {
