@@ -448,4 +448,32 @@ mod tests {
             remote.join().expect("sender thread");
         });
     }
+
+    /// The walk's pauses wait at least as long as asked, also after a sleep that was dropped
+    /// before it fired (its arming must not wake the next one early).
+    #[test]
+    fn fine_sleeps_wait_their_time() {
+        let (tx, _mb) = damselfly_coord::mailbox::<u32>();
+        let rt = runtime(&tx).expect("runtime");
+        rt.block_on(async {
+            let timer = FineSleep::new().expect("timerfd");
+            let start = Instant::now();
+            timer.sleep(Duration::from_micros(2500)).await;
+            assert!(start.elapsed() >= Duration::from_micros(2500));
+            // A short sleep dropped unfired, then its time passing, then a longer one.
+            let dropped = tokio::time::timeout(
+                Duration::from_millis(1),
+                timer.sleep(Duration::from_millis(5)),
+            )
+            .await;
+            assert!(dropped.is_err(), "a 5 ms sleep ended within 1 ms");
+            std::thread::sleep(Duration::from_millis(6));
+            let start = Instant::now();
+            timer.sleep(Duration::from_millis(3)).await;
+            assert!(start.elapsed() >= Duration::from_millis(3));
+            let start = Instant::now();
+            timer.sleep(Duration::ZERO).await;
+            assert!(start.elapsed() < Duration::from_secs(1));
+        });
+    }
 }
