@@ -50,42 +50,39 @@ const STEP_BATCH: usize = 8;
 /// last step before the next one: it then takes at most a third of the thread, so a save
 /// slows requests little, and takes longer, which costs nothing but time.
 const PAUSE_PER_STEP: u32 = 2;
-/// Less CPU time than this between two steps served no client (the mailbox loop's own round
-/// costs a few microseconds): the thread is idle and the walk goes on at once.
-const IDLE_GAP: Duration = Duration::from_micros(10);
-
-/// The walk's pacing. An idle thread walks step after step; a thread whose clients used CPU
-/// time since the last step (the *gap*) pauses the walk for `PAUSE_PER_STEP` times that
-/// step's CPU time before the next. CPU time, not wall time: on cores shared with other
-/// processes a thread is often descheduled, and that time is neither the walk's nor its
-/// clients'. The pause is wall time, so that other threads and processes get the cores too:
-/// on a machine shared with its load, a walk that took every spare cycle of its thread
-/// starved the load's own processes and tripled the latency of every request.
+/// The walk's pacing. An idle shard walks step after step; a shard that ran commands since
+/// the last step pauses the walk for `PAUSE_PER_STEP` times that step's CPU time before the
+/// next. The step is measured in the thread's CPU time: on cores shared with other processes
+/// a thread is often descheduled, and that time is not the walk's. The pause is wall time,
+/// so that other threads and processes get the cores too: on a machine shared with its load,
+/// a walk that took every spare cycle of its thread starved the load's own processes and
+/// tripled the latency of every request. (Busy is counted in commands, not in CPU time
+/// between steps: an idle thread spends 30 us of CPU between two steps on its own.)
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WalkPace {
-    /// The thread's CPU time when the last step ended (None: no walk running).
-    ended: Option<Duration>,
-    /// Clients were served between the last two steps.
+    /// The shard's executed-command count when the last step ended (None: no walk running).
+    ended: Option<u64>,
+    /// The shard ran commands between the last two steps.
     busy: bool,
     /// When the paused walk takes its next step.
     resume_at: Option<Instant>,
 }
 
 impl WalkPace {
-    /// A step starts; the thread's CPU time is `cpu`.
-    fn start(&mut self, cpu: Duration) {
+    /// A step starts; the shard has executed `executed` commands.
+    fn start(&mut self, executed: u64) {
         self.resume_at = None;
-        self.busy = self
-            .ended
-            .is_some_and(|ended| cpu.saturating_sub(ended) >= IDLE_GAP);
+        self.busy = self.ended.is_some_and(|ended| executed != ended);
     }
 
-    /// The step that started at CPU time `started` ended at `ended`, wall time `now`: when
-    /// the next one may start (None: at once), or nothing more when the walk is over.
+    /// The step that started at CPU time `started` ended at `ended`, wall time `now`, with
+    /// `executed` commands run: when the next one may start (None: at once), or nothing more
+    /// when the walk is over.
     fn end(
         &mut self,
         started: Duration,
         ended: Duration,
+        executed: u64,
         now: Instant,
         running: bool,
     ) -> Option<Instant> {
@@ -93,7 +90,7 @@ impl WalkPace {
             *self = WalkPace::default();
             return None;
         }
-        self.ended = Some(ended);
+        self.ended = Some(executed);
         self.resume_at = self
             .busy
             .then(|| now + ended.saturating_sub(started) * PAUSE_PER_STEP);
@@ -311,7 +308,7 @@ impl Worker {
         let delay = self.cluster.config.get_u64("rdb-key-save-delay");
         let started = thread_cpu_time();
         let mut pace = self.walk_pace.get();
-        pace.start(started);
+        pace.start(self.executed());
         let mut shard = self.shard.borrow_mut();
         let finished = if delay > 0 {
             std::thread::sleep(Duration::from_micros(delay));
@@ -328,7 +325,13 @@ impl Worker {
         };
         let running = shard.snapshot_running();
         drop(shard);
-        let paused = pace.end(started, thread_cpu_time(), Instant::now(), running);
+        let paused = pace.end(
+            started,
+            thread_cpu_time(),
+            self.executed(),
+            Instant::now(),
+            running,
+        );
         self.walk_pace.set(pace);
         match finished {
             Some(sink) => {
@@ -1055,34 +1058,37 @@ mod tests {
         Duration::from_micros(n)
     }
 
-    /// Pauses after steps of `step` us of CPU each, after gaps of `gaps[i]` us of CPU.
-    fn pauses(gaps: &[u64], step: u64) -> Vec<Option<Duration>> {
+    /// Pauses after steps of `step` us of CPU each, with `commands[i]` commands run by the
+    /// shard before step `i`.
+    fn pauses(commands: &[u64], step: u64) -> Vec<Option<Duration>> {
         let mut pace = WalkPace::default();
-        let mut cpu = us(1000);
+        let (mut cpu, mut executed) = (us(1000), 0);
         let now = Instant::now();
-        gaps.iter()
-            .map(|&gap| {
-                cpu += us(gap);
+        commands
+            .iter()
+            .map(|&n| {
+                executed += n;
                 let started = cpu;
-                pace.start(started);
+                pace.start(executed);
                 cpu += us(step);
-                pace.end(started, cpu, now, true).map(|at| at - now)
+                pace.end(started, cpu, executed, now, true)
+                    .map(|at| at - now)
             })
             .collect()
     }
 
     #[test]
-    fn an_idle_thread_walks_without_pauses() {
-        assert_eq!(pauses(&[0, 2, 5, 9], 250), vec![None; 4]);
+    fn an_idle_shard_walks_without_pauses() {
+        assert_eq!(pauses(&[0, 0, 0, 0], 250), vec![None; 4]);
     }
 
-    /// After clients were served, the walk pauses `PAUSE_PER_STEP` times its step's CPU
-    /// time; once they are idle again it goes on at once.
+    /// After the shard ran commands, the walk pauses `PAUSE_PER_STEP` times its step's CPU
+    /// time; once it is idle again it goes on at once.
     #[test]
-    fn busy_clients_pause_the_walk() {
+    fn busy_shards_pause_the_walk() {
         let pause = Some(us(200) * PAUSE_PER_STEP);
         assert_eq!(
-            pauses(&[0, 300, 40, 3, 2000], 200),
+            pauses(&[5, 300, 1, 0, 2000], 200),
             vec![None, pause, pause, None, pause]
         );
     }
@@ -1091,16 +1097,16 @@ mod tests {
     fn a_new_walk_starts_without_a_pause() {
         let mut pace = WalkPace::default();
         let now = Instant::now();
-        pace.start(us(0));
-        assert_eq!(pace.end(us(0), us(100), now, true), None);
-        pace.start(us(500));
-        assert!(pace.end(us(500), us(600), now, true).is_some());
+        pace.start(0);
+        assert_eq!(pace.end(us(0), us(100), 0, now, true), None);
+        pace.start(3);
+        assert!(pace.end(us(500), us(600), 3, now, true).is_some());
         assert_eq!(pace.resume_at, Some(now + us(100) * PAUSE_PER_STEP));
         // The walk ends: nothing more is due, and the next walk starts afresh.
-        pace.start(us(700));
-        assert_eq!(pace.end(us(700), us(800), now, false), None);
+        pace.start(9);
+        assert_eq!(pace.end(us(700), us(800), 9, now, false), None);
         assert_eq!(pace.resume_at, None);
-        pace.start(us(5000));
-        assert_eq!(pace.end(us(5000), us(5100), now, true), None);
+        pace.start(20);
+        assert_eq!(pace.end(us(5000), us(5100), 20, now, true), None);
     }
 }

@@ -86,6 +86,7 @@ pub struct Worker {
     /// Wall-clock anchor, re-read every tick: per round only the monotonic clock is read and
     /// the wall time derived from it.
     anchor: Cell<(Instant, u64)>,
+    /// Commands this shard has run.
     executed: Cell<u64>,
     /// What to measure of each command, from the configuration (see `timing`).
     timing: Cell<Timing>,
@@ -447,6 +448,11 @@ impl Worker {
             self.send_invalidations();
         }
         r
+    }
+
+    /// Commands this shard has run (wrapping).
+    pub(crate) fn executed(&self) -> u64 {
+        self.executed.get()
     }
 
     /// Handles one message from another thread, then serves clients blocked on keys it
