@@ -112,7 +112,8 @@ pub struct Worker {
     /// Where the running snapshot's finished sink goes (crates/coord/src/snapshots.rs).
     pub(crate) snapshot_done:
         RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
-    /// How long the snapshot walk's steps are, given how busy the clients keep the thread.
+    /// When the snapshot walk takes its next step: at once, or after a pause while the shard
+    /// runs commands.
     pub(crate) walk_pace: Cell<crate::snapshots::WalkPace>,
     /// This thread's Lua VM, lent to one script run at a time.
     pub(crate) scripting: damselfly_scripting::VmSlot,

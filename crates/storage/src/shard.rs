@@ -106,7 +106,7 @@ pub trait SnapshotSink {
 
 /// A snapshot in progress: the point in time it captures is when it started. Every entry
 /// present then is saved exactly once, before anything changes it: the background walk saves
-/// the table stripe by stripe (stamping each with the snapshot's version), and a write to a
+/// the table stripe by stripe (each segment records how far it got), and a write to a
 /// key in a stripe the walk has not reached saves that key's entry first (once) and leaves
 /// the walk a note to skip it. Saved stripes cost one comparison per write.
 struct Snapshot {
