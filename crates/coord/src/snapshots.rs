@@ -50,13 +50,14 @@ const STEP_BATCH: usize = 8;
 /// last step before the next one: it then takes at most a third of the thread, so a save
 /// slows requests little, and takes longer, which costs nothing but time.
 const PAUSE_PER_STEP: u32 = 2;
+
 /// The walk's pacing. An idle shard walks step after step; a shard that ran commands since
 /// the last step pauses the walk for `PAUSE_PER_STEP` times that step's CPU time before the
 /// next. The step is measured in the thread's CPU time: on cores shared with other processes
 /// a thread is often descheduled, and that time is not the walk's. The pause is wall time,
 /// so that other threads and processes get the cores too: on a machine shared with its load,
-/// a walk that took every spare cycle of its thread starved the load's own processes and
-/// tripled the latency of every request. (Busy is counted in commands, not in CPU time
+/// a walk that took every spare cycle of its thread starved the load's own processes, and
+/// requests during a save ran at a third of their rate. (Busy is counted in commands, not in CPU time
 /// between steps: an idle thread spends 30 us of CPU between two steps on its own.)
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WalkPace {
