@@ -583,15 +583,21 @@ mod tests {
         Entry::new(k, Value::Int(v), 0)
     }
 
+    /// A table of keys `{prefix}0` .. `{prefix}{n - 1}`, each holding its number.
+    fn filled(prefix: &str, n: i64) -> Table {
+        let mut t = Table::new();
+        for i in 0..n {
+            t.insert(entry(format!("{prefix}{i}").as_bytes(), i));
+        }
+        t
+    }
+
     /// A write saves only its own entry, once, before it changes; a key that was absent is
     /// taken as absent; the walk then saves every other entry, so each entry present at the
     /// start is saved exactly once with its old value and nothing written later is.
     #[test]
     fn a_write_saves_only_its_key_and_the_walk_skips_it() {
-        let mut t = Table::new();
-        for i in 0..3000 {
-            t.insert(entry(format!("k{i}").as_bytes(), i));
-        }
+        let mut t = filled("k", 3000);
         assert_eq!(t.segment_count(), 1);
         let first = t.take_before_write(b"k7", 1).map(|e| int_of(e.value()));
         assert_eq!(first, Some(Some(7)));
@@ -626,10 +632,7 @@ mod tests {
     /// in between add up to the segment, once each.
     #[test]
     fn the_walk_saves_a_segment_in_steps_around_the_writes() {
-        let mut t = Table::new();
-        for i in 0..3000 {
-            t.insert(entry(format!("k{i}").as_bytes(), i));
-        }
+        let mut t = filled("k", 3000);
         let mut saved = BTreeSet::new();
         let mut whole = false;
         let mut i = 0;
@@ -677,10 +680,7 @@ mod tests {
 
     #[test]
     fn scan_visits_stable_keys_despite_splits_and_deletes() {
-        let mut t = Table::new();
-        for i in 0..3000 {
-            t.insert(entry(format!("stable:{i}").as_bytes(), i));
-        }
+        let mut t = filled("stable:", 3000);
         let mut seen = BTreeSet::new();
         let mut pos = 0;
         let mut round = 0;
