@@ -70,6 +70,7 @@ const fn p(
 
 const LOGLEVELS: &[&str] = &["debug", "verbose", "notice", "warning", "nothing"];
 const BACKENDS: &[&str] = &["auto", "uring", "epoll"];
+const PIN_MODES: &[&str] = &["auto", "yes", "no"];
 /// Redis's `maxmemory-policy` values, in the order its CONFIG SET error lists them.
 const POLICIES: &[&str] = &[
     "volatile-lru",
@@ -183,7 +184,7 @@ pub static PARAMS: &[Param] = &[
     p("logfile", "", Kind::Str, false, Y),
     p("threads", "0", NONNEG, false, Y),
     p("io-backend", "auto", Kind::Enum(BACKENDS), false, Y),
-    p("pin-threads", "yes", Kind::Bool, false, Y),
+    p("pin-threads", "auto", Kind::Enum(PIN_MODES), false, Y),
     p("migrate-connections", "yes", Kind::Bool, true, Y),
     p("direct-replies", "yes", Kind::Bool, true, Y),
     p("disable-thp", "yes", Kind::Bool, false, Y),

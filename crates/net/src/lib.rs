@@ -23,7 +23,7 @@ use damselfly_commands::config::Config;
 use damselfly_coord::{mailbox, Cluster, Mailbox, ServerInfo, ShardMsg};
 use handoff::{Arrival, Movers};
 
-pub use cpus::available_cpus;
+pub use cpus::{available_cpus, should_pin};
 pub use listeners::{ListenerSpec, Listeners};
 pub use tls::Tls;
 

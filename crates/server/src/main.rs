@@ -201,7 +201,7 @@ fn main() -> ExitCode {
         }
     };
     let described = listeners.describe();
-    let pin = config.get("pin-threads") == "yes";
+    let pin = damselfly_net::should_pin(&config.get("pin-threads"));
     let mut server = Server::new(config.clone(), threads, backend, pin, listeners, info);
     server.set_tls(tls);
     server.adopt(loading_clients);
@@ -221,6 +221,7 @@ fn main() -> ExitCode {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         threads,
+        pinned = pin,
         backend = backend.multiplexing_api(),
         listeners = %described,
         "Damselfly ready to accept connections"

@@ -64,7 +64,11 @@ pub struct Options {
     /// auto, uring or epoll.
     #[arg(long = "io-backend")]
     pub io_backend: Option<String>,
-    /// Do not pin threads to cores.
+    /// auto (pin only when the affinity mask leaves out some of the machine's CPUs), yes or no:
+    /// whether thread i is pinned to the i-th CPU of the mask.
+    #[arg(long = "pin-threads")]
+    pub pin_threads: Option<String>,
+    /// The same as --pin-threads no.
     #[arg(long = "no-pin")]
     pub no_pin: bool,
     /// yes: journal every shard's changes under --dir and load them at start-up.
@@ -265,7 +269,14 @@ impl Options {
             ("logfile", self.logfile.clone()),
             ("threads", self.threads.clone()),
             ("io-backend", self.io_backend.clone()),
-            ("pin-threads", self.no_pin.then(|| "no".to_string())),
+            (
+                "pin-threads",
+                if self.no_pin {
+                    Some("no".to_string())
+                } else {
+                    self.pin_threads.clone()
+                },
+            ),
             ("save", self.save.clone()),
             ("appendonly", self.appendonly.clone()),
             ("appendfsync", self.appendfsync.clone()),
