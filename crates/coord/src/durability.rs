@@ -71,7 +71,7 @@ impl Worker {
     pub fn stop_journal(&self) {
         self.shard.borrow_mut().log_dropped(false);
         if let Some(mut j) = self.journal.borrow_mut().take() {
-            j.appender.flush();
+            j.appender.flush_now();
             self.release_deferred(&mut j, true);
         }
     }

@@ -1,12 +1,19 @@
 //! Writing a shard's journal. The shard's thread encodes records into a buffer (no system
-//! call per command) and hands the buffer over once per unit of work; a writer thread of the
-//! shard's own puts buffers into the current segment file and syncs it as `appendfsync` says:
+//! call per command) and hands the buffer to a writer thread of the shard's own, which puts
+//! buffers into the current segment file and syncs it as `appendfsync` says:
 //!
-//! - `always`: every buffer it takes, and every buffer queued behind it, then one
-//!   `fdatasync` for all of them (group commit); the durable LSN then covers them and the
-//!   shard is told, so it can release the replies that waited for it;
-//! - `everysec`: writes at once, `fdatasync` about once a second;
-//! - `no`: writes, and leaves flushing to the kernel.
+//! - `always`: the buffer is handed over at the end of each unit of work; the writer takes
+//!   it and every buffer queued behind it, then one `fdatasync` for all of them (group
+//!   commit); the durable LSN then covers them and the shard is told, so it can release the
+//!   replies that waited for it;
+//! - `everysec`: handed over at most every `HANDOVER_INTERVAL` (or once `HANDOVER_BYTES`
+//!   wait), written at once, `fdatasync` about once a second;
+//! - `no`: handed over as under `everysec`, written, and flushing left to the kernel.
+//!
+//! Replies wait for nothing under `everysec` and `no`, so nothing is gained by handing each
+//! unit of work over on its own, and each handover may wake the writer thread: done after
+//! every message a shard handled, that cost a fifth of the SET throughput of 50 clients on
+//! two threads (docs/benchmarks.md, "Journal against Redis's AOF").
 //!
 //! A failed write (a full disk) keeps the records in memory, cuts the file back to whole
 //! records and is tried again about once a second; meanwhile `failure()` says why and the
@@ -59,6 +66,12 @@ struct Shared {
     segment_bytes: AtomicU64,
 }
 
+/// Under `everysec` and `no`, records wait in the shard's buffer until this long after the
+/// last handover (and the caller's next unit of work, at the latest the thread's tick)...
+const HANDOVER_INTERVAL: Duration = Duration::from_millis(1);
+/// ...or until this much waits.
+const HANDOVER_BYTES: usize = 64 * 1024;
+
 enum Job {
     Write {
         bytes: Vec<u8>,
@@ -77,6 +90,7 @@ pub struct Appender {
     next_lsn: u64,
     /// The last LSN handed to the writer.
     handed: u64,
+    last_handover: Instant,
     shared: Arc<Shared>,
     jobs: Option<Sender<Job>>,
     writer: Option<JoinHandle<()>>,
@@ -111,6 +125,7 @@ impl Appender {
             buf: Vec::new(),
             next_lsn: header.first_lsn,
             handed: header.first_lsn.saturating_sub(1),
+            last_handover: Instant::now(),
             shared,
             jobs: Some(tx),
             writer: Some(writer),
@@ -143,22 +158,28 @@ impl Appender {
         self.shared.durable.load(Ordering::Acquire)
     }
 
-    /// Hands the buffered records to the writer thread.
+    /// The end of a unit of work: hands the buffered records to the writer thread at once
+    /// under `always`, otherwise once a handover is due (see `HANDOVER_INTERVAL`).
     pub fn flush(&mut self) {
+        if handover_due(self.buf.len(), self.last_handover.elapsed(), || {
+            self.policy()
+        }) {
+            self.flush_now();
+        }
+    }
+
+    /// Hands the buffered records to the writer thread.
+    pub fn flush_now(&mut self) {
         if self.buf.is_empty() {
             return;
         }
+        self.last_handover = Instant::now();
         let bytes = std::mem::take(&mut self.buf);
         let last_lsn = self.last_lsn();
         self.handed = last_lsn;
         if let Some(jobs) = &self.jobs {
             let _ = jobs.send(Job::Write { bytes, last_lsn });
         }
-    }
-
-    /// True when records were appended since the last flush.
-    pub fn has_buffered(&self) -> bool {
-        !self.buf.is_empty()
     }
 
     pub fn policy(&self) -> FsyncPolicy {
@@ -191,7 +212,7 @@ impl Appender {
     /// Continues in a new segment at `path` (the old one is synced and closed first); the
     /// records buffered so far go to the old one.
     pub fn rotate(&mut self, path: &Path, generation: u64, shard: u32, seq: u64) {
-        self.flush();
+        self.flush_now();
         let header = SegmentHeader {
             generation,
             shard,
@@ -210,12 +231,17 @@ impl Appender {
 impl Drop for Appender {
     /// Hands over what is buffered and waits for the writer to put it on disk.
     fn drop(&mut self) {
-        self.flush();
+        self.flush_now();
         self.jobs = None;
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
     }
+}
+
+/// Whether `buffered` bytes of records, the last handover `since` ago, go to the writer now.
+fn handover_due(buffered: usize, since: Duration, policy: impl Fn() -> FsyncPolicy) -> bool {
+    buffered >= HANDOVER_BYTES || since >= HANDOVER_INTERVAL || policy() == FsyncPolicy::Always
 }
 
 /// Creates a segment file holding just its header, synced (and its directory, so the file
@@ -494,6 +520,43 @@ mod tests {
         let (h2, r2) = read(&next);
         assert_eq!((h2.seq, h2.first_lsn), (2, 12));
         assert_eq!(r2, vec![(12, vec![b"INCR".to_vec(), b"n".to_vec()])]);
+    }
+
+    #[test]
+    fn records_wait_for_a_handover_only_where_replies_do_not() {
+        let soon = HANDOVER_INTERVAL / 2;
+        for policy in [FsyncPolicy::EverySec, FsyncPolicy::No] {
+            assert!(!handover_due(100, soon, || policy));
+            assert!(handover_due(100, HANDOVER_INTERVAL, || policy));
+            assert!(handover_due(HANDOVER_BYTES, soon, || policy));
+        }
+        assert!(handover_due(100, Duration::ZERO, || FsyncPolicy::Always));
+    }
+
+    /// Under `no` a record is written once handed over; `flush_now` hands over at once and
+    /// the records buffered behind a deferred flush are not lost.
+    #[test]
+    fn deferred_records_are_written_by_the_next_handover() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("n.0.1.journal");
+        let header = SegmentHeader {
+            generation: 1,
+            shard: 0,
+            seq: 1,
+            first_lsn: 1,
+        };
+        let mut a = Appender::open(&path, header, FsyncPolicy::No, Box::new(|| {})).unwrap();
+        a.command(0, (0, 0), &[&b"SET"[..], b"a", b"1"]);
+        a.flush();
+        a.command(0, (0, 0), &[&b"SET"[..], b"b", b"2"]);
+        a.flush_now();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.durable_lsn() < 2 {
+            assert!(Instant::now() < deadline, "never written");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (_, records) = read(&path);
+        assert_eq!(records.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
     }
 
     #[test]
