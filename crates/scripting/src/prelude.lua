@@ -1,7 +1,7 @@
 -- Builds Redis 7.0's script environment in a fresh Lua 5.1 state (docs/scripting.md).
 -- Runs once per VM with the full standard library; receives the Rust primitives and
--- returns what the VM keeps: the protected environment for user code, the runner that
--- drives one script run, and the per-run state setters.
+-- returns what the VM keeps: the protected environment for user code, the body of a run
+-- and what reads a failed one, the CALL tag, and the environment and loader of libraries.
 local prims = ...
 
 local G = _G
@@ -34,10 +34,9 @@ end
 -- Script protocol for this run (redis.setresp), reset by every run.
 local resp = 2
 
--- The arguments travel in a table: read back from it, a number stays exact, where mlua
--- reads a yielded number within 2^-52 of zero (and -0) as the integer 0.
+-- The driver reads the arguments from the yielding coroutine's stack (vm.rs, `Run`).
 local function command(raise, ...)
-  local ok, reply = co_yield(CALL, "call", raise, resp, select("#", ...), { ... })
+  local ok, reply = co_yield(CALL, "call", raise, resp, ...)
   if not ok and raise then
     error(reply)
   end
@@ -125,7 +124,7 @@ redis.replicate_commands = function() return true end
 redis.breakpoint = function() return false end
 redis.debug = function() end
 redis.acl_check_cmd = function(...)
-  local ok, reply = co_yield(CALL, "acl", true, resp, select("#", ...), { ... })
+  local ok, reply = co_yield(CALL, "acl", true, resp, ...)
   if not ok then
     error(reply)
   end
@@ -398,32 +397,28 @@ local function where(co)
   end
 end
 
--- Drives one run: returns (true, value, protocol) when it finishes, (false, error table, source, line)
--- when it fails, and yields CALL requests to the Rust driver in between.
-local function finish_run(co, ok, ...)
-  if not ok then
-    local e = ...
-    if type(e) ~= "table" then
-      e = { err = "ERR " .. tostring(e) }
-    end
-    return false, e, where(co)
-  end
-  if co_status(co) == "dead" then
-    return true, (...), resp
-  end
-  if (...) ~= CALL then
-    return finish_run(co, false, "attempt to yield from outside a coroutine")
-  end
-  return finish_run(co, co_resume(co, co_yield(...)))
-end
-local function run(f, ...)
+-- One run, in the coroutine the Rust driver resumes (vm.rs, `Run`): the protocol starts at
+-- RESP2; an EVAL script gets KEYS and ARGV as globals, a function gets them as arguments.
+-- Returns the script's value and the protocol it chose; its CALL requests yield straight
+-- through to the driver.
+local function body(as_globals, f, keys, argv)
   resp = 2
-  local co = co_create(f)
-  return finish_run(co, co_resume(co, ...))
+  local v
+  if as_globals then
+    G.KEYS, G.ARGV = keys, argv
+    v = f()
+  else
+    v = f(keys, argv)
+  end
+  return v, resp
 end
 
-local function set_args(keys, argv)
-  G.KEYS, G.ARGV = keys, argv
+-- A failed run's error table, and the user-code frame it failed in.
+local function failure(co, e)
+  if type(e) ~= "table" then
+    e = { err = "ERR " .. tostring(e) }
+  end
+  return e, where(co)
 end
 
 -- Function libraries (FUNCTION LOAD). As in Redis 7.0, a library's code runs with only the
@@ -562,4 +557,4 @@ local function load_library(f)
   return false, "ERR " .. tostring(e)
 end
 
-return env, run, set_args, fenv, load_library
+return env, body, failure, CALL, fenv, load_library

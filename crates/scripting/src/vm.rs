@@ -1,13 +1,23 @@
 //! One thread's Lua VM: Redis's script environment (prelude.lua), the scripts compiled on
 //! this thread, and the run driver's steps. A run is a coroutine; `redis.call` yields the
-//! command to the caller (`Run::resume` returns `Step::Call`), which executes it wherever its
-//! key lives, possibly after awaiting another shard, and resumes the run with the reply. So
-//! a script can span shards without blocking its thread.
+//! command to the caller (`Run::resume` returns `Step::Request`), which executes it wherever
+//! its key lives, possibly after awaiting another shard, and resumes the run with the reply.
+//! So a script can span shards without blocking its thread.
+//!
+//! A run is started and resumed through Lua's C API, one protected call per step: each call
+//! through mlua's safe API allocates two C closures in Lua 5.1, and with the run's tables and
+//! coroutines that garbage was a quarter of a one-key script's CPU. For the same reason a
+//! coroutine that finished cleanly is kept and reused by the next run.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use std::rc::Rc;
 
 use mlua::{
-    ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread, Value,
+    ffi, ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread,
+    Value,
 };
 
 use crate::tailcall::without_tail_calls;
@@ -63,8 +73,8 @@ pub struct Registered {
 pub struct ScriptVm {
     lua: Lua,
     env: Table,
-    runner: Function,
-    set_args: Function,
+    /// What every run shares: the prelude's `body` and `failure`, idle coroutines.
+    runs: Rc<RunKit>,
     /// The environment of function libraries (prelude.lua).
     function_env: Table,
     load_library: Function,
@@ -122,10 +132,11 @@ impl ScriptVm {
             "stopping",
             lua.create_function(|_, ()| Ok(watchdog::stopping()))?,
         )?;
-        let (env, runner, set_args, function_env, load_library): (
+        let (env, body, failure, call_tag, function_env, load_library): (
             Table,
             Function,
             Function,
+            Table,
             Table,
             Function,
         ) = lua
@@ -136,8 +147,13 @@ impl ScriptVm {
         Ok(ScriptVm {
             lua,
             env,
-            runner,
-            set_args,
+            runs: Rc::new(RunKit {
+                body,
+                failure,
+                call_tag: call_tag.to_pointer(),
+                _call_tag: call_tag,
+                idle: RefCell::new(Vec::new()),
+            }),
             function_env,
             load_library,
             compiled: HashMap::new(),
@@ -283,51 +299,203 @@ impl ScriptVm {
         argv: &[&[u8]],
         as_globals: bool,
     ) -> mlua::Result<Run> {
-        let keys = self.lua.create_sequence_from(
-            keys.iter()
-                .map(|k| self.lua.create_string(k))
-                .collect::<mlua::Result<Vec<_>>>()?,
-        )?;
-        let argv = self.lua.create_sequence_from(
-            argv.iter()
-                .map(|a| self.lua.create_string(a))
-                .collect::<mlua::Result<Vec<_>>>()?,
-        )?;
-        let thread = self.lua.create_thread(self.runner.clone())?;
-        let first = if as_globals {
-            self.set_args.call::<()>((keys, argv))?;
-            MultiValue::from_iter([Value::Function(f.clone())])
-        } else {
-            MultiValue::from_iter([
-                Value::Function(f.clone()),
-                Value::Table(keys),
-                Value::Table(argv),
-            ])
+        let idle = self.runs.idle.borrow_mut().pop();
+        let thread = match idle {
+            Some(thread) => thread,
+            // SAFETY: pushes one new thread, which exec_raw returns.
+            None => unsafe {
+                self.lua.exec_raw::<Thread>((), |state| {
+                    ffi::lua_newthread(state);
+                })?
+            },
         };
+        // SAFETY: the stack holds the three arguments; the coroutine gets the body and its
+        // four arguments (within the LUA_MINSTACK slots an idle coroutine has free), and
+        // nothing is left to return. Only Lua allocates here, so an error raised (out of
+        // memory) skips no Rust destructor.
+        unsafe {
+            self.lua
+                .exec_raw::<()>((&thread, &self.runs.body, f), |state| {
+                    let co = ffi::lua_tothread(state, 1);
+                    ffi::lua_pushboolean(state, c_int::from(as_globals));
+                    ffi::lua_insert(state, 3);
+                    push_sequence(state, keys);
+                    push_sequence(state, argv);
+                    ffi::lua_xmove(state, co, 5);
+                    ffi::lua_settop(state, 0);
+                })?;
+        }
         Ok(Run {
             thread,
-            first: Some(first),
+            kit: self.runs.clone(),
+            started: false,
         })
     }
 }
 
+/// Pushes a new table holding `items` as a sequence of strings.
+///
+/// # Safety
+/// `state` must have two free stack slots; it may raise a Lua error (out of memory).
+unsafe fn push_sequence(state: *mut ffi::lua_State, items: &[&[u8]]) {
+    ffi::lua_createtable(state, c_int::try_from(items.len()).unwrap_or(0), 0);
+    for (i, item) in (1..).zip(items) {
+        ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+        ffi::lua_rawseti(state, -2, i);
+    }
+}
+
+/// What the runs of one VM share.
+struct RunKit {
+    /// prelude.lua's `body(as_globals, f, keys, argv)`, which each run's coroutine runs.
+    body: Function,
+    /// prelude.lua's `failure(co, e)`: the error table, source and line of a failed run.
+    failure: Function,
+    /// The table a CALL yield starts with, by address (tables do not move in Lua 5.1).
+    call_tag: *const c_void,
+    _call_tag: Table,
+    /// Coroutines whose run finished cleanly, ready for the next run.
+    idle: RefCell<Vec<Thread>>,
+}
+
+/// Idle coroutines kept per VM: one run at a time uses a VM, so more are never needed.
+const IDLE_COROUTINES: usize = 2;
+
 /// One script run in progress.
 pub struct Run {
     thread: Thread,
-    first: Option<MultiValue>,
+    kit: Rc<RunKit>,
+    /// Resumed at least once (its coroutine then holds a yield's values, or nothing).
+    started: bool,
+}
+
+/// What one resume of the coroutine found, read while the values were on its stack.
+enum Resumed {
+    /// A CALL yield: the request kind `acl`, raise, RESP3, and the arguments (None when one
+    /// was neither a string nor a number).
+    Call {
+        acl: bool,
+        raise: bool,
+        resp3: bool,
+        args: Option<Vec<Vec<u8>>>,
+    },
+    /// Something else yielded from the top level.
+    StrayYield,
+    /// It returned; the value and its protocol were moved out.
+    Returned,
+    /// It raised; the error value was moved out.
+    Raised,
 }
 
 impl Run {
     /// Runs until the script asks for something or ends. `answer` is the reply to the last
     /// request: `(true, value)` or `(false, error table)`.
     pub fn resume(&mut self, lua: &Lua, answer: Option<(bool, Value)>) -> Step {
-        let input = match (self.first.take(), answer) {
-            (Some(first), _) => first,
-            (None, Some((ok, v))) => MultiValue::from_iter([Value::Boolean(ok), v]),
-            (None, None) => MultiValue::new(),
+        let first = !self.started;
+        self.started = true;
+        let (ok, value) = answer.unwrap_or((true, Value::Nil));
+        let mut resumed = Resumed::Raised;
+        let call_tag = self.kit.call_tag;
+        // SAFETY: the stack holds the coroutine, `ok` and `value`. The coroutine's own stack
+        // holds the body and its arguments (first resume) or the last yield's values, which
+        // are dropped for the answer. Values move between the two stacks within the free
+        // slots a C function and a yielded or finished coroutine have. What is read is
+        // copied into `resumed`, owned by the caller, so an error raised here skips no Rust
+        // destructor.
+        let moved = unsafe {
+            lua.exec_raw::<MultiValue>((&self.thread, ok, value), |state| {
+                let co = ffi::lua_tothread(state, 1);
+                let nargs = if first {
+                    ffi::lua_settop(state, 0);
+                    4
+                } else {
+                    ffi::lua_settop(co, 0);
+                    ffi::lua_xmove(state, co, 2);
+                    ffi::lua_settop(state, 0);
+                    2
+                };
+                let mut results = 0;
+                match ffi::lua_resume(co, state, nargs, &mut results) {
+                    ffi::LUA_YIELD => {
+                        resumed = read_yield(co, call_tag);
+                    }
+                    ffi::LUA_OK => {
+                        ffi::lua_xmove(co, state, results);
+                        resumed = Resumed::Returned;
+                    }
+                    _ => {
+                        ffi::lua_xmove(co, state, 1);
+                        resumed = Resumed::Raised;
+                    }
+                }
+            })
         };
-        match self.thread.resume::<MultiValue>(input) {
-            Ok(values) => self.step(values),
+        let values = match moved {
+            Ok(values) => values,
+            Err(e) => {
+                return Step::Failed {
+                    error: error_table(lua, &format!("ERR {}", lua_text(e))),
+                    source: None,
+                    line: None,
+                }
+            }
+        };
+        let mut values = values.into_iter();
+        match resumed {
+            Resumed::Call {
+                acl,
+                raise,
+                resp3,
+                args,
+            } => {
+                let Some(args) = args else {
+                    return Step::BadRequest {
+                        raise,
+                        error: "ERR Lua redis lib command arguments must be strings or integers",
+                    };
+                };
+                if args.is_empty() {
+                    return Step::BadRequest {
+                        raise,
+                        error: if acl {
+                            "ERR Invalid command passed to redis.acl_check_cmd()"
+                        } else {
+                            "ERR Please specify at least one argument for this redis lib call"
+                        },
+                    };
+                }
+                Step::Request(if acl {
+                    Request::AclCheck { args }
+                } else {
+                    Request::Call { raise, resp3, args }
+                })
+            }
+            Resumed::Returned => {
+                let value = values.next().unwrap_or(Value::Nil);
+                let resp3 = matches!(values.next(), Some(Value::Integer(3)));
+                let mut idle = self.kit.idle.borrow_mut();
+                if idle.len() < IDLE_COROUTINES {
+                    idle.push(self.thread.clone());
+                }
+                Step::Done(value, resp3)
+            }
+            Resumed::StrayYield => self.failed(lua, "attempt to yield from outside a coroutine"),
+            Resumed::Raised => self.failed(lua, values.next().unwrap_or(Value::Nil)),
+        }
+    }
+
+    /// The step of a run that raised `error`, with the user-code line it came from.
+    fn failed(&self, lua: &Lua, error: impl mlua::IntoLua) -> Step {
+        match self
+            .kit
+            .failure
+            .call::<(Value, Option<String>, Option<f64>)>((&self.thread, error))
+        {
+            Ok((error, source, line)) => Step::Failed {
+                error,
+                source,
+                line: line.map(|l| l as i64),
+            },
             Err(e) => Step::Failed {
                 error: error_table(lua, &format!("ERR {}", lua_text(e))),
                 source: None,
@@ -335,92 +503,59 @@ impl Run {
             },
         }
     }
+}
 
-    fn step(&self, values: MultiValue) -> Step {
-        let mut it = values.into_iter();
-        if self.thread.status() != mlua::ThreadStatus::Resumable {
-            // The runner returned (true, value, protocol) or (false, error, source, line).
-            let ok = matches!(it.next(), Some(Value::Boolean(true)));
-            let value = it.next().unwrap_or(Value::Nil);
-            if ok {
-                let resp3 = matches!(it.next(), Some(Value::Integer(3)));
-                return Step::Done(value, resp3);
+/// Reads a yield's values from `co`'s stack: a CALL (the tag, kind, raise, protocol, then
+/// the command's arguments) or a stray yield.
+///
+/// # Safety
+/// `co` must be a coroutine that just yielded. Nothing here allocates in Lua.
+unsafe fn read_yield(co: *mut ffi::lua_State, call_tag: *const c_void) -> Resumed {
+    let n = ffi::lua_gettop(co);
+    if n < 4 || ffi::lua_topointer(co, 1) != call_tag {
+        return Resumed::StrayYield;
+    }
+    let acl = string_at(co, 2).is_some_and(|kind| kind == b"acl");
+    let raise = ffi::lua_toboolean(co, 3) != 0;
+    let resp3 = ffi::lua_tonumber(co, 4) == 3.0;
+    let mut args = Some(Vec::with_capacity(usize::try_from(n - 4).unwrap_or(0)));
+    for i in 5..=n {
+        let arg = match ffi::lua_type(co, i) {
+            ffi::LUA_TSTRING => string_at(co, i).map(<[u8]>::to_vec),
+            ffi::LUA_TNUMBER => {
+                let mut out = Vec::new();
+                damselfly_protocol::number::format_f64_17g(ffi::lua_tonumber(co, i), &mut out);
+                Some(out)
             }
-            let source = match it.next() {
-                Some(Value::String(s)) => Some(s.to_string_lossy()),
-                _ => None,
-            };
-            let line = match it.next() {
-                Some(Value::Integer(n)) => Some(n),
-                Some(Value::Number(n)) => Some(n as i64),
-                _ => None,
-            };
-            return Step::Failed {
-                error: value,
-                source,
-                line,
-            };
-        }
-        // A yield: CALL, kind, raise, resp, the argument count, the arguments in a table.
-        let _tag = it.next();
-        let kind = it.next();
-        let raise = matches!(it.next(), Some(Value::Boolean(true)));
-        let resp3 = matches!(
-            it.next(),
-            Some(Value::Integer(3)) | Some(Value::Number(3.0))
-        );
-        let count = match it.next() {
-            Some(Value::Integer(n)) => usize::try_from(n).unwrap_or(0),
-            _ => 0,
-        };
-        let table = match it.next() {
-            Some(Value::Table(t)) => Some(t),
             _ => None,
         };
-        let mut args = Vec::with_capacity(count);
-        for i in 1..=count {
-            match table.as_ref().and_then(|t| arg_bytes(t, i)) {
-                Some(a) => args.push(a),
-                None => {
-                    return Step::BadRequest {
-                        raise,
-                        error: "ERR Lua redis lib command arguments must be strings or integers",
-                    }
-                }
+        match (arg, args.as_mut()) {
+            (Some(arg), Some(list)) => list.push(arg),
+            _ => {
+                args = None;
+                break;
             }
         }
-        let acl = matches!(&kind, Some(Value::String(s)) if s.as_bytes().as_ref() == b"acl");
-        if args.is_empty() {
-            return Step::BadRequest {
-                raise,
-                error: if acl {
-                    "ERR Invalid command passed to redis.acl_check_cmd()"
-                } else {
-                    "ERR Please specify at least one argument for this redis lib call"
-                },
-            };
-        }
-        Step::Request(if acl {
-            Request::AclCheck { args }
-        } else {
-            Request::Call { raise, resp3, args }
-        })
+    }
+    Resumed::Call {
+        acl,
+        raise,
+        resp3,
+        args,
     }
 }
 
-/// Command argument `i` of `args`: strings as they are, numbers as `%.17g` (read as `f64`
-/// from the table, which keeps -0 and numbers near zero that a `Value` reads as 0).
-fn arg_bytes(args: &Table, i: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    match args.raw_get::<Value>(i).ok()? {
-        Value::String(s) => out.extend_from_slice(&s.as_bytes()),
-        Value::Integer(_) | Value::Number(_) => {
-            let n = args.raw_get::<f64>(i).ok()?;
-            damselfly_protocol::number::format_f64_17g(n, &mut out);
-        }
-        _ => return None,
+/// The string at `index` of `state`'s stack, if it is a string (a number is not converted).
+///
+/// # Safety
+/// The returned slice borrows Lua's string; it lives while the value stays on the stack.
+unsafe fn string_at<'a>(state: *mut ffi::lua_State, index: c_int) -> Option<&'a [u8]> {
+    if ffi::lua_type(state, index) != ffi::LUA_TSTRING {
+        return None;
     }
-    Some(out)
+    let mut len = 0;
+    let ptr = ffi::lua_tolstring(state, index, &mut len);
+    (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
 }
 
 /// `{err = text}`.
