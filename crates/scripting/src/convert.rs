@@ -4,7 +4,9 @@
 //! what comes back); no intermediate frame tree is built.
 
 use damselfly_protocol::ReplyBuf;
-use mlua::{Lua, Table, Value};
+use std::os::raw::c_int;
+
+use mlua::{ffi, Lua, Value};
 
 /// Deepest nesting a script's return value may have; Redis stops where Lua's C stack ends
 /// (about 8000 levels) with the same error.
@@ -13,10 +15,38 @@ const MAX_DEPTH: usize = 1000;
 /// Converts one encoded reply to a Lua value. Returns whether it was an error reply, and the
 /// value (`{err = ...}` for an error).
 pub fn reply_to_lua(lua: &Lua, reply: &[u8]) -> mlua::Result<(bool, Value)> {
-    let mut r = Reader { buf: reply, pos: 0 };
-    let is_error = reply.first() == Some(&b'-');
-    let v = r.value(lua)?;
+    let mut pushed = Err(Malformed);
+    // SAFETY: push_reply runs inside exec_raw's protected call and leaves one value, or
+    // nothing when the reply is malformed.
+    let v = unsafe {
+        lua.exec_raw::<Value>((), |state| {
+            pushed = push_reply(state, reply);
+        })?
+    };
+    let is_error = pushed.map_err(|_| bad())?;
     Ok((is_error, v))
+}
+
+/// A reply that does not parse (a bug in the command that wrote it).
+#[derive(Debug, Clone, Copy)]
+pub struct Malformed;
+
+/// Pushes one encoded reply onto `state`'s stack as a Lua value, through Lua's C API (no
+/// mlua value is made, so nothing but the value itself is allocated). Returns whether it was
+/// an error reply; when it is malformed nothing is pushed.
+///
+/// # Safety
+/// `state` must be running a protected call: pushing may raise Lua's out-of-memory error.
+pub unsafe fn push_reply(state: *mut ffi::lua_State, reply: &[u8]) -> Result<bool, Malformed> {
+    let top = ffi::lua_gettop(state);
+    let mut r = Reader { buf: reply, pos: 0 };
+    match r.push(state) {
+        Ok(()) => Ok(reply.first() == Some(&b'-')),
+        Err(e) => {
+            ffi::lua_settop(state, top);
+            Err(e)
+        }
+    }
 }
 
 struct Reader<'a> {
@@ -28,90 +58,141 @@ fn bad() -> mlua::Error {
     mlua::Error::RuntimeError("ERR malformed reply".into())
 }
 
+/// Pushes a byte string.
+unsafe fn push_bytes(state: *mut ffi::lua_State, b: &[u8]) {
+    ffi::lua_pushlstring(state, b.as_ptr().cast(), b.len());
+}
+
+/// Replaces the value on top with `{[key] = value}`.
+unsafe fn wrap(state: *mut ffi::lua_State, key: &[u8]) {
+    ffi::lua_createtable(state, 0, 1);
+    push_bytes(state, key);
+    ffi::lua_pushvalue(state, -3);
+    ffi::lua_rawset(state, -3);
+    ffi::lua_remove(state, -2);
+}
+
+/// Sets `t[k] = v` for the table under the key and value on top, popping both; a nil or NaN
+/// key (which Lua refuses with an error) makes the reply malformed.
+unsafe fn set_pair(state: *mut ffi::lua_State) -> Result<(), Malformed> {
+    let key_is_nan = ffi::lua_type(state, -2) == ffi::LUA_TNUMBER && {
+        let n = ffi::lua_tonumber(state, -2);
+        n.is_nan()
+    };
+    if ffi::lua_type(state, -2) == ffi::LUA_TNIL || key_is_nan {
+        return Err(Malformed);
+    }
+    ffi::lua_rawset(state, -3);
+    Ok(())
+}
+
 impl<'a> Reader<'a> {
-    fn line(&mut self) -> mlua::Result<&'a [u8]> {
+    fn line(&mut self) -> Result<&'a [u8], Malformed> {
         let rest = &self.buf[self.pos..];
-        let end = rest.windows(2).position(|w| w == b"\r\n").ok_or_else(bad)?;
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or(Malformed)?;
         self.pos += end + 2;
         Ok(&rest[..end])
     }
 
-    fn int(&mut self) -> mlua::Result<i64> {
+    fn int(&mut self) -> Result<i64, Malformed> {
         let l = self.line()?;
         std::str::from_utf8(l)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(bad)
+            .ok_or(Malformed)
     }
 
-    fn bytes(&mut self, n: usize) -> mlua::Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).ok_or_else(bad)?;
-        let b = self.buf.get(self.pos..end).ok_or_else(bad)?;
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        let end = self.pos.checked_add(n).ok_or(Malformed)?;
+        let b = self.buf.get(self.pos..end).ok_or(Malformed)?;
         self.pos = end + 2;
         Ok(b)
     }
 
-    fn value(&mut self, lua: &Lua) -> mlua::Result<Value> {
-        let tag = *self.buf.get(self.pos).ok_or_else(bad)?;
+    /// A count that fits the C API's table size hints (only a hint: 0 when it does not).
+    fn hint(n: i64) -> std::os::raw::c_int {
+        std::os::raw::c_int::try_from(n).unwrap_or(0)
+    }
+
+    /// Pushes the next value.
+    unsafe fn push(&mut self, state: *mut ffi::lua_State) -> Result<(), Malformed> {
+        // A value takes at most four slots while it is built (a wrapped map's pair).
+        if ffi::lua_checkstack(state, 4) == 0 {
+            return Err(Malformed);
+        }
+        let tag = *self.buf.get(self.pos).ok_or(Malformed)?;
         self.pos += 1;
-        Ok(match tag {
+        match tag {
             b'+' => {
-                let s = self.line()?;
-                Value::Table(one(lua, "ok", lua.create_string(s)?)?)
+                push_bytes(state, self.line()?);
+                wrap(state, b"ok");
             }
             b'-' => {
                 let s = self.line()?;
-                let text = if s.contains(&b' ') {
-                    lua.create_string(s)?
+                if s.contains(&b' ') {
+                    push_bytes(state, s);
                 } else {
-                    lua.create_string([b"ERR ".as_slice(), s].concat())?
-                };
-                Value::Table(one(lua, "err", text)?)
+                    push_bytes(state, b"ERR ");
+                    push_bytes(state, s);
+                    ffi::lua_concat(state, 2);
+                }
+                wrap(state, b"err");
             }
-            b':' => Value::Number(self.int()? as f64),
+            b':' => ffi::lua_pushnumber(state, self.int()? as f64),
             b'$' => {
                 let n = self.int()?;
-                if n < 0 {
-                    Value::Boolean(false)
-                } else {
-                    Value::String(lua.create_string(self.bytes(n as usize)?)?)
+                match usize::try_from(n) {
+                    Ok(n) => push_bytes(state, self.bytes(n)?),
+                    Err(_) => ffi::lua_pushboolean(state, 0),
                 }
             }
-            b'*' | b'~' | b'>' => {
+            b'*' | b'>' => {
                 let n = self.int()?;
                 if n < 0 {
-                    return Ok(Value::Boolean(false));
+                    ffi::lua_pushboolean(state, 0);
+                    return Ok(());
                 }
-                let t = lua.create_table()?;
+                ffi::lua_createtable(state, Self::hint(n), 0);
                 for i in 1..=n {
-                    let v = self.value(lua)?;
-                    if tag == b'~' {
-                        t.raw_set(v, true)?;
-                    } else {
-                        t.raw_set(i, v)?;
-                    }
+                    self.push(state)?;
+                    ffi::lua_rawseti(state, -2, i);
                 }
-                if tag == b'~' {
-                    Value::Table(one(lua, "set", t)?)
-                } else {
-                    Value::Table(t)
+            }
+            b'~' => {
+                let n = self.int()?;
+                if n < 0 {
+                    ffi::lua_pushboolean(state, 0);
+                    return Ok(());
                 }
+                ffi::lua_createtable(state, 0, Self::hint(n));
+                for _ in 0..n {
+                    self.push(state)?;
+                    ffi::lua_pushboolean(state, 1);
+                    set_pair(state)?;
+                }
+                wrap(state, b"set");
             }
             b'%' => {
                 let n = self.int()?;
-                let t = lua.create_table()?;
+                ffi::lua_createtable(state, 0, Self::hint(n));
                 for _ in 0..n {
-                    let k = self.value(lua)?;
-                    let v = self.value(lua)?;
-                    t.raw_set(k, v)?;
+                    self.push(state)?;
+                    self.push(state)?;
+                    set_pair(state)?;
                 }
-                Value::Table(one(lua, "map", t)?)
+                wrap(state, b"map");
             }
             b'_' => {
                 self.line()?;
-                Value::Nil
+                ffi::lua_pushnil(state);
             }
-            b'#' => Value::Boolean(self.line()? == b"t"),
+            b'#' => {
+                let t = self.line()? == b"t";
+                ffi::lua_pushboolean(state, std::os::raw::c_int::from(t));
+            }
             b',' => {
                 let l = self.line()?;
                 let d = match l {
@@ -121,82 +202,229 @@ impl<'a> Reader<'a> {
                     _ => std::str::from_utf8(l)
                         .ok()
                         .and_then(|s| s.parse().ok())
-                        .ok_or_else(bad)?,
+                        .ok_or(Malformed)?,
                 };
-                Value::Table(one(lua, "double", d)?)
+                ffi::lua_pushnumber(state, d);
+                wrap(state, b"double");
             }
             b'(' => {
-                let l = self.line()?;
-                Value::Table(one(lua, "big_number", lua.create_string(l)?)?)
+                push_bytes(state, self.line()?);
+                wrap(state, b"big_number");
             }
             b'=' => {
                 let n = self.int()?;
-                let b = self.bytes(n.max(0) as usize)?;
+                let b = self.bytes(usize::try_from(n).unwrap_or(0))?;
                 let (format, text) = if b.len() >= 4 {
                     b.split_at(3)
                 } else {
                     (b, &b""[..])
                 };
-                let inner = lua.create_table()?;
-                inner.raw_set("format", lua.create_string(format)?)?;
-                inner.raw_set(
-                    "string",
-                    lua.create_string(text.get(1..).unwrap_or_default())?,
-                )?;
-                Value::Table(one(lua, "verbatim_string", inner)?)
+                ffi::lua_createtable(state, 0, 2);
+                push_bytes(state, b"format");
+                push_bytes(state, format);
+                ffi::lua_rawset(state, -3);
+                push_bytes(state, b"string");
+                push_bytes(state, text.get(1..).unwrap_or_default());
+                ffi::lua_rawset(state, -3);
+                wrap(state, b"verbatim_string");
             }
             b'|' => {
                 // Attributes are skipped; the reply after them is the value.
                 let n = self.int()?;
                 for _ in 0..2 * n {
-                    self.value(lua)?;
+                    self.push(state)?;
+                    ffi::lua_settop(state, -2);
                 }
-                self.value(lua)?
+                self.push(state)?;
             }
-            _ => return Err(bad()),
-        })
+            _ => return Err(Malformed),
+        }
+        Ok(())
     }
-}
-
-fn one(lua: &Lua, key: &str, v: impl mlua::IntoLua) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    t.raw_set(key, v)?;
-    Ok(t)
 }
 
 /// Writes a script's return value as a reply in the client's protocol (`out.resp3`);
 /// `script_resp3` is the protocol the script chose (redis.setresp), which decides only how
-/// booleans come out.
-pub fn write_lua(out: &mut ReplyBuf, v: &Value, script_resp3: bool) {
-    write_value(out, v, script_resp3, 0);
+/// booleans come out. The value is walked through Lua's C API in one protected call.
+pub fn write_lua(lua: &Lua, out: &mut ReplyBuf, v: &Value, script_resp3: bool) {
+    let mark = (out.buf.len(), out.error_offsets.len());
+    // SAFETY: the value is at index 1 of exec_raw's stack; the walk reads it, checking for
+    // the slots each table level needs, and leaves the stack as it found it.
+    let walked = unsafe {
+        lua.exec_raw::<()>(v, |state| {
+            write_value(state, 1, out, script_resp3, 0);
+            ffi::lua_settop(state, 0);
+        })
+    };
+    if let Err(e) = walked {
+        // Whatever was written of it goes: the reply is the error alone.
+        out.buf.truncate(mark.0);
+        out.error_offsets.truncate(mark.1);
+        out.error(&format!("ERR {}", crate::vm::lua_text(e)));
+    }
 }
 
-fn write_value(out: &mut ReplyBuf, v: &Value, script_resp3: bool, depth: usize) {
+/// Writes the value at stack index `at` (absolute).
+///
+/// # Safety
+/// `state` must be running a protected call. Lua may raise (out of memory) only while no
+/// Rust value that owns memory is alive in this walk's frames.
+unsafe fn write_value(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    out: &mut ReplyBuf,
+    script_resp3: bool,
+    depth: usize,
+) {
     if depth > MAX_DEPTH {
         out.error("ERR reached lua stack limit");
         return;
     }
-    match v {
-        Value::String(s) => out.bulk(&s.as_bytes()),
-        Value::Integer(i) => out.int(*i),
-        Value::Number(n) => out.int(lua_number_to_int(*n)),
-        Value::Boolean(true) => {
-            if script_resp3 {
-                out.boolean(true)
-            } else {
-                out.int(1)
+    match ffi::lua_type(state, at) {
+        ffi::LUA_TSTRING => out.bulk(string_at(state, at)),
+        ffi::LUA_TNUMBER => out.int(lua_number_to_int(ffi::lua_tonumber(state, at))),
+        ffi::LUA_TBOOLEAN => {
+            let b = ffi::lua_toboolean(state, at) != 0;
+            match (script_resp3, b) {
+                (true, b) => out.boolean(b),
+                (false, true) => out.int(1),
+                (false, false) => out.null(),
             }
         }
-        Value::Boolean(false) => {
-            if script_resp3 {
-                out.boolean(false)
-            } else {
-                out.null()
-            }
-        }
-        Value::Table(t) => write_table(out, t, script_resp3, depth),
+        ffi::LUA_TTABLE => write_table(state, at, out, script_resp3, depth),
         _ => out.null(),
     }
+}
+
+/// The bytes of the string at `at` (the caller checked its type: a number is not converted).
+unsafe fn string_at<'a>(state: *mut ffi::lua_State, at: c_int) -> &'a [u8] {
+    let mut len = 0;
+    let ptr = ffi::lua_tolstring(state, at, &mut len);
+    if ptr.is_null() {
+        return &[];
+    }
+    std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+}
+
+/// Pushes `t[key]` (raw) for the table at `at`, and returns its type.
+unsafe fn field(state: *mut ffi::lua_State, at: c_int, key: &[u8]) -> c_int {
+    push_bytes(state, key);
+    ffi::lua_rawget(state, at);
+    ffi::lua_type(state, -1)
+}
+
+/// A status line's text with CR and LF made spaces, as Redis writes it.
+fn one_line(s: &[u8]) -> String {
+    let text: Vec<u8> = s
+        .iter()
+        .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+        .collect();
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+unsafe fn write_table(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    out: &mut ReplyBuf,
+    script_resp3: bool,
+    depth: usize,
+) {
+    // Up to seven fields are read before the table's kind is known.
+    if ffi::lua_checkstack(state, 8) == 0 {
+        out.error("ERR reached lua stack limit");
+        return;
+    }
+    let top = ffi::lua_gettop(state);
+    if field(state, at, b"err") == ffi::LUA_TSTRING {
+        let text = String::from_utf8_lossy(string_at(state, -1)).into_owned();
+        out.error(&text);
+    } else if field(state, at, b"ok") == ffi::LUA_TSTRING {
+        out.simple(&one_line(string_at(state, -1)));
+    } else if field(state, at, b"double") == ffi::LUA_TNUMBER {
+        out.double(ffi::lua_tonumber(state, -1));
+    } else if field(state, at, b"big_number") == ffi::LUA_TSTRING {
+        let text = one_line(string_at(state, -1));
+        if out.resp3 {
+            out.buf.push(b'(');
+            out.buf.extend_from_slice(text.as_bytes());
+            out.buf.extend_from_slice(b"\r\n");
+        } else {
+            out.bulk(text.as_bytes());
+        }
+    } else if field(state, at, b"verbatim_string") == ffi::LUA_TTABLE
+        && field(state, top + 5, b"format") == ffi::LUA_TSTRING
+        && field(state, top + 5, b"string") == ffi::LUA_TSTRING
+    {
+        let f = string_at(state, -2);
+        let mut f3 = String::from_utf8_lossy(&f[..f.len().min(3)]).into_owned();
+        while f3.len() < 3 {
+            f3.push(' ');
+        }
+        out.verbatim(&f3, string_at(state, -1));
+    } else {
+        ffi::lua_settop(state, top);
+        if field(state, at, b"map") == ffi::LUA_TTABLE {
+            let m = ffi::lua_gettop(state);
+            out.map(pair_count(state, m));
+            ffi::lua_pushnil(state);
+            while ffi::lua_next(state, m) != 0 {
+                let k = ffi::lua_gettop(state) - 1;
+                write_value(state, k, out, script_resp3, depth + 1);
+                write_value(state, k + 1, out, script_resp3, depth + 1);
+                ffi::lua_settop(state, k);
+            }
+        } else if field(state, at, b"set") == ffi::LUA_TTABLE {
+            let m = ffi::lua_gettop(state);
+            out.set(pair_count(state, m));
+            ffi::lua_pushnil(state);
+            while ffi::lua_next(state, m) != 0 {
+                let k = ffi::lua_gettop(state) - 1;
+                write_value(state, k, out, script_resp3, depth + 1);
+                ffi::lua_settop(state, k);
+            }
+        } else {
+            write_array(state, at, out, script_resp3, depth);
+        }
+    }
+    ffi::lua_settop(state, top);
+}
+
+/// A table as an array, up to its first nil.
+unsafe fn write_array(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    out: &mut ReplyBuf,
+    script_resp3: bool,
+    depth: usize,
+) {
+    let top = ffi::lua_gettop(state);
+    let mut len: ffi::lua_Integer = 0;
+    loop {
+        ffi::lua_rawgeti(state, at, len + 1);
+        let end = ffi::lua_type(state, -1) == ffi::LUA_TNIL;
+        ffi::lua_settop(state, top);
+        if end {
+            break;
+        }
+        len += 1;
+    }
+    out.array(usize::try_from(len).unwrap_or(0));
+    for i in 1..=len {
+        ffi::lua_rawgeti(state, at, i);
+        write_value(state, top + 1, out, script_resp3, depth + 1);
+        ffi::lua_settop(state, top);
+    }
+}
+
+/// The number of entries of the table at `at` (a map or set).
+unsafe fn pair_count(state: *mut ffi::lua_State, at: c_int) -> usize {
+    let mut n = 0;
+    ffi::lua_pushnil(state);
+    while ffi::lua_next(state, at) != 0 {
+        n += 1;
+        ffi::lua_settop(state, -2);
+    }
+    n
 }
 
 /// C's `(long long)` of a Lua number on x86-64: truncation, and the "integer indefinite"
@@ -209,113 +437,6 @@ fn lua_number_to_int(n: f64) -> i64 {
     }
 }
 
-fn raw_string(t: &Table, key: &str) -> Option<mlua::String> {
-    match t.raw_get::<Value>(key) {
-        Ok(Value::String(s)) => Some(s),
-        _ => None,
-    }
-}
-
-fn write_table(out: &mut ReplyBuf, t: &Table, script_resp3: bool, depth: usize) {
-    if let Some(e) = raw_string(t, "err") {
-        let text = String::from_utf8_lossy(&e.as_bytes()).into_owned();
-        out.error(&text);
-        return;
-    }
-    if let Some(s) = raw_string(t, "ok") {
-        let text: Vec<u8> = s
-            .as_bytes()
-            .iter()
-            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
-            .collect();
-        out.simple(&String::from_utf8_lossy(&text));
-        return;
-    }
-    match t.raw_get::<Value>("double") {
-        Ok(Value::Number(d)) => return out.double(d),
-        Ok(Value::Integer(i)) => return out.double(i as f64),
-        _ => {}
-    }
-    if let Some(s) = raw_string(t, "big_number") {
-        let text: Vec<u8> = s
-            .as_bytes()
-            .iter()
-            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b })
-            .collect();
-        if out.resp3 {
-            out.buf.push(b'(');
-            out.buf.extend_from_slice(&text);
-            out.buf.extend_from_slice(b"\r\n");
-        } else {
-            out.bulk(&text);
-        }
-        return;
-    }
-    if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
-        if let (Some(format), Some(text)) = (raw_string(&v, "format"), raw_string(&v, "string")) {
-            let f = format.as_bytes();
-            let mut f3 = String::from_utf8_lossy(&f[..f.len().min(3)]).into_owned();
-            while f3.len() < 3 {
-                f3.push(' ');
-            }
-            out.verbatim(&f3, &text.as_bytes());
-            return;
-        }
-    }
-    let mark = (out.buf.len(), out.error_offsets.len());
-    let walked = if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
-        out.map(pair_count(&m));
-        m.for_each::<Value, Value>(|k, v| {
-            write_value(out, &k, script_resp3, depth + 1);
-            write_value(out, &v, script_resp3, depth + 1);
-            Ok(())
-        })
-    } else if let Ok(Value::Table(members)) = t.raw_get::<Value>("set") {
-        out.set(pair_count(&members));
-        members.for_each::<Value, Value>(|m, _| {
-            write_value(out, &m, script_resp3, depth + 1);
-            Ok(())
-        })
-    } else {
-        return write_array(out, t, script_resp3, depth);
-    };
-    if let Err(e) = walked {
-        // Whatever was written of it goes: the reply is the error alone.
-        out.buf.truncate(mark.0);
-        out.error_offsets.truncate(mark.1);
-        out.error(&format!("ERR {}", crate::vm::lua_text(e)));
-    }
-}
-
-/// A table as an array, up to its first nil.
-fn write_array(out: &mut ReplyBuf, t: &Table, script_resp3: bool, depth: usize) {
-    // Items are read one at a time, twice (count, then write), never held together: mlua keeps each live value in a slot of a stack that Lua 5.1 caps
-    // at 8000.
-    let item = |i: usize| match t.raw_get::<Value>(i) {
-        Ok(Value::Nil) | Err(_) => None,
-        Ok(v) => Some(v),
-    };
-    let len = (1..).take_while(|&i| item(i).is_some()).count();
-    out.array(len);
-    for i in 1..=len {
-        if let Some(v) = item(i) {
-            write_value(out, &v, script_resp3, depth + 1);
-        }
-    }
-}
-
-/// The number of entries of a map or set table. `for_each` walks with the key Lua gave
-/// (mlua's `pairs` walks with the key read back as a `Value`, and a number near zero read
-/// back as 0 is not a key of the table).
-fn pair_count(t: &Table) -> usize {
-    let mut n = 0;
-    let _ = t.for_each::<Value, Value>(|_, _| {
-        n += 1;
-        Ok(())
-    });
-    n
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,7 +445,7 @@ mod tests {
         let lua = Lua::new();
         let (_, v) = reply_to_lua(&lua, reply).unwrap();
         let mut out = ReplyBuf::new(client_resp3);
-        write_lua(&mut out, &v, script_resp3);
+        write_lua(&lua, &mut out, &v, script_resp3);
         out.buf
     }
 

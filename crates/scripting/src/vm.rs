@@ -43,6 +43,18 @@ pub enum Request {
     AclCheck { args: Vec<Vec<u8>> },
 }
 
+/// The driver's answer to a run's request, which the run's `redis.call` (or `pcall`,
+/// `acl_check_cmd`) returns.
+pub enum Answer {
+    /// A command's encoded reply: the script gets `(true, value)`, or `(false, {err = ...})`
+    /// for an error reply.
+    Reply(Vec<u8>),
+    /// A refusal: `(false, {err = text})`.
+    Error(&'static str),
+    /// `(true, true)`: an allowed `redis.acl_check_cmd`.
+    Allowed,
+}
+
 /// How a run stopped.
 pub enum Step {
     /// It asks for a command; resume it with the reply.
@@ -388,30 +400,29 @@ enum Resumed {
 }
 
 impl Run {
-    /// Runs until the script asks for something or ends. `answer` is the reply to the last
-    /// request: `(true, value)` or `(false, error table)`.
-    pub fn resume(&mut self, lua: &Lua, answer: Option<(bool, Value)>) -> Step {
+    /// Runs until the script asks for something or ends. `answer` answers the last request
+    /// (None on the first resume).
+    pub fn resume(&mut self, lua: &Lua, answer: Option<Answer>) -> Step {
         let first = !self.started;
         self.started = true;
-        let (ok, value) = answer.unwrap_or((true, Value::Nil));
         let mut resumed = Resumed::Raised;
         let call_tag = self.kit.call_tag;
-        // SAFETY: the stack holds the coroutine, `ok` and `value`. The coroutine's own stack
-        // holds the body and its arguments (first resume) or the last yield's values, which
-        // are dropped for the answer. Values move between the two stacks within the free
-        // slots a C function and a yielded or finished coroutine have. What is read is
-        // copied into `resumed`, owned by the caller, so an error raised here skips no Rust
-        // destructor.
+        // SAFETY: the stack holds the coroutine. Its own stack holds the body and its
+        // arguments (first resume) or the last yield's values, which are dropped for the
+        // answer, built on this stack and moved over. Values move between the two stacks
+        // within the free slots a C function and a yielded or finished coroutine have. What
+        // is read is copied into `resumed`, owned by the caller, so an error raised here (out
+        // of memory) skips no Rust destructor.
         let moved = unsafe {
-            lua.exec_raw::<MultiValue>((&self.thread, ok, value), |state| {
+            lua.exec_raw::<MultiValue>(&self.thread, |state| {
                 let co = ffi::lua_tothread(state, 1);
+                ffi::lua_settop(state, 0);
                 let nargs = if first {
-                    ffi::lua_settop(state, 0);
                     4
                 } else {
+                    push_answer(state, answer.as_ref());
                     ffi::lua_settop(co, 0);
                     ffi::lua_xmove(state, co, 2);
-                    ffi::lua_settop(state, 0);
                     2
                 };
                 let mut results = 0;
@@ -501,6 +512,39 @@ impl Run {
                 source: None,
                 line: None,
             },
+        }
+    }
+}
+
+/// Pushes `ok` and the value a request returns to the script.
+///
+/// # Safety
+/// `state` must be running a protected call with four free slots; it may raise (out of
+/// memory).
+unsafe fn push_answer(state: *mut ffi::lua_State, answer: Option<&Answer>) {
+    let refused = |state, text: &[u8]| {
+        ffi::lua_pushboolean(state, 0);
+        ffi::lua_createtable(state, 0, 1);
+        ffi::lua_pushlstring(state, b"err".as_ptr().cast(), 3);
+        ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
+        ffi::lua_rawset(state, -3);
+    };
+    match answer {
+        Some(Answer::Reply(reply)) => match crate::convert::push_reply(state, reply) {
+            Ok(is_error) => {
+                ffi::lua_pushboolean(state, c_int::from(!is_error));
+                ffi::lua_insert(state, -2);
+            }
+            Err(_) => refused(state, b"ERR reply could not be read"),
+        },
+        Some(Answer::Error(text)) => refused(state, text.as_bytes()),
+        Some(Answer::Allowed) => {
+            ffi::lua_pushboolean(state, 1);
+            ffi::lua_pushboolean(state, 1);
+        }
+        None => {
+            ffi::lua_pushboolean(state, 1);
+            ffi::lua_pushnil(state);
         }
     }
 }
@@ -650,12 +694,11 @@ mod tests {
                 Step::Request(_) => {
                     asked += 1;
                     let (ok, text) = answers.next().expect("an answer per request");
-                    let v = if ok {
-                        Value::String(vm.lua().create_string(text).unwrap())
+                    answer = Some(Answer::Reply(if ok {
+                        format!("${}\r\n{text}\r\n", text.len()).into_bytes()
                     } else {
-                        error_table(vm.lua(), text)
-                    };
-                    answer = Some((ok, v));
+                        format!("-{text}\r\n").into_bytes()
+                    }));
                 }
                 step => return (vm, step, asked),
             }

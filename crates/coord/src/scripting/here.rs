@@ -90,7 +90,9 @@ impl Worker {
         };
         let mut reply = ReplyBuf::new(job.resp3);
         match outcome {
-            Some(Outcome::Done(v, script_resp3)) => write_lua(&mut reply, &v, script_resp3),
+            Some(Outcome::Done(v, script_resp3)) => {
+                write_lua(vm.lua(), &mut reply, &v, script_resp3)
+            }
             Some(Outcome::Failed(failure)) => reply.error(&failure.reply(&id)),
             None | Some(Outcome::Restart) => {
                 self.roll_back();
@@ -144,7 +146,7 @@ impl Worker {
                     Ok(reply.buf)
                 }
             };
-            answer = Some(call_answer(lua, &words, bytes, &job.watch, &mut false));
+            answer = Some(call_answer(&words, bytes, &job.watch, &mut false));
         }
     }
 }

@@ -25,10 +25,9 @@ use damselfly_commands::config::ScriptLocking;
 use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::Span;
-use damselfly_scripting::convert::{reply_to_lua, write_lua};
-use damselfly_scripting::vm::error_table;
+use damselfly_scripting::convert::write_lua;
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
-use damselfly_scripting::{Reach, Request, Run, ScriptVm, Step};
+use damselfly_scripting::{Answer, Reach, Request, Run, ScriptVm, Step};
 use damselfly_storage::shard_for_key;
 use mlua::Value;
 
@@ -276,7 +275,7 @@ impl Connection {
                 }
                 Outcome::Done(v, script_resp3) => {
                     self.out.resp3 = self.info.resp.get() == 3;
-                    write_lua(&mut self.out, &v, script_resp3);
+                    write_lua(vm.lua(), &mut self.out, &v, script_resp3);
                     return;
                 }
                 Outcome::Failed(failure) => return self.reply_error(&failure.reply(call.id)),
@@ -383,13 +382,7 @@ impl Connection {
                 CallResult::Refused(e) => Err(e),
                 CallResult::Elsewhere => return Outcome::Restart,
             };
-            answer = Some(call_answer(
-                lua,
-                &words,
-                reply,
-                &scope.watch,
-                &mut scope.wrote,
-            ));
+            answer = Some(call_answer(&words, reply, &scope.watch, &mut scope.wrote));
         }
     }
 
@@ -504,7 +497,7 @@ enum Next {
 
 /// Resumes `run` until it calls a command or ends, answering what needs no command
 /// (argument errors, `redis.acl_check_cmd`) on the way.
-fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<(bool, Value)>) -> Next {
+fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<Answer>) -> Next {
     loop {
         match run.resume(lua, answer.take()) {
             Step::Done(v, resp3) => return Next::End(Outcome::Done(v, resp3)),
@@ -513,14 +506,11 @@ fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<(bool, Value)>) 
                 source,
                 line,
             } => return Next::End(Outcome::Failed(Failure::raised(&error, source, line))),
-            Step::BadRequest { error, .. } => answer = Some((false, error_table(lua, error))),
+            Step::BadRequest { error, .. } => answer = Some(Answer::Error(error)),
             Step::Request(Request::AclCheck { args }) => {
                 answer = Some(match lookup(&args[0]) {
-                    Some(_) => (true, Value::Boolean(true)),
-                    None => (
-                        false,
-                        error_table(lua, "ERR Invalid command passed to redis.acl_check_cmd()"),
-                    ),
+                    Some(_) => Answer::Allowed,
+                    None => Answer::Error("ERR Invalid command passed to redis.acl_check_cmd()"),
                 });
             }
             Step::Request(Request::Call { resp3, args, .. }) => return Next::Call { resp3, args },
@@ -531,15 +521,14 @@ fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<(bool, Value)>) 
 /// What Lua gets back from a call: its reply (an error reply as an error table) or the
 /// refusal. A write that succeeded is noted in `wrote` and on the run's watch.
 fn call_answer(
-    lua: &mlua::Lua,
     words: &[Vec<u8>],
     reply: Result<Vec<u8>, &'static str>,
     watch: &RunWatch,
     wrote: &mut bool,
-) -> (bool, Value) {
+) -> Answer {
     let bytes = match reply {
         Ok(bytes) => bytes,
-        Err(refusal) => return (false, error_table(lua, refusal)),
+        Err(refusal) => return Answer::Error(refusal),
     };
     let write = lookup(&words[0])
         .is_some_and(|idx| COMMANDS[idx].is_write() && bytes.first() != Some(&b'-'));
@@ -547,9 +536,7 @@ fn call_answer(
         *wrote = true;
         watch.note_write();
     }
-    reply_to_lua(lua, &bytes)
-        .map(|(is_error, v)| (!is_error, v))
-        .unwrap_or_else(|_| (false, error_table(lua, "ERR reply could not be read")))
+    Answer::Reply(bytes)
 }
 
 /// A `redis.call`'s words as arguments.
