@@ -76,11 +76,15 @@ pub struct ScriptCache {
 impl ScriptCache {
     /// The cached script with this SHA (any letter case), if any.
     pub fn get(&self, sha: &[u8]) -> Option<Arc<Script>> {
-        if sha.len() != 40 {
+        let mut lower = [0u8; 40];
+        if sha.len() != lower.len() {
             return None;
         }
-        let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-        self.read().get(&sha).cloned()
+        for (l, b) in lower.iter_mut().zip(sha) {
+            *l = b.to_ascii_lowercase();
+        }
+        let sha = std::str::from_utf8(&lower).ok()?;
+        self.read().get(sha).cloned()
     }
 
     /// Adds `body` (after checking its shebang) unless present; `compiles` is asked only for

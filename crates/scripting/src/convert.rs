@@ -313,6 +313,14 @@ unsafe fn field(state: *mut ffi::lua_State, at: c_int, key: &[u8]) -> c_int {
     ffi::lua_type(state, -1)
 }
 
+/// A status reply of `s`, as Redis writes it.
+fn write_status(out: &mut ReplyBuf, s: &[u8]) {
+    match std::str::from_utf8(s) {
+        Ok(text) if !s.contains(&b'\r') && !s.contains(&b'\n') => out.simple(text),
+        _ => out.simple(&one_line(s)),
+    }
+}
+
 /// A status line's text with CR and LF made spaces, as Redis writes it.
 fn one_line(s: &[u8]) -> String {
     let text: Vec<u8> = s
@@ -339,7 +347,7 @@ unsafe fn write_table(
         let text = String::from_utf8_lossy(string_at(state, -1)).into_owned();
         out.error(&text);
     } else if field(state, at, b"ok") == ffi::LUA_TSTRING {
-        out.simple(&one_line(string_at(state, -1)));
+        write_status(out, string_at(state, -1));
     } else if field(state, at, b"double") == ffi::LUA_TNUMBER {
         out.double(ffi::lua_tonumber(state, -1));
     } else if field(state, at, b"big_number") == ffi::LUA_TSTRING {

@@ -39,4 +39,4 @@ pub mod watchdog;
 pub use cache::{sha1_hex, Reach, Script, ScriptCache};
 pub use shebang::ScriptFlags;
 pub use slot::{VmLease, VmSlot};
-pub use vm::{Answer, Request, Run, ScriptVm, Step};
+pub use vm::{Answer, Request, Run, ScriptVm, Step, Words};

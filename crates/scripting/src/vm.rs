@@ -15,6 +15,7 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::rc::Rc;
 
+use damselfly_protocol::Span;
 use mlua::{
     ffi, ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread,
     Value,
@@ -37,10 +38,44 @@ pub enum Request {
     Call {
         raise: bool,
         resp3: bool,
-        args: Vec<Vec<u8>>,
+        words: Words,
     },
     /// `redis.acl_check_cmd`.
-    AclCheck { args: Vec<Vec<u8>> },
+    AclCheck { words: Words },
+}
+
+/// A request's arguments laid out as a parsed command's are (one buffer, a span each), so
+/// the driver runs them as they come.
+#[derive(Debug, Default)]
+pub struct Words {
+    pub data: Vec<u8>,
+    pub spans: Vec<Span>,
+}
+
+impl Words {
+    pub fn from_args<'a>(args: impl Iterator<Item = &'a [u8]> + Clone) -> Words {
+        let mut words = Words {
+            data: Vec::with_capacity(args.clone().map(<[u8]>::len).sum()),
+            spans: Vec::with_capacity(args.clone().count()),
+        };
+        for arg in args {
+            Span::push_arg(&mut words.data, &mut words.spans, arg);
+        }
+        words
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.spans
+            .iter()
+            .map(|s| &self.data[s.start..s.start + s.len])
+    }
+
+    /// The first word (the command's name); empty when there is none.
+    pub fn first(&self) -> &[u8] {
+        self.spans
+            .first()
+            .map_or(&[][..], |s| &self.data[s.start..s.start + s.len])
+    }
 }
 
 /// The driver's answer to a run's request, which the run's `redis.call` (or `pcall`,
@@ -184,7 +219,7 @@ impl ScriptVm {
         let watch = watchdog::RunWatch::new(
             watchdog::RunKind::Load,
             String::new(),
-            Vec::new(),
+            Words::default(),
             watchdog::LOAD_TIME_LIMIT,
             Default::default(),
         );
@@ -389,7 +424,7 @@ enum Resumed {
         acl: bool,
         raise: bool,
         resp3: bool,
-        args: Option<Vec<Vec<u8>>>,
+        words: Option<Words>,
     },
     /// Something else yielded from the top level.
     StrayYield,
@@ -457,15 +492,15 @@ impl Run {
                 acl,
                 raise,
                 resp3,
-                args,
+                words,
             } => {
-                let Some(args) = args else {
+                let Some(words) = words else {
                     return Step::BadRequest {
                         raise,
                         error: "ERR Lua redis lib command arguments must be strings or integers",
                     };
                 };
-                if args.is_empty() {
+                if words.spans.is_empty() {
                     return Step::BadRequest {
                         raise,
                         error: if acl {
@@ -476,9 +511,13 @@ impl Run {
                     };
                 }
                 Step::Request(if acl {
-                    Request::AclCheck { args }
+                    Request::AclCheck { words }
                 } else {
-                    Request::Call { raise, resp3, args }
+                    Request::Call {
+                        raise,
+                        resp3,
+                        words,
+                    }
                 })
             }
             Resumed::Returned => {
@@ -562,30 +601,46 @@ unsafe fn read_yield(co: *mut ffi::lua_State, call_tag: *const c_void) -> Resume
     let acl = string_at(co, 2).is_some_and(|kind| kind == b"acl");
     let raise = ffi::lua_toboolean(co, 3) != 0;
     let resp3 = ffi::lua_tonumber(co, 4) == 3.0;
-    let mut args = Some(Vec::with_capacity(usize::try_from(n - 4).unwrap_or(0)));
+    // Room for every string, and for a number's 24 bytes at most.
+    let room: usize = (5..=n)
+        .map(|i| match ffi::lua_type(co, i) {
+            ffi::LUA_TSTRING => ffi::lua_objlen(co, i),
+            _ => 24,
+        })
+        .sum();
+    let mut words = Words {
+        data: Vec::with_capacity(room),
+        spans: Vec::with_capacity(usize::try_from(n - 4).unwrap_or(0)),
+    };
     for i in 5..=n {
-        let arg = match ffi::lua_type(co, i) {
-            ffi::LUA_TSTRING => string_at(co, i).map(<[u8]>::to_vec),
-            ffi::LUA_TNUMBER => {
-                let mut out = Vec::new();
-                damselfly_protocol::number::format_f64_17g(ffi::lua_tonumber(co, i), &mut out);
-                Some(out)
-            }
-            _ => None,
-        };
-        match (arg, args.as_mut()) {
-            (Some(arg), Some(list)) => list.push(arg),
+        let start = words.data.len();
+        match ffi::lua_type(co, i) {
+            ffi::LUA_TSTRING => words
+                .data
+                .extend_from_slice(string_at(co, i).unwrap_or_default()),
+            ffi::LUA_TNUMBER => damselfly_protocol::number::format_f64_17g(
+                ffi::lua_tonumber(co, i),
+                &mut words.data,
+            ),
             _ => {
-                args = None;
-                break;
+                return Resumed::Call {
+                    acl,
+                    raise,
+                    resp3,
+                    words: None,
+                }
             }
         }
+        words.spans.push(Span {
+            start,
+            len: words.data.len() - start,
+        });
     }
     Resumed::Call {
         acl,
         raise,
         resp3,
-        args,
+        words: Some(words),
     }
 }
 
@@ -726,7 +781,7 @@ mod tests {
             let watch = watchdog::RunWatch::new(
                 watchdog::RunKind::Eval,
                 "t".into(),
-                Vec::new(),
+                Words::default(),
                 Duration::ZERO,
                 board.clone(),
             );

@@ -37,7 +37,7 @@ pub struct RunWatch {
     /// The function's name, or the script's SHA.
     pub name: String,
     /// The command that started it, as typed (FUNCTION STATS).
-    pub command: Vec<Vec<u8>>,
+    pub command: crate::Words,
     started: Instant,
     busy_after: Duration,
     board: Arc<BusyBoard>,
@@ -52,7 +52,7 @@ impl RunWatch {
     pub fn new(
         kind: RunKind,
         name: String,
-        command: Vec<Vec<u8>>,
+        command: crate::Words,
         busy_after: Duration,
         board: Arc<BusyBoard>,
     ) -> Arc<RunWatch> {

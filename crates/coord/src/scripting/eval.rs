@@ -1,6 +1,8 @@
 //! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT: the EVAL script cache's commands. Runs go
 //! through the shared driver (`super`).
 
+use std::borrow::Cow;
+
 use damselfly_commands::Args;
 use damselfly_protocol::number::parse_i64;
 use damselfly_scripting::watchdog::RunKind;
@@ -35,9 +37,11 @@ const SCRIPT_HELP: &[&str] = &[
 impl Connection {
     /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
     pub(crate) async fn eval(&mut self, args: &Args<'_>) {
-        let name = args.get(0).to_ascii_lowercase();
-        let by_sha = name.starts_with(b"evalsha");
-        let read_only_cmd = name.ends_with(b"_ro");
+        let name = args.get(0);
+        let by_sha = name
+            .get(..7)
+            .is_some_and(|n| n.eq_ignore_ascii_case(b"evalsha"));
+        let read_only_cmd = name.len() > 3 && name[name.len() - 3..].eq_ignore_ascii_case(b"_ro");
         if by_sha && args.get(1).len() != 40 {
             return self.reply_error(NOSCRIPT);
         }
@@ -53,9 +57,9 @@ impl Connection {
         let worker = self.worker.clone();
         let cache = &worker.cluster.scripts;
         let known = if by_sha {
-            args.get(1).to_vec()
+            Cow::Borrowed(args.get(1))
         } else {
-            sha1_hex(args.get(1)).into_bytes()
+            Cow::Owned(sha1_hex(args.get(1)).into_bytes())
         };
         let script = match cache.get(&known) {
             Some(s) => s,

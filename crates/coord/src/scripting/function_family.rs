@@ -389,8 +389,8 @@ impl Connection {
                 out.bulk(b"name");
                 out.bulk(run.name.as_bytes());
                 out.bulk(b"command");
-                out.array(run.command.len());
-                for word in &run.command {
+                out.array(run.command.spans.len());
+                for word in run.command.iter() {
                     out.bulk(word);
                 }
                 out.bulk(b"duration_ms");

@@ -18,7 +18,7 @@ use damselfly_scripting::functions::Library;
 use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Script, ScriptVm};
 
-use super::{call_answer, call_words, check_call, next_call, CallRules, Failure, Next, Outcome};
+use super::{call_answer, check_call, next_call, CallRules, Failure, Next, Outcome};
 use crate::acl_family::ScriptAcl;
 use crate::maxmemory::CallOom;
 use crate::worker::Worker;
@@ -116,10 +116,9 @@ impl Worker {
         loop {
             let (resp3, words) = match next_call(run, lua, answer.take()) {
                 Next::End(outcome) => return Some(outcome),
-                Next::Call { resp3, args } => (resp3, args),
+                Next::Call { resp3, words } => (resp3, words),
             };
-            let (data, spans) = call_words(&words);
-            let args = Args::new(&data, &spans);
+            let args = Args::new(&words.data, &words.spans);
             let rules = CallRules {
                 read_only: job.read_only,
                 strict_keys: job.strict_keys.as_deref(),

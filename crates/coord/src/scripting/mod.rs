@@ -24,10 +24,9 @@ use std::time::Duration;
 use damselfly_commands::config::ScriptLocking;
 use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
 use damselfly_commands::{lookup, Args};
-use damselfly_protocol::Span;
 use damselfly_scripting::convert::write_lua;
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
-use damselfly_scripting::{Answer, Reach, Request, Run, ScriptVm, Step};
+use damselfly_scripting::{Answer, Reach, Request, Run, ScriptVm, Step, Words};
 use damselfly_storage::shard_for_key;
 use mlua::Value;
 
@@ -230,7 +229,7 @@ impl Connection {
         RunWatch::new(
             call.kind,
             call.id.to_string(),
-            args.iter().map(<[u8]>::to_vec).collect(),
+            Words::from_args((0..args.len()).map(|i| args.get(i))),
             Duration::from_millis(busy_after),
             self.worker.cluster.busy.clone(),
         )
@@ -375,7 +374,7 @@ impl Connection {
         loop {
             let (resp3, words) = match next_call(&mut run, lua, answer.take()) {
                 Next::End(outcome) => return outcome,
-                Next::Call { resp3, args } => (resp3, args),
+                Next::Call { resp3, words } => (resp3, words),
             };
             let reply = match self.script_call(&words, resp3, scope).await {
                 CallResult::Reply(bytes) => Ok(bytes),
@@ -390,12 +389,11 @@ impl Connection {
     /// routed inside the run's transaction, replying in the script's protocol.
     async fn script_call(
         &mut self,
-        argv: &[Vec<u8>],
+        words: &Words,
         resp3: bool,
         scope: &mut RunScope,
     ) -> CallResult {
-        let (data, spans) = call_words(argv);
-        let args = Args::new(&data, &spans);
+        let args = Args::new(&words.data, &words.spans);
         let db = self.info.db.get();
         let rules = CallRules {
             read_only: scope.read_only,
@@ -491,7 +489,7 @@ fn busy_text(board: &watchdog::BusyBoard) -> &'static str {
 
 /// What a run asks for next.
 enum Next {
-    Call { resp3: bool, args: Vec<Vec<u8>> },
+    Call { resp3: bool, words: Words },
     End(Outcome),
 }
 
@@ -507,13 +505,15 @@ fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<Answer>) -> Next
                 line,
             } => return Next::End(Outcome::Failed(Failure::raised(&error, source, line))),
             Step::BadRequest { error, .. } => answer = Some(Answer::Error(error)),
-            Step::Request(Request::AclCheck { args }) => {
-                answer = Some(match lookup(&args[0]) {
+            Step::Request(Request::AclCheck { words }) => {
+                answer = Some(match lookup(words.first()) {
                     Some(_) => Answer::Allowed,
                     None => Answer::Error("ERR Invalid command passed to redis.acl_check_cmd()"),
                 });
             }
-            Step::Request(Request::Call { resp3, args, .. }) => return Next::Call { resp3, args },
+            Step::Request(Request::Call { resp3, words, .. }) => {
+                return Next::Call { resp3, words }
+            }
         }
     }
 }
@@ -521,7 +521,7 @@ fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<Answer>) -> Next
 /// What Lua gets back from a call: its reply (an error reply as an error table) or the
 /// refusal. A write that succeeded is noted in `wrote` and on the run's watch.
 fn call_answer(
-    words: &[Vec<u8>],
+    words: &Words,
     reply: Result<Vec<u8>, &'static str>,
     watch: &RunWatch,
     wrote: &mut bool,
@@ -530,23 +530,13 @@ fn call_answer(
         Ok(bytes) => bytes,
         Err(refusal) => return Answer::Error(refusal),
     };
-    let write = lookup(&words[0])
+    let write = lookup(words.first())
         .is_some_and(|idx| COMMANDS[idx].is_write() && bytes.first() != Some(&b'-'));
     if write {
         *wrote = true;
         watch.note_write();
     }
     Answer::Reply(bytes)
-}
-
-/// A `redis.call`'s words as arguments.
-fn call_words(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<Span>) {
-    let mut data = Vec::with_capacity(argv.iter().map(|a| a.len()).sum());
-    let mut spans = Vec::with_capacity(argv.len());
-    for a in argv {
-        Span::push_arg(&mut data, &mut spans, a);
-    }
-    (data, spans)
 }
 
 /// Intents per shard.
