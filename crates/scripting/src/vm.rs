@@ -806,6 +806,48 @@ mod tests {
         }
     }
 
+    /// Coroutines are reused, and each run starts clean (its own KEYS, RESP2) after runs
+    /// that returned, failed, or yielded from the top level.
+    #[test]
+    fn each_run_starts_clean_on_a_reused_coroutine() {
+        let mut vm = ScriptVm::new(0).unwrap();
+        let echo = vm.compile("e", "user_script", b"return KEYS[1]").unwrap();
+        let resp3 = vm
+            .compile("r", "user_script", b"redis.setresp(3) return 1")
+            .unwrap();
+        let fail = vm.compile("f", "user_script", b"error('boom')").unwrap();
+        let stray = vm
+            .compile("s", "user_script", b"coroutine.yield(1)")
+            .unwrap();
+        let run = |f: &Function, key: &[u8]| {
+            let mut run = vm.start(f, &[key], &[], true).unwrap();
+            run.resume(vm.lua(), None)
+        };
+        let echoes = |step: Step, want: &str| match step {
+            Step::Done(Value::String(s), false) => assert_eq!(s.to_str().unwrap(), want),
+            _ => panic!("expected {want} in RESP2"),
+        };
+        let error_text = |step: Step| match step {
+            Step::Failed {
+                error: Value::Table(t),
+                line,
+                ..
+            } => (t.get::<String>("err").unwrap(), line),
+            _ => panic!("expected a failure"),
+        };
+        echoes(run(&echo, b"a"), "a");
+        assert!(matches!(run(&resp3, b"x"), Step::Done(_, true)));
+        echoes(run(&echo, b"b"), "b");
+        let (err, line) = error_text(run(&fail, b"x"));
+        assert!(err.ends_with("boom"), "{err}");
+        assert_eq!(line, Some(1));
+        echoes(run(&echo, b"c"), "c");
+        let (err, line) = error_text(run(&stray, b"x"));
+        assert_eq!(err, "ERR attempt to yield from outside a coroutine");
+        assert_eq!(line, Some(1));
+        echoes(run(&echo, b"d"), "d");
+    }
+
     #[test]
     fn a_load_past_its_time_limit_stops() {
         let vm = ScriptVm::new(0).unwrap();
