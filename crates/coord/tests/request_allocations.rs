@@ -75,8 +75,8 @@ fn serve(conn: &mut Connection, request: &[u8], out: &mut Vec<u8>) {
     conn.take_output(out);
 }
 
-#[test]
-fn get_and_set_allocate_nothing_beyond_the_new_record() {
+/// A connection on the only thread of a one-shard cluster.
+fn one_thread_connection() -> Connection {
     let (tx, _rx) = mailbox();
     let cluster = Arc::new(Cluster::new(Arc::new(Config::default()), vec![tx]));
     let worker = Worker::new(0, cluster);
@@ -85,7 +85,12 @@ fn get_and_set_allocate_nothing_beyond_the_new_record() {
         laddr: "127.0.0.1:2".into(),
         fd: -1,
     };
-    let mut conn = Connection::new(worker, peer);
+    Connection::new(worker, peer)
+}
+
+#[test]
+fn get_and_set_allocate_nothing_beyond_the_new_record() {
+    let mut conn = one_thread_connection();
     let value = [b'v'; 100];
     let set = resp(&[b"SET", b"key:000042", &value]);
     let get = resp(&[b"GET", b"key:000042"]);
@@ -135,15 +140,7 @@ fn get_and_set_allocate_nothing_beyond_the_new_record() {
 /// do again is allocate per mlua call and per coroutine (98 per run before the C API path).
 #[test]
 fn a_one_key_script_allocates_a_bounded_amount() {
-    let (tx, _rx) = mailbox();
-    let cluster = Arc::new(Cluster::new(Arc::new(Config::default()), vec![tx]));
-    let worker = Worker::new(0, cluster);
-    let peer = PeerInfo {
-        addr: "127.0.0.1:1".into(),
-        laddr: "127.0.0.1:2".into(),
-        fd: -1,
-    };
-    let mut conn = Connection::new(worker, peer);
+    let mut conn = one_thread_connection();
     let mut out = Vec::new();
     let load = resp(&[
         b"SCRIPT",
