@@ -59,12 +59,12 @@ fn bad() -> mlua::Error {
 }
 
 /// Pushes a byte string.
-unsafe fn push_bytes(state: *mut ffi::lua_State, b: &[u8]) {
+pub(crate) unsafe fn push_bytes(state: *mut ffi::lua_State, b: &[u8]) {
     ffi::lua_pushlstring(state, b.as_ptr().cast(), b.len());
 }
 
 /// Replaces the value on top with `{[key] = value}`.
-unsafe fn wrap(state: *mut ffi::lua_State, key: &[u8]) {
+pub(crate) unsafe fn wrap(state: *mut ffi::lua_State, key: &[u8]) {
     ffi::lua_createtable(state, 0, 1);
     push_bytes(state, key);
     ffi::lua_pushvalue(state, -3);
@@ -113,8 +113,8 @@ impl<'a> Reader<'a> {
     }
 
     /// A count that fits the C API's table size hints (only a hint: 0 when it does not).
-    fn hint(n: i64) -> std::os::raw::c_int {
-        std::os::raw::c_int::try_from(n).unwrap_or(0)
+    fn hint(n: i64) -> c_int {
+        c_int::try_from(n).unwrap_or(0)
     }
 
     /// Pushes the next value.
@@ -191,7 +191,7 @@ impl<'a> Reader<'a> {
             }
             b'#' => {
                 let t = self.line()? == b"t";
-                ffi::lua_pushboolean(state, std::os::raw::c_int::from(t));
+                ffi::lua_pushboolean(state, c_int::from(t));
             }
             b',' => {
                 let l = self.line()?;
@@ -281,7 +281,7 @@ unsafe fn write_value(
         return;
     }
     match ffi::lua_type(state, at) {
-        ffi::LUA_TSTRING => out.bulk(string_at(state, at)),
+        ffi::LUA_TSTRING => out.bulk(string_at(state, at).unwrap_or_default()),
         ffi::LUA_TNUMBER => out.int(lua_number_to_int(ffi::lua_tonumber(state, at))),
         ffi::LUA_TBOOLEAN => {
             let b = ffi::lua_toboolean(state, at) != 0;
@@ -296,14 +296,18 @@ unsafe fn write_value(
     }
 }
 
-/// The bytes of the string at `at` (the caller checked its type: a number is not converted).
-unsafe fn string_at<'a>(state: *mut ffi::lua_State, at: c_int) -> &'a [u8] {
-    let mut len = 0;
-    let ptr = ffi::lua_tolstring(state, at, &mut len);
-    if ptr.is_null() {
-        return &[];
+/// The string at `index` of `state`'s stack, if it is a string (a number is not converted,
+/// which would allocate).
+///
+/// # Safety
+/// The slice borrows Lua's string; it lives while the value stays on the stack.
+pub(crate) unsafe fn string_at<'a>(state: *mut ffi::lua_State, index: c_int) -> Option<&'a [u8]> {
+    if ffi::lua_type(state, index) != ffi::LUA_TSTRING {
+        return None;
     }
-    std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    let mut len = 0;
+    let ptr = ffi::lua_tolstring(state, index, &mut len);
+    (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
 }
 
 /// Pushes `t[key]` (raw) for the table at `at`, and returns its type.
@@ -344,14 +348,14 @@ unsafe fn write_table(
     }
     let top = ffi::lua_gettop(state);
     if field(state, at, b"err") == ffi::LUA_TSTRING {
-        let text = String::from_utf8_lossy(string_at(state, -1)).into_owned();
+        let text = String::from_utf8_lossy(string_at(state, -1).unwrap_or_default()).into_owned();
         out.error(&text);
     } else if field(state, at, b"ok") == ffi::LUA_TSTRING {
-        write_status(out, string_at(state, -1));
+        write_status(out, string_at(state, -1).unwrap_or_default());
     } else if field(state, at, b"double") == ffi::LUA_TNUMBER {
         out.double(ffi::lua_tonumber(state, -1));
     } else if field(state, at, b"big_number") == ffi::LUA_TSTRING {
-        let text = one_line(string_at(state, -1));
+        let text = one_line(string_at(state, -1).unwrap_or_default());
         if out.resp3 {
             out.buf.push(b'(');
             out.buf.extend_from_slice(text.as_bytes());
@@ -363,12 +367,12 @@ unsafe fn write_table(
         && field(state, top + 5, b"format") == ffi::LUA_TSTRING
         && field(state, top + 5, b"string") == ffi::LUA_TSTRING
     {
-        let f = string_at(state, -2);
+        let f = string_at(state, -2).unwrap_or_default();
         let mut f3 = String::from_utf8_lossy(&f[..f.len().min(3)]).into_owned();
         while f3.len() < 3 {
             f3.push(' ');
         }
-        out.verbatim(&f3, string_at(state, -1));
+        out.verbatim(&f3, string_at(state, -1).unwrap_or_default());
     } else {
         ffi::lua_settop(state, top);
         if field(state, at, b"map") == ffi::LUA_TTABLE {

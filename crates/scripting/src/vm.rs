@@ -21,6 +21,7 @@ use mlua::{
     Value,
 };
 
+use crate::convert::{push_bytes, push_reply, string_at, wrap};
 use crate::tailcall::without_tail_calls;
 use crate::{random, watchdog, ScriptFlags};
 
@@ -387,7 +388,7 @@ impl ScriptVm {
 unsafe fn push_sequence(state: *mut ffi::lua_State, items: &[&[u8]]) {
     ffi::lua_createtable(state, c_int::try_from(items.len()).unwrap_or(0), 0);
     for (i, item) in (1..).zip(items) {
-        ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+        push_bytes(state, item);
         ffi::lua_rawseti(state, -2, i);
     }
 }
@@ -563,13 +564,11 @@ impl Run {
 unsafe fn push_answer(state: *mut ffi::lua_State, answer: Option<&Answer>) {
     let refused = |state, text: &[u8]| {
         ffi::lua_pushboolean(state, 0);
-        ffi::lua_createtable(state, 0, 1);
-        ffi::lua_pushlstring(state, b"err".as_ptr().cast(), 3);
-        ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
-        ffi::lua_rawset(state, -3);
+        push_bytes(state, text);
+        wrap(state, b"err");
     };
     match answer {
-        Some(Answer::Reply(reply)) => match crate::convert::push_reply(state, reply) {
+        Some(Answer::Reply(reply)) => match push_reply(state, reply) {
             Ok(is_error) => {
                 ffi::lua_pushboolean(state, c_int::from(!is_error));
                 ffi::lua_insert(state, -2);
@@ -642,19 +641,6 @@ unsafe fn read_yield(co: *mut ffi::lua_State, call_tag: *const c_void) -> Resume
         resp3,
         words: Some(words),
     }
-}
-
-/// The string at `index` of `state`'s stack, if it is a string (a number is not converted).
-///
-/// # Safety
-/// The returned slice borrows Lua's string; it lives while the value stays on the stack.
-unsafe fn string_at<'a>(state: *mut ffi::lua_State, index: c_int) -> Option<&'a [u8]> {
-    if ffi::lua_type(state, index) != ffi::LUA_TSTRING {
-        return None;
-    }
-    let mut len = 0;
-    let ptr = ffi::lua_tolstring(state, index, &mut len);
-    (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
 }
 
 /// `{err = text}`.
