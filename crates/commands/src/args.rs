@@ -36,7 +36,7 @@ impl<'a> Args<'a> {
         self.buf
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + Clone + '_ {
         self.spans.iter().map(|s| &self.buf[s.range()])
     }
 

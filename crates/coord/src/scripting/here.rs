@@ -126,7 +126,7 @@ impl Worker {
                 acl: job.acl.as_ref(),
             };
             let checked = check_call(self, job.db, &args, rules);
-            let bytes = match checked {
+            let reply = match checked {
                 Err(refusal) => Err(refusal),
                 Ok((idx, plan)) => {
                     let here = plan.iter().all(|(shard, _)| *shard == self.id)
@@ -142,10 +142,10 @@ impl Worker {
                     }
                     let mut reply = ReplyBuf::new(resp3);
                     self.exec(idx, job.db, &args, &mut reply, true, job.caller);
-                    Ok(reply.buf)
+                    Ok((idx, reply.buf))
                 }
             };
-            answer = Some(call_answer(&words, bytes, &job.watch, &mut false));
+            answer = Some(call_answer(reply, &job.watch, &mut false));
         }
     }
 }

@@ -145,7 +145,8 @@ enum Outcome {
 
 /// The reply to one `redis.call`, or why it may not run here.
 enum CallResult {
-    Reply(Vec<u8>),
+    /// Command `idx`'s reply.
+    Reply(usize, Vec<u8>),
     Refused(&'static str),
     /// Its keys are on a shard the run did not lock.
     Elsewhere,
@@ -229,7 +230,7 @@ impl Connection {
         RunWatch::new(
             call.kind,
             call.id.to_string(),
-            Words::from_args((0..args.len()).map(|i| args.get(i))),
+            Words::from_args(args.iter()),
             Duration::from_millis(busy_after),
             self.worker.cluster.busy.clone(),
         )
@@ -377,11 +378,11 @@ impl Connection {
                 Next::Call { resp3, words } => (resp3, words),
             };
             let reply = match self.script_call(&words, resp3, scope).await {
-                CallResult::Reply(bytes) => Ok(bytes),
+                CallResult::Reply(idx, bytes) => Ok((idx, bytes)),
                 CallResult::Refused(e) => Err(e),
                 CallResult::Elsewhere => return Outcome::Restart,
             };
-            answer = Some(call_answer(&words, reply, &scope.watch, &mut scope.wrote));
+            answer = Some(call_answer(reply, &scope.watch, &mut scope.wrote));
         }
     }
 
@@ -426,7 +427,7 @@ impl Connection {
         self.out.resp3 = client_resp == 3;
         let reply = self.out.buf.split_off(mark.min(self.out.buf.len()));
         self.out.error_offsets.truncate(errors);
-        CallResult::Reply(reply)
+        CallResult::Reply(idx, reply)
     }
 
     /// `-BUSY` for a command other clients may not run while a script is busy (Redis's
@@ -518,21 +519,18 @@ fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<Answer>) -> Next
     }
 }
 
-/// What Lua gets back from a call: its reply (an error reply as an error table) or the
-/// refusal. A write that succeeded is noted in `wrote` and on the run's watch.
+/// What Lua gets back from a call: the reply of command `idx` (an error reply as an error
+/// table) or the refusal. A write that succeeded is noted in `wrote` and on the run's watch.
 fn call_answer(
-    words: &Words,
-    reply: Result<Vec<u8>, &'static str>,
+    reply: Result<(usize, Vec<u8>), &'static str>,
     watch: &RunWatch,
     wrote: &mut bool,
 ) -> Answer {
-    let bytes = match reply {
-        Ok(bytes) => bytes,
+    let (idx, bytes) = match reply {
+        Ok(reply) => reply,
         Err(refusal) => return Answer::Error(refusal),
     };
-    let write = lookup(words.first())
-        .is_some_and(|idx| COMMANDS[idx].is_write() && bytes.first() != Some(&b'-'));
-    if write {
+    if COMMANDS[idx].is_write() && bytes.first() != Some(&b'-') {
         *wrote = true;
         watch.note_write();
     }
