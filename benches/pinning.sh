@@ -44,19 +44,6 @@ start_all() {
   done
 }
 
-# load SERVER ARGS: runs the load, prints the requests it made.
-load() {
-  local server=$1 args=$2
-  if [ "$args" = memtier ]; then
-    local secs=$(((REQUESTS + 29999) / 30000))
-    memtier_benchmark -p "${PORT[$server]}" --hide-histogram --test-time=$secs 2>/dev/null |
-      awk -v s="$secs" '/^Totals/ {print int($2 * s)}'
-  else
-    # shellcheck disable=SC2086
-    redis-benchmark -p "${PORT[$server]}" $args -n "$REQUESTS" -q >/dev/null 2>&1
-    echo $((REQUESTS * $(echo "$args" | awk '{for (i = 1; i < NF; i++) if ($i == "-t") print split($(i + 1), t, ",")}')))
-  fi
-}
 
 RESULTS=$WORK/results
 : >"$RESULTS"

@@ -47,20 +47,6 @@ fi
 switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ {s += $2} END {print s}'; }
 usage() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
-# load SERVER ARGS [REQUESTS]: runs the load, prints the requests it made.
-load() {
-  local server=$1 args=$2 n=${3:-$REQUESTS}
-  if [ "$args" = memtier ]; then
-    # About 30,000 requests a second on this kind of machine; at least one second.
-    local secs=$(((n + 29999) / 30000))
-    memtier_benchmark -p "${PORT[$server]}" --hide-histogram --test-time=$secs 2>/dev/null |
-      awk -v s="$secs" '/^Totals/ {print int($2 * s)}'
-  else
-    # shellcheck disable=SC2086
-    redis-benchmark -p "${PORT[$server]}" $args -n "$n" -q >/dev/null 2>&1
-    echo $((n * 2))
-  fi
-}
 
 measure() { # server args -> "req/s user_us sys_us switches"
   local server=$1 args=$2 p=${PID[$1]}

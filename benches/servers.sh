@@ -51,3 +51,20 @@ each_run() {
     done
   done
 }
+
+# load SERVER ARGS [REQUESTS]: runs redis-benchmark with ARGS (its -t tests, REQUESTS each,
+# $REQUESTS by default), or memtier_benchmark's defaults when ARGS is `memtier` (for about
+# as long as REQUESTS take at 30,000 a second, at least one second), against SERVER; prints
+# the requests it made.
+load() {
+  local server=$1 args=$2 n=${3:-$REQUESTS}
+  if [ "$args" = memtier ]; then
+    local secs=$(((n + 29999) / 30000))
+    memtier_benchmark -p "${PORT[$server]}" --hide-histogram --test-time=$secs 2>/dev/null |
+      awk -v s="$secs" '/^Totals/ {print int($2 * s)}'
+  else
+    # shellcheck disable=SC2086
+    redis-benchmark -p "${PORT[$server]}" $args -n "$n" -q >/dev/null 2>&1
+    echo $((n * $(echo "$args" | awk '{for (i = 1; i < NF; i++) if ($i == "-t") print split($(i + 1), t, ",")}')))
+  fi
+}
