@@ -8,7 +8,13 @@
 //! tokio's park hooks); before parking it re-checks the queue, so a message sent while it was
 //! busy is never stranded. An event loop that does not report parking (glommio, which has no
 //! such hook) is always signalled: `parked` starts true and stays so.
+//!
+//! The owner may also reach into its queue while it works ([`Mailbox::take_ahead`]): Pub/Sub
+//! delivers the messages other threads published before one it publishes itself, and the
+//! rest wait in order for the loop.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
@@ -97,6 +103,8 @@ impl<T> MailboxSender<T> {
 pub struct Mailbox<T> {
     rx: Receiver<T>,
     signal: Arc<Signal>,
+    /// Messages taken from the channel and not handed out yet, oldest first.
+    taken: RefCell<VecDeque<T>>,
 }
 
 /// A new mailbox and its sending side.
@@ -111,7 +119,11 @@ pub fn mailbox<T>() -> (MailboxSender<T>, Mailbox<T>) {
             tx,
             signal: signal.clone(),
         },
-        Mailbox { rx, signal },
+        Mailbox {
+            rx,
+            signal,
+            taken: RefCell::new(VecDeque::new()),
+        },
     )
 }
 
@@ -119,13 +131,21 @@ impl<T> Mailbox<T> {
     /// Waits until at least one message is queued, then moves every queued message into `out`.
     /// Returns false when every sender is gone and the mailbox is empty.
     pub async fn recv_all(&self, out: &mut Vec<T>) -> bool {
+        let open = self.ready().await;
+        out.extend(self.taken.borrow_mut().drain(..));
+        open
+    }
+
+    /// Waits until at least one message is queued, then takes every queued message, for
+    /// `pop` to hand out in order. Returns false when every sender is gone and nothing is left.
+    pub async fn ready(&self) -> bool {
         poll_fn(|cx| {
-            if let Drained::Messages = self.drain(out) {
+            if let Drained::Messages = self.drain() {
                 return Poll::Ready(true);
             }
             self.signal.waker.register(cx.waker());
             // Re-check after registering so a send racing with registration is not lost.
-            match self.drain(out) {
+            match self.drain() {
                 Drained::Messages => Poll::Ready(true),
                 Drained::Closed => Poll::Ready(false),
                 Drained::Empty => Poll::Pending,
@@ -134,16 +154,38 @@ impl<T> Mailbox<T> {
         .await
     }
 
-    fn drain(&self, out: &mut Vec<T>) -> Drained {
-        let mut n = 0;
+    /// The oldest message taken and not handed out yet.
+    pub fn pop(&self) -> Option<T> {
+        self.taken.borrow_mut().pop_front()
+    }
+
+    /// Takes every queued message now and passes each message taken and not handed out yet,
+    /// oldest first, to `take`, which handles those it wants and gives back the others; those
+    /// keep their order for `pop`. The owner's thread calls it, also while it handles a
+    /// message it popped.
+    pub fn take_ahead(&self, mut take: impl FnMut(T) -> Option<T>) {
+        self.drain();
+        let mut taken = self.taken.borrow_mut();
+        for _ in 0..taken.len() {
+            let Some(m) = taken.pop_front() else { break };
+            if let Some(m) = take(m) {
+                taken.push_back(m);
+            }
+        }
+        // The senders' wake-ups were for messages now out of the channel, where the owner's
+        // park check no longer sees them: wake its loop for those left (a local wake).
+        if !taken.is_empty() {
+            self.signal.waker.wake();
+        }
+    }
+
+    /// Moves every queued message behind those taken before.
+    fn drain(&self) -> Drained {
+        let mut taken = self.taken.borrow_mut();
         loop {
             match self.rx.try_recv() {
-                Ok(m) => {
-                    out.push(m);
-                    n += 1;
-                }
-                Err(TryRecvError::Empty) if n > 0 => return Drained::Messages,
-                Err(TryRecvError::Disconnected) if n > 0 => return Drained::Messages,
+                Ok(m) => taken.push_back(m),
+                Err(_) if !taken.is_empty() => return Drained::Messages,
                 Err(TryRecvError::Empty) => return Drained::Empty,
                 Err(TryRecvError::Disconnected) => return Drained::Closed,
             }
@@ -224,6 +266,56 @@ mod tests {
         assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(true));
         drop(fut);
         assert_eq!(out, vec![7]);
+    }
+
+    #[test]
+    fn messages_taken_ahead_are_handled_once_and_the_rest_keep_their_order() {
+        let (tx, mb) = mailbox::<u32>();
+        let (flag, waker) = flag_waker();
+        let mut cx = Context::from_waker(&waker);
+        let evens = |handled: &mut Vec<u32>| {
+            let mut take = |m: u32| {
+                if m % 2 == 0 {
+                    handled.push(m);
+                    None
+                } else {
+                    Some(m)
+                }
+            };
+            mb.take_ahead(&mut take);
+        };
+        tx.send(1);
+        tx.send(2);
+        assert_eq!(
+            Box::pin(mb.ready()).as_mut().poll(&mut cx),
+            Poll::Ready(true)
+        );
+        assert_eq!(mb.pop(), Some(1));
+        // While 1 is handled, 3 and 4 arrive and the owner takes the even ones ahead.
+        tx.send(3);
+        tx.send(4);
+        let mut handled = Vec::new();
+        evens(&mut handled);
+        assert_eq!(handled, vec![2, 4]);
+        assert_eq!((mb.pop(), mb.pop()), (Some(3), None));
+
+        // The loop waits; a busy owner's other task takes 6 ahead and leaves 5 to the loop,
+        // which no sender signalled.
+        let mut ready = Box::pin(mb.ready());
+        assert!(ready.as_mut().poll(&mut cx).is_pending());
+        tx.after_unpark();
+        tx.send(5);
+        tx.send(6);
+        assert!(!flag.0.load(std::sync::atomic::Ordering::SeqCst));
+        evens(&mut handled);
+        assert_eq!(handled, vec![2, 4, 6]);
+        assert!(!tx.has_pending(), "the channel was emptied");
+        assert!(
+            flag.0.load(std::sync::atomic::Ordering::SeqCst),
+            "the loop is woken for what was left to it"
+        );
+        assert_eq!(ready.as_mut().poll(&mut cx), Poll::Ready(true));
+        assert_eq!((mb.pop(), mb.pop()), (Some(5), None));
     }
 
     use std::future::Future;

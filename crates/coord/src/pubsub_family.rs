@@ -6,9 +6,9 @@
 //! then sent to every other thread; SUBSCRIBE and UNSUBSCRIBE reply once every thread has
 //! applied it, so a PUBLISH issued after the reply, from any thread, counts and reaches the
 //! client. PUBLISH reads its own thread's replica for the count and the threads to send to,
-//! delivers on its thread directly and sends the message to the others' mailboxes: one
-//! sending thread's messages arrive in the order sent, so one publisher's messages reach a
-//! subscriber in publish order.
+//! delivers on its thread directly (after the messages other threads published here before
+//! it) and sends the message to the others' mailboxes: one sending thread's messages arrive
+//! in the order sent, so one publisher's messages reach a subscriber in publish order.
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -66,6 +66,12 @@ pub(crate) struct ConnPubSub {
 impl Worker {
     /// Publishes a message from this thread: delivered here directly, sent to every other
     /// thread with a recipient. Returns how many clients receive it.
+    ///
+    /// Messages other threads published to this one and still in its mailbox are delivered
+    /// first: their publishers may already have answered the client whose command publishes
+    /// now (a served blocker's events, then that client's PUBLISH), and a subscriber must see
+    /// them in that order. Other mailbox messages wait for the loop as before; none of them
+    /// has had an effect a client could have seen.
     pub fn publish(&self, mut msg: Message) -> u64 {
         let mut ps = self.pubsub.borrow_mut();
         let ps = &mut *ps;
@@ -86,6 +92,15 @@ impl Worker {
             .enumerate()
             .any(|(t, &on)| on && t != self.id);
         if ps.targets.get(self.id).copied().unwrap_or(false) {
+            if self.cluster.mailboxes[self.id].has_pending() {
+                self.mailbox.take_ahead(|m| match m {
+                    ShardMsg::Publish(earlier) => {
+                        ps.subscribers.deliver(&earlier);
+                        None
+                    }
+                    other => Some(other),
+                });
+            }
             ps.subscribers.deliver(&msg);
         }
         if remote {

@@ -23,6 +23,7 @@ use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
 use crate::durability::{JournalCell, TxTag};
+use crate::mailbox::Mailbox;
 use crate::maxmemory::OOM;
 use crate::messages::{BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport};
 use crate::pubsub_family::ThreadPubSub;
@@ -65,6 +66,8 @@ pub(crate) struct DeferredBatch {
 pub struct Worker {
     pub id: usize,
     pub cluster: Arc<Cluster>,
+    /// This thread's end of its mailbox (`cluster.mailboxes[id]` is the sending end).
+    pub mailbox: Mailbox<ShardMsg>,
     pub shard: RefCell<Shard>,
     pub stats: RefCell<ThreadStats>,
     pub clients: RefCell<Registry>,
@@ -156,7 +159,7 @@ impl Timing {
 }
 
 impl Worker {
-    pub fn new(id: usize, cluster: Arc<Cluster>) -> Rc<Self> {
+    pub fn new(id: usize, cluster: Arc<Cluster>, mailbox: Mailbox<ShardMsg>) -> Rc<Self> {
         let (shard, journal) = match cluster.take_start(id) {
             Some(start) => (start.shard, start.journal),
             None => (Shard::new(cluster.databases), None),
@@ -165,6 +168,7 @@ impl Worker {
         let worker = Rc::new(Worker {
             id,
             cluster,
+            mailbox,
             shard: RefCell::new(shard),
             stats: RefCell::new(ThreadStats::default()),
             clients: RefCell::new(Registry::default()),

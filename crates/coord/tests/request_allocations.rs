@@ -77,9 +77,9 @@ fn serve(conn: &mut Connection, request: &[u8], out: &mut Vec<u8>) {
 
 /// A connection on the only thread of a one-shard cluster.
 fn one_thread_connection() -> Connection {
-    let (tx, _rx) = mailbox();
+    let (tx, rx) = mailbox();
     let cluster = Arc::new(Cluster::new(Arc::new(Config::default()), vec![tx]));
-    let worker = Worker::new(0, cluster);
+    let worker = Worker::new(0, cluster, rx);
     let peer = PeerInfo {
         addr: "127.0.0.1:1".into(),
         laddr: "127.0.0.1:2".into(),

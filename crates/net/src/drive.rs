@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use damselfly_coord::{Connection, Mailbox, PeerInfo, ShardMsg, Step, Worker};
+use damselfly_coord::{Connection, PeerInfo, ShardMsg, Step, Worker};
 
 use crate::handoff::{hand_over, ready_to_move, Movers};
 use crate::{Shared, SHUTDOWN_GRACE};
@@ -405,44 +405,41 @@ const PROTECTED_MODE_DENIED: &[u8] = b"-DENIED Redis is running in protected mod
 /// snapshot walk, whose next step the loop then hands over.
 pub(crate) async fn mailbox_loop<F: Future<Output = ()>, S: Future<Output = ()>>(
     worker: Rc<Worker>,
-    mailbox: Mailbox<ShardMsg>,
     after_io: impl Fn() -> F,
     sleep: impl Fn(Duration) -> S,
 ) {
-    let mut msgs = Vec::with_capacity(64);
     loop {
-        let open = match worker.walk_resumes_at() {
-            None => mailbox.recv_all(&mut msgs).await,
-            // Checked first: with messages always waiting, a race would never let it win.
-            Some(at) if at <= Instant::now() => {
-                msgs.push(ShardMsg::SnapshotStep);
-                true
+        let step_due = match worker.walk_resumes_at() {
+            None => {
+                if !worker.mailbox.ready().await {
+                    break;
+                }
+                false
             }
+            // Checked first: with messages always waiting, a race would never let it win.
+            Some(at) if at <= Instant::now() => true,
             Some(at) => {
                 let pause = at.saturating_duration_since(Instant::now());
                 let paused = async {
                     sleep(pause).await;
                     None
                 };
-                match futures_lite::future::or(
-                    async { Some(mailbox.recv_all(&mut msgs).await) },
-                    paused,
-                )
-                .await
+                match futures_lite::future::or(async { Some(worker.mailbox.ready().await) }, paused)
+                    .await
                 {
-                    Some(open) => open,
-                    None => {
-                        msgs.push(ShardMsg::SnapshotStep);
-                        true
-                    }
+                    Some(false) => break,
+                    Some(true) => false,
+                    None => true,
                 }
             }
         };
-        if !open {
-            break;
+        let mut stepped = step_due;
+        if step_due {
+            worker.handle(ShardMsg::SnapshotStep);
         }
-        let mut stepped = false;
-        for m in msgs.drain(..) {
+        // One message at a time: a message's handling may take later ones ahead
+        // (`Mailbox::take_ahead`), which must then not run twice.
+        while let Some(m) = worker.mailbox.pop() {
             stepped |= matches!(m, ShardMsg::SnapshotStep);
             worker.handle(m);
         }

@@ -102,13 +102,12 @@ fn thread_main(
     let rt = runtime(&shared.cluster.mailboxes[index])?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Worker::new(index, shared.cluster.clone());
+        let worker = Worker::new(index, shared.cluster.clone(), start.mailbox);
         let movers = shared.movers.clone();
         // tokio's yield_now wakes the task only after the runtime polled its I/O driver.
         let fine = FineSleep::new().ok().map(Rc::new);
         spawn_local(mailbox_loop(
             worker.clone(),
-            start.mailbox,
             tokio::task::yield_now,
             move |pause| {
                 let fine = fine.clone();

@@ -167,12 +167,11 @@ async fn thread_main(
     unix_path: String,
 ) -> io::Result<()> {
     shared.pin(index);
-    let worker = Worker::new(index, shared.cluster.clone());
+    let worker = Worker::new(index, shared.cluster.clone(), start.mailbox);
     let movers = shared.movers.clone();
     // A timer fires only when the reactor runs, which also reaps I/O completions.
     spawn_local(mailbox_loop(
         worker.clone(),
-        start.mailbox,
         || glommio::timer::sleep(Duration::from_micros(20)),
         glommio::timer::sleep,
     ))
