@@ -823,7 +823,6 @@ impl Worker {
         locks
     }
 
-    /// True when a plain command may run on this shard now without overtaking a transaction.
     /// Prefetches the table memory of every key this shard owns among `cmds` (a round's or
     /// a batch's single-key commands, as spec, database and arguments), so the lookups that
     /// follow overlap their cache misses instead of taking them one after another.
@@ -843,6 +842,7 @@ impl Worker {
         }
     }
 
+    /// True when a plain command may run on this shard now without overtaking a transaction.
     pub(crate) fn may_run_now(&self, spec: usize, db: usize, args: &Args) -> bool {
         self.txq.borrow().is_idle() || {
             let locks = self.command_locks(spec, db, args);
