@@ -219,9 +219,11 @@ impl Worker {
     }
 
     /// Wakes this thread's mailbox task if messages wait (called between rounds so a busy
-    /// thread, which other threads do not signal, still serves its mailbox promptly).
+    /// thread, which other threads do not signal, still serves its mailbox promptly), and
+    /// the threads this one published to since (`send_owed_wakes`).
     pub fn poke_mailbox(&self) {
         self.cluster.mailboxes[self.id].poke();
+        self.send_owed_wakes();
     }
 
     /// Sends a batch to another shard; the returned future resolves to its replies (None if
@@ -476,6 +478,7 @@ impl Worker {
         self.handling.set(self.handling.get() - 1);
         if self.handling.get() == 0 {
             self.send_replies();
+            self.send_owed_wakes();
         }
     }
 
