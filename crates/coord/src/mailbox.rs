@@ -275,7 +275,7 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         let evens = |handled: &mut Vec<u32>| {
             let mut take = |m: u32| {
-                if m % 2 == 0 {
+                if m.is_multiple_of(2) {
                     handled.push(m);
                     None
                 } else {
