@@ -30,9 +30,10 @@ use crate::messages::ShardMsg;
 use crate::worker::Worker;
 
 /// From this many recipients a message's wake-ups of other threads wait for the end of the
-/// round (`Worker::publish`). Measured with `damselfly-bench pubsub`: with 100 and 1,000
-/// subscribers waking at the end of the round cut the sends per message by a tenth and CPU
-/// per message by 0-16%; with one subscriber it cost a sixth of the throughput.
+/// round (`Worker::publish`). Measured with `damselfly-bench pubsub`: with 1,000 subscribers
+/// waking at the end of the round cut the sends per message by a tenth and CPU per message
+/// by 0-7%; with one subscriber, where there are few sends to save, runs that did so were
+/// slower more often than not (within this machine's noise).
 const DEFER_WAKES_FROM: u64 = 16;
 
 /// A thread's Pub/Sub state, kept by its worker.
