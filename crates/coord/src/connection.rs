@@ -25,10 +25,9 @@ use futures_channel::oneshot;
 use crate::affinity::Affinity;
 use crate::blocking::BlockedCmd;
 use crate::client::ClientInfo;
-use crate::direct_reply::ClientSocket;
+use crate::direct_reply::{ClientSocket, InFlight};
 use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
 use crate::pubsub_family::ConnPubSub;
-use crate::reply_slots::ReplyWait;
 use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
 use crate::worker::Worker;
 
@@ -129,9 +128,11 @@ pub struct Connection {
     pub(crate) round_len: usize,
     /// The socket, for shards to write replies to (None for TLS); direct_reply.rs.
     pub(crate) socket: Option<Arc<ClientSocket>>,
-    /// A one-command round whose reply a shard writes to the socket: the shard, and where
-    /// its answer (what it did not write) arrives.
-    pub(crate) in_flight: Option<(usize, ReplyWait)>,
+    /// A one-command round whose reply a shard writes to the socket (direct_reply.rs).
+    pub(crate) in_flight: Option<InFlight>,
+    /// The command just run was counted in the statistics by the shard that ran it (a
+    /// script with a direct reply), so its coordinator does not count it again.
+    pub(crate) recorded_by_shard: bool,
     /// The I/O loop holds output it has not written yet.
     pub(crate) unsent_output: bool,
     /// The session went to another thread (`detach`): nothing is left to clean up here.
@@ -223,6 +224,7 @@ impl Connection {
             round_len: 0,
             socket: Some(socket),
             in_flight: None,
+            recorded_by_shard: false,
             unsent_output: false,
             moved_away: false,
             stays: false,
@@ -854,13 +856,20 @@ impl Connection {
     }
 
     /// Runs a coordinator command and counts it in the command statistics.
-    async fn run_coordinator_recorded(&mut self, idx: usize, cmd: CoordCmd, args: &Args<'_>) {
+    pub(crate) async fn run_coordinator_recorded(
+        &mut self,
+        idx: usize,
+        cmd: CoordCmd,
+        args: &Args<'_>,
+    ) {
         let started = Instant::now();
         let errors_before = self.out.error_offsets.len();
         crate::crash::running(COMMANDS[idx].name);
         self.run_coordinator(cmd, args).await;
         crate::crash::idle();
-        self.record_command(idx, args, started, errors_before);
+        if !std::mem::take(&mut self.recorded_by_shard) {
+            self.record_command(idx, args, started, errors_before);
+        }
     }
 
     /// Counts a command timed on this thread (a coordinator command, a fan-out) in the

@@ -31,7 +31,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::connection::{Connection, PendingSlot, ReplyMode};
 use crate::messages::{BatchReply, Payload, ShardMsg};
+use crate::reply_slots::ReplyWait;
+use crate::scripting::ScriptInFlight;
 use crate::worker::Worker;
+
+/// A reply a shard is writing: the shard, where its answer (what it did not write) arrives,
+/// and for a script sent to run on its keys' shard, what running it here instead takes.
+pub(crate) struct InFlight {
+    pub shard: usize,
+    pub wait: ReplyWait,
+    pub script: Option<ScriptInFlight>,
+}
+
+/// A transaction hop's answer that the shard writes to the client's socket as it would a
+/// batch's (a script run on its keys' shard, crates/coord/src/scripting/here.rs).
+pub(crate) struct DirectHop(pub BatchReply);
 
 /// A client's socket as other threads may write to it.
 #[derive(Debug)]
@@ -151,28 +165,37 @@ impl Connection {
     /// Sends the round's one remote command with its socket, if it qualifies for a direct
     /// reply (module doc); false to wait for the reply as usual.
     pub(crate) fn send_for_direct_reply(&mut self) -> bool {
-        let Some(socket) = &self.socket else {
-            return false;
-        };
         let [PendingSlot { shard, .. }] = self.pending[..] else {
             return false;
         };
-        let config = &self.worker.cluster.config;
-        if self.round_len != 1
-            || !config.direct_replies.load(Ordering::Relaxed)
-            || self.unsent_output
-            || shard == self.worker.id
-            || self.affinity.due().is_some()
-            || !self.writes_alone()
-        {
+        let Some(socket) = self.direct_reply_socket(shard) else {
             return false;
-        }
+        };
         let mut batch = std::mem::take(&mut self.batches[shard]);
         batch.reply_limit = self.out.limit;
-        batch.socket = Some(socket.clone());
+        batch.socket = Some(socket);
         self.pending.clear();
-        self.in_flight = Some((shard, self.worker.send_batch(shard, batch)));
+        let wait = self.worker.send_batch(shard, batch);
+        self.in_flight = Some(InFlight {
+            shard,
+            wait,
+            script: None,
+        });
         true
+    }
+
+    /// The socket `shard` may write this round's one reply to, when the round qualifies
+    /// for a direct reply (module doc).
+    pub(crate) fn direct_reply_socket(&self, shard: usize) -> Option<Arc<ClientSocket>> {
+        let socket = self.socket.as_ref()?;
+        let config = &self.worker.cluster.config;
+        let qualifies = self.round_len == 1
+            && config.direct_replies.load(Ordering::Relaxed)
+            && !self.unsent_output
+            && shard != self.worker.id
+            && self.affinity.due().is_none()
+            && self.writes_alone();
+        qualifies.then(|| socket.clone())
     }
 
     /// True while a shard may be writing this connection's reply.
@@ -184,7 +207,7 @@ impl Connection {
     /// it); never when none is in flight. Holds no borrow of the connection.
     pub fn in_flight_arrived(&self) -> impl std::future::Future<Output = ()> + 'static {
         let worker = self.worker.clone();
-        let slot = self.in_flight.as_ref().map(|(_, wait)| wait.slot);
+        let slot = self.in_flight.as_ref().map(|f| f.wait.slot);
         std::future::poll_fn(move |cx| match slot {
             Some(slot) => worker.replies.borrow_mut().poll_arrived(slot, cx),
             None => std::task::Poll::Pending,
@@ -193,7 +216,12 @@ impl Connection {
 
     /// Waits for the reply in flight and puts what the shard did not write into the output.
     pub async fn settle(&mut self) {
-        let Some((shard, wait)) = self.in_flight.take() else {
+        let Some(InFlight {
+            shard,
+            wait,
+            script,
+        }) = self.in_flight.take()
+        else {
             return;
         };
         self.set_settling(true);
@@ -206,6 +234,12 @@ impl Connection {
             if r.out.is_empty() && r.slow.is_empty() && r.ends.len() == 1 {
                 // Written whole: nothing to add.
                 return;
+            }
+        }
+        if let Some(script) = script {
+            if !matches!(&answer, Some(Payload::Batch(r)) if r.ends.len() == 1) {
+                // Its shard did not run it (it needs other shards, or the VM was busy).
+                return self.run_script_again(script).await;
             }
         }
         self.pending.push(PendingSlot {

@@ -22,6 +22,7 @@ use crate::blocking::{BlockedKeys, Wake};
 use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
+use crate::direct_reply::DirectHop;
 use crate::durability::{JournalCell, TxTag};
 use crate::mailbox::Mailbox;
 use crate::maxmemory::OOM;
@@ -148,6 +149,14 @@ impl Default for Timing {
             tracking: false,
         }
     }
+}
+
+/// A call being timed (`Worker::start_call_timer`): what to measure, and its start when
+/// this call is measured.
+#[derive(Clone, Copy)]
+pub(crate) struct CallTimer {
+    timing: Timing,
+    started: Option<quanta::Instant>,
 }
 
 impl Timing {
@@ -332,14 +341,7 @@ impl Worker {
                 return None;
             }
         }
-        let executed = self.executed.get().wrapping_add(1);
-        self.executed.set(executed);
-        let timing = self.timing();
-        let every = timing.every_command();
-        // quanta reads the TSC: a few nanoseconds where clock_gettime costs tens, on every
-        // command while the slow log and latency tracking are on (the defaults).
-        let started = (record && (every || executed.is_multiple_of(TIMING_SAMPLE)))
-            .then(quanta::Instant::now);
+        let timer = record.then(|| self.start_call_timer());
         let errors_before = reply.error_offsets.len();
         crash::running(COMMANDS[spec].name);
         let words = COMMANDS[spec].is_write().then_some(args);
@@ -347,18 +349,40 @@ impl Worker {
         self.with_ctx(db, reply, words, |ctx| f(ctx, args));
         self.end_tracked_call(spec, args);
         crash::idle();
-        if !record {
-            return None;
-        }
-        let elapsed = started.map(|t| t.elapsed());
+        self.record_call(spec, timer?, reply, errors_before)
+    }
+
+    /// Starts timing a call this thread runs for a client: every call while the slow log or
+    /// latency tracking want each one, else one in [`TIMING_SAMPLE`].
+    pub(crate) fn start_call_timer(&self) -> CallTimer {
+        let executed = self.executed.get().wrapping_add(1);
+        self.executed.set(executed);
+        let timing = self.timing();
+        let every = timing.every_command();
+        // quanta reads the TSC: a few nanoseconds where clock_gettime costs tens, on every
+        // command while the slow log and latency tracking are on (the defaults).
+        let started = (every || executed.is_multiple_of(TIMING_SAMPLE)).then(quanta::Instant::now);
+        CallTimer { timing, started }
+    }
+
+    /// Counts a finished call in the command and error statistics and the latency
+    /// histograms. Returns its duration when it belongs in the slow log (`observe`).
+    pub(crate) fn record_call(
+        &self,
+        spec: usize,
+        timer: CallTimer,
+        reply: &ReplyBuf,
+        errors_before: usize,
+    ) -> Option<u64> {
+        let elapsed = timer.started.map(|t| t.elapsed());
         let mut stats = self.stats.borrow_mut();
         let failed = stats.count_errors(reply, errors_before) > 0;
         match elapsed {
-            Some(d) if every => {
+            Some(d) if timer.timing.every_command() => {
                 let usec = d.as_micros() as u64;
                 stats.record_call(spec, usec, failed);
                 drop(stats);
-                self.observe(spec, usec, timing)
+                self.observe(spec, usec, timer.timing)
             }
             Some(d) => {
                 stats.record_call(spec, d.as_micros() as u64 * TIMING_SAMPLE, failed);
@@ -658,6 +682,13 @@ impl Worker {
     fn deliver_reply(&self, origin: usize, slot: usize, reply: Payload) {
         match reply {
             Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
+            Payload::Hop { id, value } => match value.downcast::<DirectHop>() {
+                Ok(direct) => self.reply_directly(origin, slot, direct.0),
+                Err(value) => {
+                    let reply = Payload::Hop { id, value };
+                    self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
+                }
+            },
             reply => {
                 self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
             }

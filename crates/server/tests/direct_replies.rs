@@ -255,7 +255,70 @@ fn journal_always(b: Backend) {
     assert_eq!(direct_replies(&mut admin) - before, 20);
 }
 
+/// A script whose keys live on the other thread's shard runs there and replies from there,
+/// counted in the command statistics as if its own thread had run it; one the shard hands
+/// back (it reaches a key on another shard) runs again on its own thread, once; one the
+/// slow log must record comes back to be logged.
+fn scripts_reply_from_their_shard(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = common::key_on_each_shard();
+    let mut admin = s.raw();
+    let mut c = s.raw();
+    let set = "return redis.call('set', KEYS[1], ARGV[1])";
+    let get = "return redis.call('get', KEYS[1])";
+    let fail = "return redis.error_reply('MYERR ' .. KEYS[1])";
+    let before = direct_replies(&mut admin);
+    for i in 0..50 {
+        let v = format!("value-{i}");
+        for key in [&k0, &k1] {
+            assert_eq!(c.cmd(&["EVAL", set, "1", key, &v]), b"+OK\r\n");
+            assert_eq!(c.cmd(&["EVAL", get, "1", key]), bulk(&v));
+        }
+    }
+    for key in [&k0, &k1] {
+        assert_eq!(
+            c.cmd(&["EVAL", fail, "1", key]),
+            format!("-MYERR {key}\r\n").into_bytes()
+        );
+    }
+    // 200 scripts, 2 errors: half on the other thread's shard.
+    assert_eq!(direct_replies(&mut admin) - before, 101);
+    let stats = String::from_utf8_lossy(&admin.cmd(&["INFO", "commandstats"])).into_owned();
+    assert!(
+        stats.contains("cmdstat_eval:calls=202,") && stats.contains("failed_calls=2"),
+        "{stats}"
+    );
+    let errors = String::from_utf8_lossy(&admin.cmd(&["INFO", "errorstats"])).into_owned();
+    assert!(errors.contains("errorstat_MYERR:count=2"), "{errors}");
+
+    // Each key's script reaches the other key's shard: handed back and run again there.
+    let restarts = || info_field(&mut s.raw(), "stats", "script_shard_restarts");
+    let roam = "redis.call('incr', KEYS[1]) return redis.call('incr', ARGV[1])";
+    assert_eq!(c.cmd(&["SET", &k0, "0"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["SET", &k1, "0"]), b"+OK\r\n");
+    assert_eq!(c.cmd(&["EVAL", roam, "1", &k0, &k1]), b":1\r\n");
+    assert_eq!(restarts().as_deref(), Some("1"));
+    let twice = format!("{roam} ");
+    assert_eq!(c.cmd(&["EVAL", &twice, "1", &k1, &k0]), b":2\r\n");
+    assert_eq!(restarts().as_deref(), Some("2"));
+    assert_eq!(c.cmd(&["MGET", &k0, &k1]), b"*2\r\n$1\r\n2\r\n$1\r\n2\r\n");
+
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.cmd(&["SLOWLOG", "RESET"]), b"+OK\r\n");
+    for key in [&k0, &k1] {
+        assert_eq!(c.cmd(&["EVAL", get, "1", key]), b"$1\r\n2\r\n");
+    }
+    let log = String::from_utf8_lossy(&c.cmd(&["SLOWLOG", "GET"])).into_owned();
+    for key in [&k0, &k1] {
+        assert!(log.contains(key.as_str()), "{key} missing from {log}");
+    }
+}
+
 backend_tests!(
+    scripts_reply_from_their_shard,
     request_reply_tcp,
     request_reply_unix,
     switched_off,

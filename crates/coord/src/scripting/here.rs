@@ -6,21 +6,32 @@
 //! a shard (SELECT, keyless commands, whole-keyspace ones), takes back what the run wrote
 //! (the shard's undo log) and hands the run back to the connection, which runs it the general
 //! way (`super`), locking every shard.
+//!
+//! When the run is the client's whole round and its shard is another thread's, that shard
+//! also writes the reply to the client's socket and counts the call in its statistics, as it
+//! does for a plain command (crates/coord/src/direct_reply.rs): the client's thread is not
+//! woken for the reply. A run the shard hands back then comes back unanswered, and the
+//! connection runs it the general way when it settles the reply (`run_script_again`).
 
 use damselfly_storage::tracking::Caller;
 use std::sync::Arc;
 
+use damselfly_commands::slowlog::{self, SlowCall};
 use damselfly_commands::table::{Handler, Route, COMMANDS};
-use damselfly_commands::Args;
+use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
 use damselfly_scripting::convert::write_lua;
 use damselfly_scripting::functions::Library;
 use damselfly_scripting::watchdog::{self, RunWatch};
-use damselfly_scripting::{Script, ScriptVm};
+use damselfly_scripting::{Reach, Script, ScriptVm};
 
 use super::{call_answer, check_call, next_call, CallRules, Failure, Next, Outcome};
 use crate::acl_family::ScriptAcl;
+use crate::connection::Connection;
+use crate::direct_reply::{ClientSocket, DirectHop, InFlight};
 use crate::maxmemory::CallOom;
+use crate::messages::BatchReply;
+use crate::tx::{send_one_shard_tx, Mode};
 use crate::worker::Worker;
 
 /// What a run executes: an EVAL script or a library's function.
@@ -28,6 +39,22 @@ use crate::worker::Worker;
 pub(super) enum Target {
     Eval(Arc<Script>),
     Function(Arc<Library>, usize),
+}
+
+impl Target {
+    /// Where its runs' keys were found.
+    fn reach(&self) -> &Reach {
+        match self {
+            Target::Eval(script) => &script.reach,
+            Target::Function(lib, index) => &lib.functions[*index].reach,
+        }
+    }
+}
+
+/// A run sent to its shard to reply from there: its watch holds the command as the client
+/// sent it, which the connection runs again if the shard hands the run back.
+pub(crate) struct ScriptInFlight {
+    watch: Arc<RunWatch>,
 }
 
 /// One run to execute on a shard's thread.
@@ -53,7 +80,7 @@ pub(super) struct HereJob {
 
 pub(super) enum HereResult {
     /// The whole reply, in the client's protocol.
-    Reply(Vec<u8>),
+    Reply(ReplyBuf),
     /// It needed another shard (or a command that runs elsewhere): nothing it did remains.
     Elsewhere,
     /// The thread's VM is held by a run waiting for other shards.
@@ -71,7 +98,7 @@ impl Worker {
             Err(e) => {
                 let mut reply = ReplyBuf::new(job.resp3);
                 reply.error(&e);
-                return HereResult::Reply(reply.buf);
+                return HereResult::Reply(reply);
             }
         };
         let _watching = watchdog::watch(job.watch.clone());
@@ -100,7 +127,54 @@ impl Worker {
             }
         }
         self.end_undo(self.running_tx.get());
-        HereResult::Reply(reply.buf)
+        HereResult::Reply(reply)
+    }
+
+    /// Runs `job` as `run_script_here` does, for a client whose reply this shard writes to
+    /// its socket (module doc): the call is counted here as the client's thread would count
+    /// it, and a run that could not finish here comes back with no reply at all.
+    fn run_script_replying(
+        &self,
+        job: HereJob,
+        spec: usize,
+        socket: Arc<ClientSocket>,
+        reply_limit: usize,
+    ) -> DirectHop {
+        let timer = self.start_call_timer();
+        let (watch, target) = (job.watch.clone(), job.target.clone());
+        let unanswered = || {
+            DirectHop(BatchReply {
+                socket: Some(socket.clone()),
+                ..BatchReply::default()
+            })
+        };
+        let reply = match self.run_script_here(job) {
+            HereResult::Reply(reply) => reply,
+            HereResult::Elsewhere => {
+                target.reach().record(true);
+                self.stats.borrow_mut().script_restarts += 1;
+                return unanswered();
+            }
+            HereResult::VmBusy => return unanswered(),
+        };
+        target.reach().record(false);
+        let slow = self.record_call(spec, timer, &reply, 0).map(|duration| {
+            let command = &watch.command;
+            SlowCall {
+                index: 0,
+                time: slowlog::unix_time(),
+                duration,
+                argv: slowlog::entry_argv(&Args::new(&command.data, &command.spans)),
+            }
+        });
+        let len = reply.buf.len();
+        DirectHop(BatchReply {
+            out: reply.buf,
+            ends: vec![len],
+            slow: slow.into_iter().collect(),
+            // A reply over the client's output limit is not written: the client is dropped.
+            socket: (len <= reply_limit).then_some(socket),
+        })
     }
 
     /// Resumes the run until it ends; None when a call must run elsewhere.
@@ -176,5 +250,50 @@ pub(super) fn resolve(
                 .ok_or_else(|| "ERR Function not found".to_string())?;
             Ok((f, name.clone()))
         }
+    }
+}
+
+impl Connection {
+    /// Sends `job` to `shard` as a one-shard transaction whose reply the shard writes to
+    /// `socket` itself (module doc); the connection settles it before its next command.
+    pub(super) fn send_run_replying_there(
+        &mut self,
+        shard: usize,
+        mode: Mode,
+        job: HereJob,
+        socket: Arc<ClientSocket>,
+    ) {
+        let script = ScriptInFlight {
+            watch: job.watch.clone(),
+        };
+        let spec = lookup(job.watch.command.first()).unwrap_or_default();
+        let reply_limit = self.out.limit;
+        let locks = vec![crate::tx::Lock::AllDbs { mode }];
+        let wait = send_one_shard_tx(&self.worker, shard, locks, move |w| {
+            w.run_script_replying(job, spec, socket, reply_limit)
+        });
+        self.in_flight = Some(InFlight {
+            shard,
+            wait,
+            script: Some(script),
+        });
+        self.recorded_by_shard = true;
+    }
+
+    /// Runs a script its shard handed back (module doc) here, the general way, as the
+    /// command the client sent.
+    pub(crate) async fn run_script_again(&mut self, script: ScriptInFlight) {
+        let command = &script.watch.command;
+        let args = Args::new(&command.data, &command.spans);
+        let Some(spec) = lookup(args.get(0)) else {
+            return;
+        };
+        let Handler::Coord(cmd) = COMMANDS[spec].handler else {
+            return;
+        };
+        // Not a round's only command any more: its reply is awaited here.
+        let round_len = std::mem::replace(&mut self.round_len, 0);
+        self.run_coordinator_recorded(spec, cmd, &args).await;
+        self.round_len = round_len;
     }
 }

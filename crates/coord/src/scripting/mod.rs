@@ -17,6 +17,7 @@ mod function_family;
 mod here;
 
 pub use function_family::restore_functions;
+pub(crate) use here::ScriptInFlight;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -191,6 +192,10 @@ impl Connection {
             acl: self.script_acl(),
         };
         let mode = Mode::for_write(!call.read_only);
+        if let Some(socket) = self.direct_reply_socket(shard) {
+            self.send_run_replying_there(shard, mode, job, socket);
+            return true;
+        }
         let Some(own) = self
             .enter_tx(vec![(shard, vec![Lock::AllDbs { mode }])])
             .await
@@ -203,12 +208,12 @@ impl Connection {
         };
         self.leave_tx(own).await;
         match result {
-            Some(HereResult::Reply(bytes)) => {
+            Some(HereResult::Reply(reply)) => {
                 call.reach.record(false);
-                if bytes.first() == Some(&b'-') {
+                if reply.buf.first() == Some(&b'-') {
                     self.out.error_offsets.push(self.out.buf.len());
                 }
-                self.out.raw(&bytes);
+                self.out.raw(&reply.buf);
                 true
             }
             Some(HereResult::Elsewhere) => {
