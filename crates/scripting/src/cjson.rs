@@ -1199,12 +1199,14 @@ mod tests {
         };
         let mut run = vm.start(&f, &[], &[], true).expect("a run starts");
         match run.resume(vm.lua(), None) {
-            Step::Done(Value::String(s), _) => s.to_string_lossy(),
+            Step::Done(done) => match done.value(vm.lua()) {
+                Value::String(s) => s.to_string_lossy(),
+                v => format!("not a string: {v:?}"),
+            },
             Step::Failed {
                 error: Value::Table(t),
                 ..
             } => t.get::<String>("err").unwrap_or_default(),
-            Step::Done(v, _) => format!("not a string: {v:?}"),
             _ => "neither done nor failed".to_string(),
         }
     }
@@ -2048,7 +2050,10 @@ mod tests {
             .start(&callback, &[], &[b"[1,{\"a\":null}]"], false)
             .expect("a run starts");
         match run.resume(vm.lua(), None) {
-            Step::Done(Value::String(s), _) => assert_eq!(s.to_string_lossy(), "[1,{\"a\":null}]"),
+            Step::Done(done) => match done.value(vm.lua()) {
+                Value::String(s) => assert_eq!(s.to_string_lossy(), "[1,{\"a\":null}]"),
+                v => panic!("the function returns its JSON, not {v:?}"),
+            },
             _ => panic!("the function returns its JSON"),
         }
         let Err(e) = vm.load_library(b"\nlocal x = cjson.encode({1})") else {

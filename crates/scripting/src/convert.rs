@@ -6,26 +6,11 @@
 use damselfly_protocol::ReplyBuf;
 use std::os::raw::c_int;
 
-use mlua::{ffi, Lua, Value};
+use mlua::ffi;
 
 /// Deepest nesting a script's return value may have; Redis stops where Lua's C stack ends
 /// (about 8000 levels) with the same error.
 const MAX_DEPTH: usize = 1000;
-
-/// Converts one encoded reply to a Lua value. Returns whether it was an error reply, and the
-/// value (`{err = ...}` for an error).
-pub fn reply_to_lua(lua: &Lua, reply: &[u8]) -> mlua::Result<(bool, Value)> {
-    let mut pushed = Err(Malformed);
-    // SAFETY: push_reply runs inside exec_raw's protected call and leaves one value, or
-    // nothing when the reply is malformed.
-    let v = unsafe {
-        lua.exec_raw::<Value>((), |state| {
-            pushed = push_reply(state, reply);
-        })?
-    };
-    let is_error = pushed.map_err(|_| bad())?;
-    Ok((is_error, v))
-}
 
 /// A reply that does not parse (a bug in the command that wrote it).
 #[derive(Debug, Clone, Copy)]
@@ -52,10 +37,6 @@ pub unsafe fn push_reply(state: *mut ffi::lua_State, reply: &[u8]) -> Result<boo
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
-}
-
-fn bad() -> mlua::Error {
-    mlua::Error::RuntimeError("ERR malformed reply".into())
 }
 
 /// Pushes a byte string.
@@ -243,33 +224,12 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Writes a script's return value as a reply in the client's protocol (`out.resp3`);
-/// `script_resp3` is the protocol the script chose (redis.setresp), which decides only how
-/// booleans come out. The value is walked through Lua's C API in one protected call.
-pub fn write_lua(lua: &Lua, out: &mut ReplyBuf, v: &Value, script_resp3: bool) {
-    let mark = (out.buf.len(), out.error_offsets.len());
-    // SAFETY: the value is at index 1 of exec_raw's stack; the walk reads it, checking for
-    // the slots each table level needs, and leaves the stack as it found it.
-    let walked = unsafe {
-        lua.exec_raw::<()>(v, |state| {
-            write_value(state, 1, out, script_resp3, 0);
-            ffi::lua_settop(state, 0);
-        })
-    };
-    if let Err(e) = walked {
-        // Whatever was written of it goes: the reply is the error alone.
-        out.buf.truncate(mark.0);
-        out.error_offsets.truncate(mark.1);
-        out.error(&format!("ERR {}", crate::vm::lua_text(e)));
-    }
-}
-
 /// Writes the value at stack index `at` (absolute).
 ///
 /// # Safety
 /// `state` must be running a protected call. Lua may raise (out of memory) only while no
 /// Rust value that owns memory is alive in this walk's frames.
-unsafe fn write_value(
+pub(crate) unsafe fn write_value(
     state: *mut ffi::lua_State,
     at: c_int,
     out: &mut ReplyBuf,
@@ -454,10 +414,18 @@ mod tests {
     use super::*;
 
     fn roundtrip(reply: &[u8], client_resp3: bool, script_resp3: bool) -> Vec<u8> {
-        let lua = Lua::new();
-        let (_, v) = reply_to_lua(&lua, reply).unwrap();
+        let lua = mlua::Lua::new();
+        let protected = crate::protected::Protected::new(&lua).unwrap();
         let mut out = ReplyBuf::new(client_resp3);
-        write_lua(&lua, &mut out, &v, script_resp3);
+        // SAFETY: push_reply leaves the value at index 1 of the call's stack, where
+        // write_value reads it.
+        unsafe {
+            protected.call(&mut |state| {
+                push_reply(state, reply).expect("a well-formed reply");
+                write_value(state, 1, &mut out, script_resp3, 0);
+            })
+        }
+        .unwrap();
         out.buf
     }
 

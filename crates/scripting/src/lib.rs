@@ -9,6 +9,7 @@
 //! - `shebang`: `#!lua flags=...` and `#!lua name=...` first lines.
 //! - `convert`: RESP replies to Lua values and back.
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
+//! - `protected`: protected calls into the C API without mlua's per-call closures.
 //! - `random`, `bit`, `cjson`: Redis's `math.random` generator and the `bit` and `cjson`
 //!   libraries.
 //! - `cmsgpack`, `struct_lib`: Redis's `cmsgpack` and `struct` libraries, on `capi`, what
@@ -28,6 +29,7 @@ pub mod cjson;
 pub mod cmsgpack;
 pub mod convert;
 pub mod functions;
+pub mod protected;
 pub mod random;
 pub mod shebang;
 pub mod slot;

@@ -6,8 +6,11 @@
 //!
 //! A run is started and resumed through Lua's C API, one protected call per step: each call
 //! through mlua's safe API allocates two C closures in Lua 5.1, and with the run's tables and
-//! coroutines that garbage was a quarter of a one-key script's CPU. For the same reason a
-//! coroutine that finished cleanly is kept and reused by the next run.
+//! coroutines that garbage was a quarter of a one-key script's CPU. Resuming a run and
+//! writing its value go through `protected`, which allocates nothing; starting one still
+//! takes one mlua call (it pushes the script's function). For the same reason a coroutine
+//! that finished cleanly is kept and reused by the next run, and a run's value stays on its
+//! coroutine until it is written as the reply (`Done`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,13 +18,11 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 use std::rc::Rc;
 
-use damselfly_protocol::Span;
-use mlua::{
-    ffi, ChunkMode, Function, Lua, LuaOptions, MultiValue, RegistryKey, StdLib, Table, Thread,
-    Value,
-};
+use damselfly_protocol::{ReplyBuf, Span};
+use mlua::{ffi, ChunkMode, Function, Lua, LuaOptions, RegistryKey, StdLib, Table, Thread, Value};
 
-use crate::convert::{push_bytes, push_reply, string_at, wrap};
+use crate::convert::{push_bytes, push_reply, string_at, wrap, write_value};
+use crate::protected::Protected;
 use crate::tailcall::without_tail_calls;
 use crate::{random, watchdog, ScriptFlags};
 
@@ -98,8 +99,8 @@ pub enum Step {
     /// An argument of `redis.call` was neither a string nor a number, or there was none:
     /// resume with this error (Redis's text) as the call's reply.
     BadRequest { raise: bool, error: &'static str },
-    /// It returned this value, with the protocol it had chosen (true: RESP3).
-    Done(Value, bool),
+    /// It returned a value, which `Done` writes as the reply.
+    Done(Done),
     /// It raised an error: the error table, and the user-code frame it came from.
     Failed {
         error: Value,
@@ -192,6 +193,7 @@ impl ScriptVm {
             .set_name("=prelude")
             .call(prims)?;
         watchdog::install(&lua)?;
+        let protected = Protected::new(&lua)?;
         Ok(ScriptVm {
             lua,
             env,
@@ -201,6 +203,7 @@ impl ScriptVm {
                 call_tag: call_tag.to_pointer(),
                 _call_tag: call_tag,
                 idle: RefCell::new(Vec::new()),
+                protected,
             }),
             function_env,
             load_library,
@@ -348,33 +351,36 @@ impl ScriptVm {
         as_globals: bool,
     ) -> mlua::Result<Run> {
         let idle = self.runs.idle.borrow_mut().pop();
-        let thread = match idle {
-            Some(thread) => thread,
-            // SAFETY: pushes one new thread, which exec_raw returns.
-            None => unsafe {
-                self.lua.exec_raw::<Thread>((), |state| {
-                    ffi::lua_newthread(state);
-                })?
-            },
+        let coroutine = match idle {
+            Some(coroutine) => coroutine,
+            None => {
+                let mut co = std::ptr::null_mut();
+                // SAFETY: pushes one new thread, which exec_raw returns (and so anchors).
+                let thread = unsafe {
+                    self.lua.exec_raw::<Thread>((), |state| {
+                        co = ffi::lua_newthread(state);
+                    })?
+                };
+                Coroutine { thread, co }
+            }
         };
-        // SAFETY: the stack holds the three arguments; the coroutine gets the body and its
+        let co = coroutine.co;
+        // SAFETY: the stack holds the two arguments; the coroutine gets the body and its
         // four arguments (within the LUA_MINSTACK slots an idle coroutine has free), and
         // nothing is left to return. Only Lua allocates here, so an error raised (out of
         // memory) skips no Rust destructor.
         unsafe {
-            self.lua
-                .exec_raw::<()>((&thread, &self.runs.body, f), |state| {
-                    let co = ffi::lua_tothread(state, 1);
-                    ffi::lua_pushboolean(state, c_int::from(as_globals));
-                    ffi::lua_insert(state, 3);
-                    push_sequence(state, keys);
-                    push_sequence(state, argv);
-                    ffi::lua_xmove(state, co, 5);
-                    ffi::lua_settop(state, 0);
-                })?;
+            self.lua.exec_raw::<()>((&self.runs.body, f), |state| {
+                ffi::lua_pushboolean(state, c_int::from(as_globals));
+                ffi::lua_insert(state, 2);
+                push_sequence(state, keys);
+                push_sequence(state, argv);
+                ffi::lua_xmove(state, co, 5);
+                ffi::lua_settop(state, 0);
+            })?;
         }
         Ok(Run {
-            thread,
+            coroutine: Some(coroutine),
             kit: self.runs.clone(),
             started: false,
         })
@@ -403,7 +409,28 @@ struct RunKit {
     call_tag: *const c_void,
     _call_tag: Table,
     /// Coroutines whose run finished cleanly, ready for the next run.
-    idle: RefCell<Vec<Thread>>,
+    idle: RefCell<Vec<Coroutine>>,
+    /// The steps' way into Lua's C API.
+    protected: Protected,
+}
+
+/// A run's coroutine: the mlua handle that keeps it alive, and its state for the C API.
+struct Coroutine {
+    thread: Thread,
+    co: *mut ffi::lua_State,
+}
+
+impl RunKit {
+    /// Takes back a coroutine whose run returned: Lua 5.1 has reset it (status 0, no
+    /// frames), and its stack is emptied here.
+    fn reuse(&self, coroutine: Coroutine) {
+        // SAFETY: the coroutine is not running, and emptying a stack allocates nothing.
+        unsafe { ffi::lua_settop(coroutine.co, 0) };
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < IDLE_COROUTINES {
+            idle.push(coroutine);
+        }
+    }
 }
 
 /// Idle coroutines kept per VM: one run at a time uses a VM, so more are never needed.
@@ -411,7 +438,8 @@ const IDLE_COROUTINES: usize = 2;
 
 /// One script run in progress.
 pub struct Run {
-    thread: Thread,
+    /// None once it returned (the coroutine went to its `Done`).
+    coroutine: Option<Coroutine>,
     kit: Rc<RunKit>,
     /// Resumed at least once (its coroutine then holds a yield's values, or nothing).
     started: bool,
@@ -429,9 +457,9 @@ enum Resumed {
     },
     /// Something else yielded from the top level.
     StrayYield,
-    /// It returned; the value and its protocol were moved out.
-    Returned,
-    /// It raised; the error value was moved out.
+    /// It returned; its value is left alone on its stack. True: the script chose RESP3.
+    Returned(bool),
+    /// It raised; the error value is on top of its stack.
     Raised,
 }
 
@@ -439,20 +467,25 @@ impl Run {
     /// Runs until the script asks for something or ends. `answer` answers the last request
     /// (None on the first resume).
     pub fn resume(&mut self, lua: &Lua, answer: Option<Answer>) -> Step {
+        let Some(co) = self.coroutine.as_ref().map(|c| c.co) else {
+            return Step::Failed {
+                error: error_table(lua, "ERR the script's run has ended"),
+                source: None,
+                line: None,
+            };
+        };
         let first = !self.started;
         self.started = true;
         let mut resumed = Resumed::Raised;
         let call_tag = self.kit.call_tag;
-        // SAFETY: the stack holds the coroutine. Its own stack holds the body and its
-        // arguments (first resume) or the last yield's values, which are dropped for the
-        // answer, built on this stack and moved over. Values move between the two stacks
-        // within the free slots a C function and a yielded or finished coroutine have. What
-        // is read is copied into `resumed`, owned by the caller, so an error raised here (out
-        // of memory) skips no Rust destructor.
-        let moved = unsafe {
-            lua.exec_raw::<MultiValue>(&self.thread, |state| {
-                let co = ffi::lua_tothread(state, 1);
-                ffi::lua_settop(state, 0);
+        // SAFETY: the coroutine's stack holds the body and its arguments (first resume) or
+        // the last yield's values, which are dropped for the answer, built on the call's
+        // stack and moved over. Values move between the two stacks within the free slots a C
+        // function and a yielded or finished coroutine have; a finished one keeps only its
+        // value (`Done`). What is read is copied into `resumed`, owned by the caller, so an
+        // error raised here (out of memory) skips no Rust destructor.
+        let stepped = unsafe {
+            self.kit.protected.call(&mut |state| {
                 let nargs = if first {
                     4
                 } else {
@@ -462,32 +495,27 @@ impl Run {
                     2
                 };
                 let mut results = 0;
-                match ffi::lua_resume(co, state, nargs, &mut results) {
-                    ffi::LUA_YIELD => {
-                        resumed = read_yield(co, call_tag);
-                    }
+                resumed = match ffi::lua_resume(co, state, nargs, &mut results) {
+                    ffi::LUA_YIELD => read_yield(co, call_tag),
                     ffi::LUA_OK => {
-                        ffi::lua_xmove(co, state, results);
-                        resumed = Resumed::Returned;
+                        // `body` returns the value and the protocol the script chose.
+                        let resp3 = results >= 2
+                            && ffi::lua_type(co, 2) == ffi::LUA_TNUMBER
+                            && ffi::lua_tonumber(co, 2) == 3.0;
+                        ffi::lua_settop(co, 1);
+                        Resumed::Returned(resp3)
                     }
-                    _ => {
-                        ffi::lua_xmove(co, state, 1);
-                        resumed = Resumed::Raised;
-                    }
-                }
+                    _ => Resumed::Raised,
+                };
             })
         };
-        let values = match moved {
-            Ok(values) => values,
-            Err(e) => {
-                return Step::Failed {
-                    error: error_table(lua, &format!("ERR {}", lua_text(e))),
-                    source: None,
-                    line: None,
-                }
-            }
-        };
-        let mut values = values.into_iter();
+        if let Err(text) = stepped {
+            return Step::Failed {
+                error: error_table(lua, &format!("ERR {text}")),
+                source: None,
+                line: None,
+            };
+        }
         match resumed {
             Resumed::Call {
                 acl,
@@ -521,26 +549,29 @@ impl Run {
                     }
                 })
             }
-            Resumed::Returned => {
-                let value = values.next().unwrap_or(Value::Nil);
-                let resp3 = matches!(values.next(), Some(Value::Integer(3)));
-                let mut idle = self.kit.idle.borrow_mut();
-                if idle.len() < IDLE_COROUTINES {
-                    idle.push(self.thread.clone());
-                }
-                Step::Done(value, resp3)
-            }
+            Resumed::Returned(resp3) => Step::Done(Done {
+                coroutine: self.coroutine.take(),
+                kit: self.kit.clone(),
+                resp3,
+            }),
             Resumed::StrayYield => self.failed(lua, "attempt to yield from outside a coroutine"),
-            Resumed::Raised => self.failed(lua, values.next().unwrap_or(Value::Nil)),
+            Resumed::Raised => {
+                // SAFETY: moves the error from the coroutine's stack to the call's, where
+                // exec_raw takes it.
+                let error =
+                    unsafe { lua.exec_raw::<Value>((), |state| ffi::lua_xmove(co, state, 1)) };
+                self.failed(lua, error.unwrap_or(Value::Nil))
+            }
         }
     }
 
     /// The step of a run that raised `error`, with the user-code line it came from.
     fn failed(&self, lua: &Lua, error: impl mlua::IntoLua) -> Step {
+        let thread = self.coroutine.as_ref().map(|c| &c.thread);
         match self
             .kit
             .failure
-            .call::<(Value, Option<String>, Option<f64>)>((&self.thread, error))
+            .call::<(Value, Option<String>, Option<f64>)>((thread, error))
         {
             Ok((error, source, line)) => Step::Failed {
                 error,
@@ -552,6 +583,64 @@ impl Run {
                 source: None,
                 line: None,
             },
+        }
+    }
+}
+
+/// A run that returned. Its value waits alone on the coroutine's stack until it is written
+/// as the reply (or read); then the coroutine goes back to the idle ones.
+pub struct Done {
+    coroutine: Option<Coroutine>,
+    kit: Rc<RunKit>,
+    /// The script chose RESP3 (`redis.setresp(3)`), which decides how booleans come out.
+    resp3: bool,
+}
+
+impl Done {
+    pub fn script_resp3(&self) -> bool {
+        self.resp3
+    }
+
+    /// Writes the value as a reply in the client's protocol (`out.resp3`), walking it
+    /// through Lua's C API in one protected call.
+    pub fn write(self, out: &mut ReplyBuf) {
+        let Some(co) = self.coroutine.as_ref().map(|c| c.co) else {
+            return out.null();
+        };
+        let mark = (out.buf.len(), out.error_offsets.len());
+        let resp3 = self.resp3;
+        // SAFETY: moves the value to the call's stack and walks it there, checking for the
+        // slots each table level needs.
+        let walked = unsafe {
+            self.kit.protected.call(&mut |state| {
+                ffi::lua_xmove(co, state, 1);
+                write_value(state, 1, out, resp3, 0);
+            })
+        };
+        if let Err(text) = walked {
+            // Whatever was written of it goes: the reply is the error alone.
+            out.buf.truncate(mark.0);
+            out.error_offsets.truncate(mark.1);
+            out.error(&format!("ERR {text}"));
+        }
+    }
+
+    /// The value (for a caller that wants it as Lua data rather than a reply).
+    pub fn value(self, lua: &Lua) -> Value {
+        let Some(co) = self.coroutine.as_ref().map(|c| c.co) else {
+            return Value::Nil;
+        };
+        // SAFETY: moves the value from the coroutine's stack to the call's, where exec_raw
+        // takes it.
+        unsafe { lua.exec_raw::<Value>((), |state| ffi::lua_xmove(co, state, 1)) }
+            .unwrap_or(Value::Nil)
+    }
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        if let Some(coroutine) = self.coroutine.take() {
+            self.kit.reuse(coroutine);
         }
     }
 }
@@ -690,7 +779,10 @@ pub(crate) mod testing {
         };
         let mut run = vm.start(&f, &[], &[], true).expect("a run");
         match run.resume(vm.lua(), None) {
-            Step::Done(Value::String(s), _) => s.to_string_lossy(),
+            Step::Done(done) => match done.value(vm.lua()) {
+                Value::String(s) => s.to_string_lossy(),
+                _ => "(no string returned)".into(),
+            },
             Step::Failed {
                 error: Value::Table(t),
                 ..
@@ -810,7 +902,10 @@ mod tests {
             run.resume(vm.lua(), None)
         };
         let echoes = |step: Step, want: &str| match step {
-            Step::Done(Value::String(s), false) => assert_eq!(s.to_str().unwrap(), want),
+            Step::Done(done) if !done.script_resp3() => match done.value(vm.lua()) {
+                Value::String(s) => assert_eq!(s.to_str().unwrap(), want),
+                v => panic!("expected {want}, got {v:?}"),
+            },
             _ => panic!("expected {want} in RESP2"),
         };
         let error_text = |step: Step| match step {
@@ -822,7 +917,7 @@ mod tests {
             _ => panic!("expected a failure"),
         };
         echoes(run(&echo, b"a"), "a");
-        assert!(matches!(run(&resp3, b"x"), Step::Done(_, true)));
+        assert!(matches!(run(&resp3, b"x"), Step::Done(d) if d.script_resp3()));
         echoes(run(&echo, b"b"), "b");
         let (err, line) = error_text(run(&fail, b"x"));
         assert!(err.ends_with("boom"), "{err}");
@@ -864,13 +959,16 @@ mod tests {
 
     #[test]
     fn pcall_passes_calls_through_and_returns_error_text() {
-        let (_vm, step, asked) = run_with_answers(
+        let (vm, step, asked) = run_with_answers(
             "local ok, e = pcall(redis.call, 'incr', 'x')\nlocal v = redis.call('get', 'y')\nreturn {tostring(ok), e, v}",
             vec![(false, "ERR not an integer"), (true, "val")],
         );
         assert_eq!(asked, 2);
-        let Step::Done(Value::Table(t), _) = step else {
+        let Step::Done(done) = step else {
             panic!("expected a result")
+        };
+        let Value::Table(t) = done.value(vm.lua()) else {
+            panic!("expected a table")
         };
         let items: Vec<String> = t.sequence_values::<String>().map(Result::unwrap).collect();
         assert_eq!(items, ["false", "ERR not an integer", "val"]);

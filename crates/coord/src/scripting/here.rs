@@ -20,7 +20,6 @@ use damselfly_commands::slowlog::{self, SlowCall};
 use damselfly_commands::table::{Handler, Route, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
-use damselfly_scripting::convert::write_lua;
 use damselfly_scripting::functions::Library;
 use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Reach, Script, ScriptVm};
@@ -117,9 +116,7 @@ impl Worker {
         };
         let mut reply = ReplyBuf::new(job.resp3);
         match outcome {
-            Some(Outcome::Done(v, script_resp3)) => {
-                write_lua(vm.lua(), &mut reply, &v, script_resp3)
-            }
+            Some(Outcome::Done(done)) => done.write(&mut reply),
             Some(Outcome::Failed(failure)) => reply.error(&failure.reply(&id)),
             None | Some(Outcome::Restart) => {
                 self.roll_back();

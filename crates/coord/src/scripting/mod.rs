@@ -25,7 +25,7 @@ use std::time::Duration;
 use damselfly_commands::config::ScriptLocking;
 use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
 use damselfly_commands::{lookup, Args};
-use damselfly_scripting::convert::write_lua;
+use damselfly_scripting::vm::Done;
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
 use damselfly_scripting::{Answer, Reach, Request, Run, ScriptVm, Step, Words};
 use damselfly_storage::shard_for_key;
@@ -137,7 +137,7 @@ impl RunScope {
 
 /// How a run ended.
 enum Outcome {
-    Done(Value, bool),
+    Done(Done),
     Failed(Failure),
     /// It reached a shard it had not locked: run it again with every shard locked (after
     /// taking back what it wrote).
@@ -278,9 +278,9 @@ impl Connection {
                     scope.lock_every_shard(self.worker.num_shards());
                     self.worker.stats.borrow_mut().script_restarts += 1;
                 }
-                Outcome::Done(v, script_resp3) => {
+                Outcome::Done(done) => {
                     self.out.resp3 = self.info.resp.get() == 3;
-                    write_lua(vm.lua(), &mut self.out, &v, script_resp3);
+                    done.write(&mut self.out);
                     return;
                 }
                 Outcome::Failed(failure) => return self.reply_error(&failure.reply(call.id)),
@@ -504,7 +504,7 @@ enum Next {
 fn next_call(run: &mut Run, lua: &mlua::Lua, mut answer: Option<Answer>) -> Next {
     loop {
         match run.resume(lua, answer.take()) {
-            Step::Done(v, resp3) => return Next::End(Outcome::Done(v, resp3)),
+            Step::Done(done) => return Next::End(Outcome::Done(done)),
             Step::Failed {
                 error,
                 source,
