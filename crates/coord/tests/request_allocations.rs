@@ -161,5 +161,5 @@ fn a_one_key_script_allocates_a_bounded_amount() {
         serve(&mut conn, &call, &mut out);
     }
     let per_run = (allocations() - before) as f64 / 1000.0;
-    assert!(per_run <= 48.0, "{per_run} allocations per EVALSHA");
+    assert!(per_run <= 40.0, "{per_run} allocations per EVALSHA");
 }

@@ -243,15 +243,18 @@ local coroutine_lib = {
   end,
 }
 
--- What user code sees as globals: a read-only view of G that raises on unknown names.
-local env = setmetatable({}, {
+-- What user code sees as globals: a read-only view of G that raises on unknown names. The
+-- view's __index is G itself, a table, so reading a global costs no function call; G's own
+-- __index raises for the names it lacks, as Redis's protected globals do (its caller, level
+-- 2, is the user code that read the name). Prelude code that may read a missing name uses
+-- rawget.
+setmetatable(G, {
   __index = function(_, k)
-    local v = G[k]
-    if v == nil then
-      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-    end
-    return v
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
   end,
+})
+local env = setmetatable({}, {
+  __index = G,
   __newindex = refuse_write,
   __metatable = false,
 })
@@ -534,7 +537,7 @@ local fenv = setmetatable({}, {
     if registered then
       v = load_globals[k]
     elseif k ~= "KEYS" and k ~= "ARGV" then
-      v = G[k]
+      v = rawget(G, k)
     end
     if v == nil then nonexistent(k) end
     return v

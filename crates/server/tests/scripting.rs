@@ -125,6 +125,8 @@ fn eval_as_redis(b: Backend) {
         &["SCRIPT", "HELP"],
         // The environment.
         &["EVAL", "return a", "0"],
+        &["EVAL", "local x = 1\nreturn nope", "0"],
+        &["EVAL", "local ok, e = pcall(function() return nope end) return e", "0"],
         &["EVAL", "a=10", "0"],
         &["EVAL", "_G.x = 1", "0"],
         &["EVAL", "return rawget(_G, 'nope')", "0"],

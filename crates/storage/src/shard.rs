@@ -141,6 +141,8 @@ pub struct Shard {
     dropped_log: Option<Vec<(usize, Box<[u8]>)>>,
     /// While kept, the state before every change, so the changes can be taken back.
     undo: Option<UndoLog>,
+    /// An empty undo log whose memory the next one reuses.
+    spare_undo: UndoLog,
     /// Keyspace notifications: the configured classes and the events not yet published.
     pub notify: Notifications,
     /// Client-side caching: who read which key, and the invalidations owed.
@@ -200,6 +202,7 @@ impl Shard {
             dirty: 0,
             dropped_log: None,
             undo: None,
+            spare_undo: UndoLog::default(),
             notify: Notifications::default(),
             tracking: Tracking::default(),
             eviction: EvictionConfig::default(),
@@ -283,24 +286,34 @@ impl Shard {
 
     /// Starts keeping the state before every change (if not already), for [`Shard::rollback`].
     pub fn keep_undo(&mut self) {
-        self.undo.get_or_insert_with(UndoLog::default);
+        self.undo
+            .get_or_insert_with(|| std::mem::take(&mut self.spare_undo));
         self.notify.hold();
     }
 
     /// Stops keeping it: the changes stay, and their notifications may go.
     pub fn drop_undo(&mut self) {
-        self.undo = None;
+        if let Some(log) = self.undo.take() {
+            self.recycle_undo(log);
+        }
         self.notify.release();
+    }
+
+    /// Keeps an undo log's memory for the next unit of work (most are scripts, one after
+    /// another, each saving a few keys).
+    fn recycle_undo(&mut self, mut log: UndoLog) {
+        log.clear();
+        self.spare_undo = log;
     }
 
     /// Takes back every change since [`Shard::keep_undo`], newest first, and stops keeping
     /// the log. Returns what was restored, in the order it was restored.
     pub fn rollback(&mut self, now: u64) -> Vec<Undone> {
-        let Some(log) = self.undo.take() else {
+        let Some(mut log) = self.undo.take() else {
             return Vec::new();
         };
         let mut undone = Vec::with_capacity(log.saved.len());
-        for saved in log.saved.into_iter().rev() {
+        for saved in log.saved.drain(..).rev() {
             match saved {
                 Saved::Key { db, key, before } => {
                     match before {
@@ -328,6 +341,7 @@ impl Shard {
             }
         }
         self.notify.discard_held();
+        self.recycle_undo(log);
         undone
     }
 

@@ -58,6 +58,21 @@ impl UndoLog {
         self.saved.push(Saved::Swap { a, b });
     }
 
+    /// Empties the log for its next use, keeping its memory unless a large unit of work
+    /// grew it (clearing a large set costs as much as its capacity, on every later use).
+    pub(crate) fn clear(&mut self) {
+        const KEPT_KEYS: usize = 1024;
+        self.saved.clear();
+        self.saved.shrink_to(KEPT_KEYS);
+        for keys in &mut self.seen {
+            if keys.capacity() > KEPT_KEYS {
+                *keys = HashSet::default();
+            } else {
+                keys.clear();
+            }
+        }
+    }
+
     /// True when nothing changed while it was kept.
     pub fn is_empty(&self) -> bool {
         self.saved.is_empty()

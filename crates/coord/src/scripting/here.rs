@@ -41,6 +41,14 @@ pub(super) enum Target {
 }
 
 impl Target {
+    /// What its errors name: the script's SHA or the function's name.
+    fn id(&self) -> &str {
+        match self {
+            Target::Eval(script) => &script.sha,
+            Target::Function(lib, index) => &lib.functions[*index].name,
+        }
+    }
+
     /// Where its runs' keys were found.
     fn reach(&self) -> &Reach {
         match self {
@@ -59,8 +67,9 @@ pub(crate) struct ScriptInFlight {
 /// One run to execute on a shard's thread.
 pub(super) struct HereJob {
     pub target: Target,
-    pub keys: Vec<Vec<u8>>,
-    pub argv: Vec<Vec<u8>>,
+    /// How many keys it declares: they, then its arguments, follow the command's first three
+    /// words in `watch.command` (`EVALSHA sha numkeys`, `FCALL name numkeys`).
+    pub nkeys: usize,
     /// The client's database and protocol.
     pub db: usize,
     pub resp3: bool,
@@ -92,7 +101,7 @@ impl Worker {
         let Some(mut vm) = self.scripting.try_lend(job.generation) else {
             return HereResult::VmBusy;
         };
-        let (f, id) = match resolve(&mut vm, &job.target) {
+        let f = match resolve(&mut vm, &job.target) {
             Ok(found) => found,
             Err(e) => {
                 let mut reply = ReplyBuf::new(job.resp3);
@@ -104,10 +113,13 @@ impl Worker {
         if !job.read_only {
             self.keep_undo();
         }
-        let keys: Vec<&[u8]> = job.keys.iter().map(Vec::as_slice).collect();
-        let argv: Vec<&[u8]> = job.argv.iter().map(Vec::as_slice).collect();
+        let words: Vec<&[u8]> = job.watch.command.iter().collect();
+        let (keys, argv) = words
+            .get(3..)
+            .unwrap_or_default()
+            .split_at(job.nkeys.min(words.len().saturating_sub(3)));
         let as_globals = matches!(job.target, Target::Eval(_));
-        let outcome = match vm.start(&f, &keys, &argv, as_globals) {
+        let outcome = match vm.start(&f, keys, argv, as_globals) {
             Ok(mut run) => self.drive_here(&vm, &mut run, &job),
             Err(e) => Some(Outcome::Failed(Failure::plain(&format!(
                 "ERR {}",
@@ -117,7 +129,7 @@ impl Worker {
         let mut reply = ReplyBuf::new(job.resp3);
         match outcome {
             Some(Outcome::Done(done)) => done.write(&mut reply),
-            Some(Outcome::Failed(failure)) => reply.error(&failure.reply(&id)),
+            Some(Outcome::Failed(failure)) => reply.error(&failure.reply(job.target.id())),
             None | Some(Outcome::Restart) => {
                 self.roll_back();
                 return HereResult::Elsewhere;
@@ -221,31 +233,23 @@ impl Worker {
     }
 }
 
-/// The function to run and the id its errors name, compiling or loading it into this
-/// thread's VM when it has not run here before.
-pub(super) fn resolve(
-    vm: &mut ScriptVm,
-    target: &Target,
-) -> Result<(mlua::Function, String), String> {
+/// The function to run, compiling or loading it into this thread's VM when it has not run
+/// here before.
+pub(super) fn resolve(vm: &mut ScriptVm, target: &Target) -> Result<mlua::Function, String> {
     match target {
-        Target::Eval(script) => {
-            let f = match vm.compiled(&script.sha) {
-                Some(f) => f,
-                None => vm
-                    .compile(&script.sha, "user_script", script.code())
-                    .map_err(|e| format!("ERR Error compiling script (new function): {e}"))?,
-            };
-            Ok((f, script.sha.clone()))
-        }
+        Target::Eval(script) => match vm.compiled(&script.sha) {
+            Some(f) => Ok(f),
+            None => vm
+                .compile(&script.sha, "user_script", script.code())
+                .map_err(|e| format!("ERR Error compiling script (new function): {e}")),
+        },
         Target::Function(lib, index) => {
             let name = &lib.functions[*index].name;
             if vm.library_function(&lib.name, lib.version, name).is_none() {
                 super::function_family::load_into(vm, lib)?;
             }
-            let f = vm
-                .library_function(&lib.name, lib.version, name)
-                .ok_or_else(|| "ERR Function not found".to_string())?;
-            Ok((f, name.clone()))
+            vm.library_function(&lib.name, lib.version, name)
+                .ok_or_else(|| "ERR Function not found".to_string())
         }
     }
 }

@@ -178,8 +178,7 @@ impl Connection {
         }
         let job = HereJob {
             target: target.clone(),
-            keys: call.keys.iter().map(|k| k.to_vec()).collect(),
-            argv: call.argv.iter().map(|a| a.to_vec()).collect(),
+            nkeys: call.keys.len(),
             db: self.info.db.get(),
             resp3: self.info.resp.get() == 3,
             read_only: call.read_only,
@@ -257,7 +256,7 @@ impl Connection {
             Err(e) => return self.reply_error(&format!("ERR {e}")),
         };
         match here::resolve(&mut vm, &target) {
-            Ok((f, _)) => self.invoke(&vm, f, call, args).await,
+            Ok(f) => self.invoke(&vm, f, call, args).await,
             Err(e) => self.reply_error(&e),
         }
     }
