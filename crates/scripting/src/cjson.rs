@@ -1192,12 +1192,12 @@ mod tests {
     use crate::vm::{ScriptVm, Step};
 
     /// The string a script returns, or the text of the error it fails with.
-    fn run(vm: &ScriptVm, code: &str) -> String {
-        let f = match vm.load("user_script", code.as_bytes()) {
-            Ok(f) => f,
-            Err(e) => return format!("does not compile: {e}"),
-        };
-        let mut run = vm.start(&f, &[], &[], true).expect("a run starts");
+    fn run(vm: &mut ScriptVm, code: &str) -> String {
+        if let Err(e) = vm.compile("t", "user_script", code.as_bytes()) {
+            return format!("does not compile: {e}");
+        }
+        let f = vm.compiled("t").expect("compiled");
+        let mut run = vm.start(f, &[], &[], true).expect("a run starts");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {
                 Value::String(s) => s.to_string_lossy(),
@@ -1213,9 +1213,9 @@ mod tests {
 
     /// Runs the scripts in order on one VM (settings carry over, as in Redis's Lua state).
     fn check(cases: &[(&str, &str)]) {
-        let vm = ScriptVm::new(0).expect("a VM");
+        let mut vm = ScriptVm::new(0).expect("a VM");
         for (code, want) in cases {
-            assert_eq!(run(&vm, code), *want, "{code}");
+            assert_eq!(run(&mut vm, code), *want, "{code}");
         }
     }
 
@@ -2042,12 +2042,13 @@ mod tests {
                   return cjson.encode(cjson.decode(args[1])) end)",
             )
             .expect("the library loads");
-        let callback = vm
-            .lua()
-            .registry_value::<mlua::Function>(&registered[0].callback)
-            .expect("the callback");
         let mut run = vm
-            .start(&callback, &[], &[b"[1,{\"a\":null}]"], false)
+            .start(
+                (&registered[0].callback).into(),
+                &[],
+                &[b"[1,{\"a\":null}]"],
+                false,
+            )
             .expect("a run starts");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {

@@ -194,6 +194,7 @@ impl ScriptVm {
             .call(prims)?;
         watchdog::install(&lua)?;
         let protected = Protected::new(&lua)?;
+        let body = lua.create_registry_value(body)?;
         Ok(ScriptVm {
             lua,
             env,
@@ -280,12 +281,17 @@ impl ScriptVm {
     }
 
     /// Function `function` of library `name`, if this VM loaded that library's `version`.
-    pub fn library_function(&self, name: &str, version: u64, function: &str) -> Option<Function> {
+    pub fn library_function(
+        &self,
+        name: &str,
+        version: u64,
+        function: &str,
+    ) -> Option<Callable<'_>> {
         let (loaded, callbacks) = self.libraries.get(name)?;
         if *loaded != version {
             return None;
         }
-        self.lua.registry_value(callbacks.get(function)?).ok()
+        callbacks.get(function).map(Callable)
     }
 
     pub fn lua(&self) -> &Lua {
@@ -300,14 +306,11 @@ impl ScriptVm {
     /// Compiles `code` as chunk `chunk` (`user_script`, `user_function`) into the protected
     /// environment, keeping it under `id`. The error is Lua's message, e.g.
     /// `user_script:1: '=' expected near 'n'`.
-    pub fn compile(&mut self, id: &str, chunk: &str, code: &[u8]) -> Result<Function, String> {
+    pub fn compile(&mut self, id: &str, chunk: &str, code: &[u8]) -> Result<(), String> {
         let f = self.load(chunk, code)?;
-        let key = self
-            .lua
-            .create_registry_value(f.clone())
-            .map_err(lua_text)?;
+        let key = self.lua.create_registry_value(f).map_err(lua_text)?;
         self.compiled.insert(id.to_string(), key);
-        Ok(f)
+        Ok(())
     }
 
     /// Compiles without keeping the result (a syntax check, or a library body run once).
@@ -336,16 +339,15 @@ impl ScriptVm {
     }
 
     /// A script compiled on this thread before.
-    pub fn compiled(&self, id: &str) -> Option<Function> {
-        let key = self.compiled.get(id)?;
-        self.lua.registry_value(key).ok()
+    pub fn compiled(&self, id: &str) -> Option<Callable<'_>> {
+        self.compiled.get(id).map(Callable)
     }
 
     /// Starts a run of `f` with `KEYS` and `ARGV` globals (EVAL) or with `keys, args` as
     /// its two arguments (a function).
     pub fn start(
         &self,
-        f: &Function,
+        f: Callable,
         keys: &[&[u8]],
         argv: &[&[u8]],
         as_globals: bool,
@@ -364,26 +366,38 @@ impl ScriptVm {
                 Coroutine { thread, co }
             }
         };
-        let co = coroutine.co;
-        // SAFETY: the stack holds the two arguments; the coroutine gets the body and its
-        // four arguments (within the LUA_MINSTACK slots an idle coroutine has free), and
-        // nothing is left to return. Only Lua allocates here, so an error raised (out of
-        // memory) skips no Rust destructor.
+        let (co, body, f) = (coroutine.co, self.runs.body.id(), f.0.id());
+        // SAFETY: the coroutine gets the body and its four arguments, pushed from the
+        // registry and built here (within the LUA_MINSTACK slots a C function and an idle
+        // coroutine have free). Only Lua allocates here, so an error raised (out of memory)
+        // skips no Rust destructor.
         unsafe {
-            self.lua.exec_raw::<()>((&self.runs.body, f), |state| {
+            self.runs.protected.call(&mut |state| {
+                ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, body.into());
                 ffi::lua_pushboolean(state, c_int::from(as_globals));
-                ffi::lua_insert(state, 2);
+                ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, f.into());
                 push_sequence(state, keys);
                 push_sequence(state, argv);
                 ffi::lua_xmove(state, co, 5);
-                ffi::lua_settop(state, 0);
-            })?;
+            })
         }
+        .map_err(mlua::Error::RuntimeError)?;
         Ok(Run {
             coroutine: Some(coroutine),
             kit: self.runs.clone(),
             started: false,
         })
+    }
+}
+
+/// A compiled script or a library's function, as a run starts it: the registry slot that
+/// holds it, borrowed from the VM that keeps it.
+#[derive(Clone, Copy)]
+pub struct Callable<'a>(&'a RegistryKey);
+
+impl<'a> From<&'a RegistryKey> for Callable<'a> {
+    fn from(key: &'a RegistryKey) -> Callable<'a> {
+        Callable(key)
     }
 }
 
@@ -402,7 +416,7 @@ unsafe fn push_sequence(state: *mut ffi::lua_State, items: &[&[u8]]) {
 /// What the runs of one VM share.
 struct RunKit {
     /// prelude.lua's `body(as_globals, f, keys, argv)`, which each run's coroutine runs.
-    body: Function,
+    body: RegistryKey,
     /// prelude.lua's `failure(co, e)`: the error table, source and line of a failed run.
     failure: Function,
     /// The table a CALL yield starts with, by address (tables do not move in Lua 5.1).
@@ -771,13 +785,13 @@ pub(crate) mod testing {
     /// Runs `code` after the helpers as an EVAL script that calls no command, on a fresh VM:
     /// the string it returns, or its error's text.
     pub fn run(code: &str) -> String {
-        let vm = ScriptVm::new(0).expect("a VM");
+        let mut vm = ScriptVm::new(0).expect("a VM");
         let code = format!("{HELPERS} {code}");
-        let f = match vm.load("user_script", code.as_bytes()) {
-            Ok(f) => f,
-            Err(e) => return e,
-        };
-        let mut run = vm.start(&f, &[], &[], true).expect("a run");
+        if let Err(e) = vm.compile("t", "user_script", code.as_bytes()) {
+            return e;
+        }
+        let f = vm.compiled("t").expect("compiled");
+        let mut run = vm.start(f, &[], &[], true).expect("a run");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {
                 Value::String(s) => s.to_string_lossy(),
@@ -817,8 +831,10 @@ mod tests {
     /// because the step's values live in it.
     fn run_with_answers(code: &str, answers: Vec<(bool, &str)>) -> (ScriptVm, Step, usize) {
         let mut vm = ScriptVm::new(0).unwrap();
-        let f = vm.compile("t", "user_script", code.as_bytes()).unwrap();
-        let mut run = vm.start(&f, &[b"k"], &[b"a"], true).unwrap();
+        vm.compile("t", "user_script", code.as_bytes()).unwrap();
+        let mut run = vm
+            .start(vm.compiled("t").unwrap(), &[b"k"], &[b"a"], true)
+            .unwrap();
         let mut asked = 0;
         let mut answer = None;
         let mut answers = answers.into_iter();
@@ -854,8 +870,8 @@ mod tests {
             "local t = {string.byte(string.rep('a', 7000), 1, 7000)} \
              while true do pcall(function() while true do cmsgpack.pack(t) end end) end",
         ] {
-            let vm = ScriptVm::new(0).unwrap();
-            let f = vm.load("user_script", code.as_bytes()).unwrap();
+            let mut vm = ScriptVm::new(0).unwrap();
+            vm.compile("t", "user_script", code.as_bytes()).unwrap();
             let watch = watchdog::RunWatch::new(
                 watchdog::RunKind::Eval,
                 "t".into(),
@@ -865,7 +881,7 @@ mod tests {
             );
             let _watching = watchdog::watch(watch.clone());
             watch.kill("Script killed by user with SCRIPT KILL...");
-            let mut run = vm.start(&f, &[], &[], true).unwrap();
+            let mut run = vm.start(vm.compiled("t").unwrap(), &[], &[], true).unwrap();
             match run.resume(vm.lua(), None) {
                 Step::Failed { error, line, .. } => {
                     let Value::Table(t) = error else {
@@ -889,16 +905,19 @@ mod tests {
     #[test]
     fn each_run_starts_clean_on_a_reused_coroutine() {
         let mut vm = ScriptVm::new(0).unwrap();
-        let echo = vm.compile("e", "user_script", b"return KEYS[1]").unwrap();
-        let resp3 = vm
-            .compile("r", "user_script", b"redis.setresp(3) return 1")
-            .unwrap();
-        let fail = vm.compile("f", "user_script", b"error('boom')").unwrap();
-        let stray = vm
-            .compile("s", "user_script", b"coroutine.yield(1)")
-            .unwrap();
-        let run = |f: &Function, key: &[u8]| {
-            let mut run = vm.start(f, &[key], &[], true).unwrap();
+        let scripts: [(&str, &[u8]); 4] = [
+            ("echo", b"return KEYS[1]"),
+            ("resp3", b"redis.setresp(3) return 1"),
+            ("fail", b"error('boom')"),
+            ("stray", b"coroutine.yield(1)"),
+        ];
+        for (id, code) in scripts {
+            vm.compile(id, "user_script", code).unwrap();
+        }
+        let run = |id: &str, key: &[u8]| {
+            let mut run = vm
+                .start(vm.compiled(id).unwrap(), &[key], &[], true)
+                .unwrap();
             run.resume(vm.lua(), None)
         };
         let echoes = |step: Step, want: &str| match step {
@@ -916,17 +935,17 @@ mod tests {
             } => (t.get::<String>("err").unwrap(), line),
             _ => panic!("expected a failure"),
         };
-        echoes(run(&echo, b"a"), "a");
-        assert!(matches!(run(&resp3, b"x"), Step::Done(d) if d.script_resp3()));
-        echoes(run(&echo, b"b"), "b");
-        let (err, line) = error_text(run(&fail, b"x"));
+        echoes(run("echo", b"a"), "a");
+        assert!(matches!(run("resp3", b"x"), Step::Done(d) if d.script_resp3()));
+        echoes(run("echo", b"b"), "b");
+        let (err, line) = error_text(run("fail", b"x"));
         assert!(err.ends_with("boom"), "{err}");
         assert_eq!(line, Some(1));
-        echoes(run(&echo, b"c"), "c");
-        let (err, line) = error_text(run(&stray, b"x"));
+        echoes(run("echo", b"c"), "c");
+        let (err, line) = error_text(run("stray", b"x"));
         assert_eq!(err, "ERR attempt to yield from outside a coroutine");
         assert_eq!(line, Some(1));
-        echoes(run(&echo, b"d"), "d");
+        echoes(run("echo", b"d"), "d");
     }
 
     #[test]

@@ -176,6 +176,5 @@ impl Connection {
 /// Compiles a new script into this thread's VM (the cache keeps only scripts that compile).
 fn compile(vm: &mut ScriptVm, s: &Script) -> Result<(), String> {
     vm.compile(&s.sha, "user_script", s.code())
-        .map(|_| ())
         .map_err(|e| format!("ERR Error compiling script (new function): {e}"))
 }

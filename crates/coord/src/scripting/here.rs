@@ -21,6 +21,7 @@ use damselfly_commands::table::{Handler, Route, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
 use damselfly_scripting::functions::Library;
+use damselfly_scripting::vm::Callable;
 use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Reach, Script, ScriptVm};
 
@@ -101,7 +102,7 @@ impl Worker {
         let Some(mut vm) = self.scripting.try_lend(job.generation) else {
             return HereResult::VmBusy;
         };
-        let f = match resolve(&mut vm, &job.target) {
+        let (vm, f) = match resolve(&mut vm, &job.target) {
             Ok(found) => found,
             Err(e) => {
                 let mut reply = ReplyBuf::new(job.resp3);
@@ -119,8 +120,8 @@ impl Worker {
             .unwrap_or_default()
             .split_at(job.nkeys.min(words.len().saturating_sub(3)));
         let as_globals = matches!(job.target, Target::Eval(_));
-        let outcome = match vm.start(&f, keys, argv, as_globals) {
-            Ok(mut run) => self.drive_here(&vm, &mut run, &job),
+        let outcome = match vm.start(f, keys, argv, as_globals) {
+            Ok(mut run) => self.drive_here(vm, &mut run, &job),
             Err(e) => Some(Outcome::Failed(Failure::plain(&format!(
                 "ERR {}",
                 damselfly_scripting::vm::lua_text(e)
@@ -234,21 +235,30 @@ impl Worker {
 }
 
 /// The function to run, compiling or loading it into this thread's VM when it has not run
-/// here before.
-pub(super) fn resolve(vm: &mut ScriptVm, target: &Target) -> Result<mlua::Function, String> {
+/// here before; with the VM, borrowed for as long as the function.
+pub(super) fn resolve<'v>(
+    vm: &'v mut ScriptVm,
+    target: &Target,
+) -> Result<(&'v ScriptVm, Callable<'v>), String> {
     match target {
-        Target::Eval(script) => match vm.compiled(&script.sha) {
-            Some(f) => Ok(f),
-            None => vm
-                .compile(&script.sha, "user_script", script.code())
-                .map_err(|e| format!("ERR Error compiling script (new function): {e}")),
-        },
+        Target::Eval(script) => {
+            if vm.compiled(&script.sha).is_none() {
+                vm.compile(&script.sha, "user_script", script.code())
+                    .map_err(|e| format!("ERR Error compiling script (new function): {e}"))?;
+            }
+            let vm: &ScriptVm = vm;
+            let f = vm.compiled(&script.sha);
+            f.map(|f| (vm, f))
+                .ok_or_else(|| "ERR Error compiling script (new function)".to_string())
+        }
         Target::Function(lib, index) => {
             let name = &lib.functions[*index].name;
             if vm.library_function(&lib.name, lib.version, name).is_none() {
                 super::function_family::load_into(vm, lib)?;
             }
-            vm.library_function(&lib.name, lib.version, name)
+            let vm: &ScriptVm = vm;
+            let f = vm.library_function(&lib.name, lib.version, name);
+            f.map(|f| (vm, f))
                 .ok_or_else(|| "ERR Function not found".to_string())
         }
     }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use damselfly_commands::config::ScriptLocking;
 use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
 use damselfly_commands::{lookup, Args};
-use damselfly_scripting::vm::Done;
+use damselfly_scripting::vm::{Callable, Done};
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
 use damselfly_scripting::{Answer, Reach, Request, Run, ScriptVm, Step, Words};
 use damselfly_storage::shard_for_key;
@@ -256,20 +256,20 @@ impl Connection {
             Err(e) => return self.reply_error(&format!("ERR {e}")),
         };
         match here::resolve(&mut vm, &target) {
-            Ok(f) => self.invoke(&vm, f, call, args).await,
+            Ok((vm, f)) => self.invoke(vm, f, call, args).await,
             Err(e) => self.reply_error(&e),
         }
     }
 
     /// Runs `f` for `call` as one transaction over the shards it may touch (restarting it
     /// with every shard locked if it must) and writes its reply.
-    async fn invoke(&mut self, vm: &ScriptVm, f: mlua::Function, call: &Call<'_>, args: &Args<'_>) {
+    async fn invoke(&mut self, vm: &ScriptVm, f: Callable<'_>, call: &Call<'_>, args: &Args<'_>) {
         let watch = self.run_watch(call, args);
         let _watching = watchdog::watch(watch.clone());
         let mut scope = self.run_scope(call.keys, call.reach, call.read_only, watch);
         loop {
             self.hold_publishing();
-            let outcome = self.run_script(vm, &f, call, &mut scope).await;
+            let outcome = self.run_script(vm, f, call, &mut scope).await;
             call.reach.record(scope.roamed);
             self.release_publishing(!matches!(outcome, Outcome::Restart));
             match outcome {
@@ -331,7 +331,7 @@ impl Connection {
     async fn run_script(
         &mut self,
         vm: &ScriptVm,
-        f: &mlua::Function,
+        f: Callable<'_>,
         call: &Call<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
@@ -359,7 +359,7 @@ impl Connection {
     async fn drive(
         &mut self,
         vm: &ScriptVm,
-        f: &mlua::Function,
+        f: Callable<'_>,
         call: &Call<'_>,
         scope: &mut RunScope,
     ) -> Outcome {
