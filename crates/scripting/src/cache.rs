@@ -4,7 +4,6 @@
 //! (`ScriptVm`). This is server state, not keyspace data, so a lock is fine: runs take a
 //! read lock for one lookup.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -64,9 +63,12 @@ pub fn sha1_hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
 }
 
+/// Scripts by SHA (ahash: a lookup per EVALSHA).
+type ScriptMap = std::collections::HashMap<String, Arc<Script>, ahash::RandomState>;
+
 #[derive(Default)]
 pub struct ScriptCache {
-    scripts: RwLock<HashMap<String, Arc<Script>>>,
+    scripts: RwLock<ScriptMap>,
     /// Bumped by SCRIPT FLUSH: each thread then starts a fresh VM before its next run.
     generation: AtomicU64,
     /// Sum of the cached bodies' sizes (INFO `used_memory_scripts_eval`).
@@ -140,7 +142,7 @@ impl ScriptCache {
         self.body_bytes.load(Ordering::Relaxed)
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Script>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, ScriptMap> {
         self.scripts.read().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -119,6 +119,9 @@ pub struct Registered {
     pub callback: RegistryKey,
 }
 
+/// A loaded library's callbacks by function name.
+type LibraryCallbacks = HashMap<String, RegistryKey, ahash::RandomState>;
+
 pub struct ScriptVm {
     lua: Lua,
     env: Table,
@@ -128,9 +131,9 @@ pub struct ScriptVm {
     function_env: Table,
     load_library: Function,
     /// Compiled scripts by id (a SHA for EVAL scripts).
-    compiled: HashMap<String, RegistryKey>,
+    compiled: HashMap<String, RegistryKey, ahash::RandomState>,
     /// Libraries loaded here: name -> (registry version, callbacks by function name).
-    libraries: HashMap<String, (u64, HashMap<String, RegistryKey>)>,
+    libraries: HashMap<String, (u64, LibraryCallbacks), ahash::RandomState>,
     /// The script cache generation this VM was built for (SCRIPT FLUSH starts a new VM).
     pub generation: u64,
 }
@@ -208,8 +211,8 @@ impl ScriptVm {
             }),
             function_env,
             load_library,
-            compiled: HashMap::new(),
-            libraries: HashMap::new(),
+            compiled: HashMap::default(),
+            libraries: HashMap::default(),
             generation,
         })
     }
