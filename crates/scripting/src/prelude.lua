@@ -34,18 +34,20 @@ end
 -- Script protocol for this run (redis.setresp), reset by every run.
 local resp = 2
 
--- The driver reads the arguments from the yielding coroutine's stack (vm.rs, `Run`).
-local function command(raise, ...)
-  local ok, reply = co_yield(CALL, "call", raise, resp, ...)
-  if not ok and raise then
+-- The driver reads the arguments from the yielding coroutine's stack (vm.rs, `Run`). Each
+-- yields itself: a call is one Lua frame between the script and the driver.
+local redis = {}
+redis.call = function(...)
+  local ok, reply = co_yield(CALL, "call", true, resp, ...)
+  if not ok then
     error(reply)
   end
   return reply
 end
-
-local redis = {}
-redis.call = function(...) return command(true, ...) end
-redis.pcall = function(...) return command(false, ...) end
+redis.pcall = function(...)
+  local _, reply = co_yield(CALL, "call", false, resp, ...)
+  return reply
+end
 redis.setresp = function(...)
   if select("#", ...) ~= 1 then
     error({ err = "ERR redis.setresp() requires one argument." })
