@@ -82,6 +82,9 @@ impl Protected {
     pub unsafe fn call(&self, body: Body) -> Result<(), String> {
         let state = self.state;
         let top = ffi::lua_gettop(state);
+        if ffi::lua_checkstack(state, 2) == 0 {
+            return Err("stack overflow".to_string());
+        }
         let mut call = Call { body, panic: None };
         ffi::lua_rawgeti(
             state,
