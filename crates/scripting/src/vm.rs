@@ -6,11 +6,12 @@
 //!
 //! A run is started and resumed through Lua's C API, one protected call per step: each call
 //! through mlua's safe API allocates two C closures in Lua 5.1, and with the run's tables and
-//! coroutines that garbage was a quarter of a one-key script's CPU. Resuming a run and
-//! writing its value go through `protected`, which allocates nothing; starting one still
-//! takes one mlua call (it pushes the script's function). For the same reason a coroutine
-//! that finished cleanly is kept and reused by the next run, and a run's value stays on its
-//! coroutine until it is written as the reply (`Done`).
+//! coroutines that garbage was a quarter of a one-key script's CPU. The steps go through
+//! `protected` instead, which allocates nothing: starting a run also runs it to its first
+//! stop, each resume answers one request and runs to the next, and the value is written as
+//! the reply from where the run left it. For the same reason a coroutine that finished
+//! cleanly is kept and reused by the next run, and a run's value stays on its coroutine
+//! until it is written (`Done`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -370,10 +371,12 @@ impl ScriptVm {
             }
         };
         let (co, body, f) = (coroutine.co, self.runs.body.id(), f.0.id());
+        let call_tag = self.runs.call_tag;
+        let mut resumed = Resumed::Raised;
         // SAFETY: the coroutine gets the body and its four arguments, pushed from the
         // registry and built here (within the LUA_MINSTACK slots a C function and an idle
-        // coroutine have free). Only Lua allocates here, so an error raised (out of memory)
-        // skips no Rust destructor.
+        // coroutine have free), and runs to its first stop in the same protected call. Only
+        // Lua allocates here, so an error raised (out of memory) skips no Rust destructor.
         unsafe {
             self.runs.protected.call(&mut |state| {
                 ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, body.into());
@@ -382,13 +385,14 @@ impl ScriptVm {
                 push_sequence(state, keys);
                 push_sequence(state, argv);
                 ffi::lua_xmove(state, co, 5);
+                resumed = resume_coroutine(state, co, 4, call_tag);
             })
         }
         .map_err(mlua::Error::RuntimeError)?;
         Ok(Run {
             coroutine: Some(coroutine),
             kit: self.runs.clone(),
-            started: false,
+            first_stop: Some(resumed),
         })
     }
 }
@@ -458,8 +462,9 @@ pub struct Run {
     /// None once it returned (the coroutine went to its `Done`).
     coroutine: Option<Coroutine>,
     kit: Rc<RunKit>,
-    /// Resumed at least once (its coroutine then holds a yield's values, or nothing).
-    started: bool,
+    /// Where the run first stopped: `start` runs it that far in the same protected call,
+    /// and the first `resume` reports it.
+    first_stop: Option<Resumed>,
 }
 
 /// What one resume of the coroutine found, read while the values were on its stack.
@@ -491,48 +496,34 @@ impl Run {
                 line: None,
             };
         };
-        let first = !self.started;
-        self.started = true;
-        let mut resumed = Resumed::Raised;
-        let call_tag = self.kit.call_tag;
-        // SAFETY: the coroutine's stack holds the body and its arguments (first resume) or
-        // the last yield's values, which are dropped for the answer, built on the call's
-        // stack and moved over. Values move between the two stacks within the free slots a C
-        // function and a yielded or finished coroutine have; a finished one keeps only its
-        // value (`Done`). What is read is copied into `resumed`, owned by the caller, so an
-        // error raised here (out of memory) skips no Rust destructor.
-        let stepped = unsafe {
-            self.kit.protected.call(&mut |state| {
-                let nargs = if first {
-                    4
-                } else {
-                    push_answer(state, answer.as_ref());
-                    ffi::lua_settop(co, 0);
-                    ffi::lua_xmove(state, co, 2);
-                    2
+        let resumed = match self.first_stop.take() {
+            Some(first) => first,
+            None => {
+                let mut resumed = Resumed::Raised;
+                let call_tag = self.kit.call_tag;
+                // SAFETY: the coroutine's stack holds the last yield's values, which are
+                // dropped for the answer, built on the call's stack and moved over, within
+                // the free slots a C function and a yielded coroutine have. What is read is
+                // copied into `resumed`, owned by the caller, so an error raised here (out
+                // of memory) skips no Rust destructor.
+                let stepped = unsafe {
+                    self.kit.protected.call(&mut |state| {
+                        push_answer(state, answer.as_ref());
+                        ffi::lua_settop(co, 0);
+                        ffi::lua_xmove(state, co, 2);
+                        resumed = resume_coroutine(state, co, 2, call_tag);
+                    })
                 };
-                let mut results = 0;
-                resumed = match ffi::lua_resume(co, state, nargs, &mut results) {
-                    ffi::LUA_YIELD => read_yield(co, call_tag),
-                    ffi::LUA_OK => {
-                        // `body` returns the value and the protocol the script chose.
-                        let resp3 = results >= 2
-                            && ffi::lua_type(co, 2) == ffi::LUA_TNUMBER
-                            && ffi::lua_tonumber(co, 2) == 3.0;
-                        ffi::lua_settop(co, 1);
-                        Resumed::Returned(resp3)
-                    }
-                    _ => Resumed::Raised,
-                };
-            })
+                if let Err(text) = stepped {
+                    return Step::Failed {
+                        error: error_table(lua, &format!("ERR {text}")),
+                        source: None,
+                        line: None,
+                    };
+                }
+                resumed
+            }
         };
-        if let Err(text) = stepped {
-            return Step::Failed {
-                error: error_table(lua, &format!("ERR {text}")),
-                source: None,
-                line: None,
-            };
-        }
         match resumed {
             Resumed::Call {
                 acl,
@@ -659,6 +650,34 @@ impl Drop for Done {
         if let Some(coroutine) = self.coroutine.take() {
             self.kit.reuse(coroutine);
         }
+    }
+}
+
+/// Resumes `co` with the `nargs` values on top of its stack and reads where it stopped; a
+/// finished run keeps only its value (`Done`).
+///
+/// # Safety
+/// `state` must be running a protected call and `co` be a fresh or yielded coroutine whose
+/// stack holds the body and its arguments or the resume's values. Reading allocates nothing
+/// in Lua.
+unsafe fn resume_coroutine(
+    state: *mut ffi::lua_State,
+    co: *mut ffi::lua_State,
+    nargs: c_int,
+    call_tag: *const c_void,
+) -> Resumed {
+    let mut results = 0;
+    match ffi::lua_resume(co, state, nargs, &mut results) {
+        ffi::LUA_YIELD => read_yield(co, call_tag),
+        ffi::LUA_OK => {
+            // `body` returns the value and the protocol the script chose.
+            let resp3 = results >= 2
+                && ffi::lua_type(co, 2) == ffi::LUA_TNUMBER
+                && ffi::lua_tonumber(co, 2) == 3.0;
+            ffi::lua_settop(co, 1);
+            Resumed::Returned(resp3)
+        }
+        _ => Resumed::Raised,
     }
 }
 
