@@ -2,27 +2,30 @@
 # Instructions per request, redis-server vs Damselfly, counted by valgrind's callgrind: unlike
 # time on this shared, noisy machine, the count repeats exactly for the same binary and load.
 #
-#   benches/instructions.sh [-n REQUESTS] [-P PIPELINE] [-b BINARY] [COMMAND...]
+#   benches/instructions.sh [-n REQUESTS] [-P PIPELINE] [-t THREADS] [-b BINARY] [COMMAND...]
 #
-# Each server runs under callgrind (Damselfly with --threads 1 and the epoll backend, so one
-# thread does everything, as redis-server's one thread does) with instrumentation off; after
+# Each server runs under callgrind (Damselfly with the epoll backend and THREADS threads,
+# default 1, so one thread does everything, as redis-server's one thread does; with 2 the
+# count includes the hops between threads) with instrumentation off; after
 # a warm-up of 5,000 requests, instrumentation is switched on for REQUESTS requests of
 # redis-benchmark (10 clients, 100,000 random keys, PIPELINE requests in flight per client),
 # then off, and the count dumped. COMMAND is a redis-benchmark command; the default is
 # EVALSHA of `return redis.call('set', KEYS[1], ARGV[1])` on one random key (`SHA` in
 # COMMAND stands for that script's SHA). Prints instructions (callgrind's Ir) per request
 # for each server. Needs valgrind, redis-server and redis-benchmark; BINARY defaults to the
-# release build. Takes about a minute for 20,000 requests.
+# release build. Takes about a minute for 20,000 requests. With KEEP=DIR in the environment
+# the callgrind files are kept in DIR (callgrind_annotate DIR/damselfly.callgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-N=20000 P=16 BIN=""
-while getopts "n:P:b:" o; do
+N=20000 P=16 THREADS=1 BIN=""
+while getopts "n:P:t:b:" o; do
   case $o in
     n) N=$OPTARG ;;
     P) P=$OPTARG ;;
+    t) THREADS=$OPTARG ;;
     b) BIN=$OPTARG ;;
-    *) sed -n '2,15p' "$0"; exit 2 ;;
+    *) sed -n '2,18p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -67,8 +70,9 @@ count() {
   local total
   total=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   printf '%-10s %8d instructions per request\n' "$name" $((total / N))
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$out.1" "$KEEP/$name.callgrind"; fi
 }
 
 echo "${COMMAND[*]}, $N requests, -P $P"
 count redis redis-server --save '' --appendonly no
-count damselfly "$BIN" --threads 1 --io-backend epoll --save '' --dir "$WORK"
+count damselfly "$BIN" --threads "$THREADS" --io-backend epoll --save '' --dir "$WORK"

@@ -102,6 +102,9 @@ pub struct Connection {
     pub(crate) out: ReplyBuf,
     pub(crate) closing: bool,
     pub(crate) batches: Vec<ExecBatch>,
+    /// Emptied batch boxes, to send the next batches in (`take_batch`).
+    #[allow(clippy::vec_box)] // the boxes themselves are what is sent and reused
+    spare_batches: Vec<Box<ExecBatch>>,
     pub(crate) pending: Vec<PendingSlot>,
     /// The transaction this connection's commands currently run in (EXEC, a multi-shard
     /// command): while set, every keyed command runs as a hop of it.
@@ -211,6 +214,7 @@ impl Connection {
             out: ReplyBuf::new(false),
             closing: false,
             batches: (0..shards).map(|_| ExecBatch::default()).collect(),
+            spare_batches: Vec::new(),
             pending: Vec::new(),
             tx: None,
             multi: None,
@@ -972,6 +976,29 @@ impl Connection {
         });
     }
 
+    /// The round's batch for `shard`, boxed to be sent; the connection keeps collecting in
+    /// the memory of an earlier batch that came back (`take_batch_home`).
+    pub(crate) fn take_batch(&mut self, shard: usize) -> Box<ExecBatch> {
+        let mut boxed = self.spare_batches.pop().unwrap_or_default();
+        std::mem::swap(&mut *boxed, &mut self.batches[shard]);
+        boxed
+    }
+
+    /// Keeps the memory of a batch its shard sent back with `reply`, for the next rounds.
+    pub(crate) fn take_batch_home(&mut self, shard: usize, reply: &mut BatchReply) {
+        let Some(mut batch) = reply.batch.take() else {
+            return;
+        };
+        if self.batches[shard].is_empty()
+            && self.batches[shard].data.capacity() < batch.data.capacity()
+        {
+            std::mem::swap(&mut *batch, &mut self.batches[shard]);
+        }
+        if self.spare_batches.len() < self.batches.len() {
+            self.spare_batches.push(batch);
+        }
+    }
+
     /// Sends the round's squashed batches, waits for their replies and splices them into the
     /// output in request order.
     pub(crate) async fn flush_remote(&mut self) {
@@ -1003,7 +1030,7 @@ impl Connection {
         } else {
             let mut waiting = Vec::new();
             for &shard in &full {
-                let mut batch = std::mem::take(&mut self.batches[shard]);
+                let mut batch = self.take_batch(shard);
                 batch.reply_limit = self.out.limit;
                 waiting.push((shard, self.worker.send_batch(shard, batch)));
             }
@@ -1018,6 +1045,11 @@ impl Connection {
 
     /// Puts the round's remote replies (by shard) into the output, in request order.
     pub(crate) fn splice(&mut self, mut replies: Vec<Option<BatchReply>>) {
+        for (shard, reply) in replies.iter_mut().enumerate() {
+            if let Some(reply) = reply {
+                self.take_batch_home(shard, reply);
+            }
+        }
         self.log_remote_slow(&mut replies);
         let stopped_early = self.pending.iter().any(|p| {
             replies[p.shard]

@@ -119,9 +119,17 @@ impl Worker {
             }
         };
         let written = socket.write_now(&reply.out);
-        reply.out.drain(..written);
-        reply.ends[0] = reply.out.len();
-        let whole = reply.out.is_empty();
+        let whole = written == reply.out.len();
+        if whole {
+            self.keep_reply_buffers(
+                std::mem::take(&mut reply.out),
+                std::mem::take(&mut reply.ends),
+            );
+            reply.written = true;
+        } else {
+            reply.out.drain(..written);
+            reply.ends[0] = reply.out.len();
+        }
         let mut stats = self.stats.borrow_mut();
         stats.net_output_bytes += written as u64;
         stats.direct_replies += u64::from(whole);
@@ -171,7 +179,7 @@ impl Connection {
         let Some(socket) = self.direct_reply_socket(shard) else {
             return false;
         };
-        let mut batch = std::mem::take(&mut self.batches[shard]);
+        let mut batch = self.take_batch(shard);
         batch.reply_limit = self.out.limit;
         batch.socket = Some(socket);
         self.pending.clear();
@@ -228,10 +236,11 @@ impl Connection {
         fence(Ordering::SeqCst);
         // An answer sent without waking this thread may be queued already.
         self.worker.poke_mailbox();
-        let answer = wait.await;
+        let mut answer = wait.await;
         self.set_settling(false);
-        if let Some(Payload::Batch(r)) = &answer {
-            if r.out.is_empty() && r.slow.is_empty() && r.ends.len() == 1 {
+        if let Some(Payload::Batch(r)) = &mut answer {
+            self.take_batch_home(shard, r);
+            if r.written && r.slow.is_empty() {
                 // Written whole: nothing to add.
                 return;
             }

@@ -92,7 +92,25 @@ impl ExecBatch {
     pub fn is_empty(&self) -> bool {
         self.cmds.is_empty()
     }
+
+    /// The batch emptied for the next round of the connection that sent it, which keeps its
+    /// memory; None when it grew past `KEPT_BATCH_BYTES` (a round of large values), which
+    /// is not worth holding on to.
+    pub fn emptied(mut self: Box<Self>) -> Option<Box<Self>> {
+        if self.data.capacity() > KEPT_BATCH_BYTES {
+            return None;
+        }
+        self.data.clear();
+        self.spans.clear();
+        self.cmds.clear();
+        self.reply_limit = usize::MAX;
+        self.socket = None;
+        Some(self)
+    }
 }
+
+/// Argument bytes up to which a batch's memory goes back to its connection for reuse.
+pub const KEPT_BATCH_BYTES: usize = 64 * 1024;
 
 /// Encoded replies of a batch; reply i is `out[ends[i-1]..ends[i]]`.
 #[derive(Debug, Default)]
@@ -103,6 +121,12 @@ pub struct BatchReply {
     pub slow: Vec<damselfly_commands::slowlog::SlowCall>,
     /// Where to write the replies directly, if the shard may (direct_reply.rs).
     pub socket: Option<Arc<ClientSocket>>,
+    /// The shard wrote the replies to the client's socket whole: nothing is left to add to
+    /// the client's output (`out` and `ends` are then empty).
+    pub written: bool,
+    /// The batch that carried the commands, emptied, going back to its connection so the
+    /// next round's batch allocates nothing (`ExecBatch::emptied`).
+    pub batch: Option<Box<ExecBatch>>,
 }
 
 impl BatchReply {
@@ -187,7 +211,7 @@ pub struct JournalReport {
 pub enum ShardMsg {
     /// Run a batch; reply with `Reply { slot }` to the `origin` thread's mailbox.
     Exec {
-        batch: ExecBatch,
+        batch: Box<ExecBatch>,
         origin: usize,
         slot: usize,
     },

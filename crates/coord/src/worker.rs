@@ -26,7 +26,9 @@ use crate::direct_reply::DirectHop;
 use crate::durability::{JournalCell, TxTag};
 use crate::mailbox::Mailbox;
 use crate::maxmemory::OOM;
-use crate::messages::{BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport};
+use crate::messages::{
+    BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport, KEPT_BATCH_BYTES,
+};
 use crate::pubsub_family::ThreadPubSub;
 use crate::reply_slots::{ReplySlots, ReplyWait};
 use crate::tx::{plan, Lock, TxId, TxQueue};
@@ -54,7 +56,7 @@ pub(crate) enum Hop {
 }
 
 pub(crate) struct DeferredBatch {
-    batch: ExecBatch,
+    batch: Box<ExecBatch>,
     next: usize,
     reply: ReplyBuf,
     ends: Vec<usize>,
@@ -77,6 +79,9 @@ pub struct Worker {
     /// Replies to other threads made while handling a message, sent once it is done
     /// (`handle`): origin thread, reply slot, reply.
     outgoing: RefCell<Vec<(usize, usize, Payload)>>,
+    /// Reply buffers a batch's replies were written from straight to the client's socket,
+    /// kept for the next batch (`reply_buffers`).
+    spare_reply: RefCell<(Vec<u8>, Vec<usize>)>,
     /// Inside `handle` (nested when a message handled here asks this shard again).
     handling: Cell<u32>,
     /// Transactions holding intents on this shard.
@@ -183,6 +188,7 @@ impl Worker {
             clients: RefCell::new(Registry::default()),
             replies: RefCell::new(ReplySlots::default()),
             outgoing: RefCell::new(Vec::new()),
+            spare_reply: RefCell::default(),
             handling: Cell::new(0),
             txq: RefCell::new(TxQueue::default()),
             blocked: RefCell::new(BlockedKeys::default()),
@@ -237,7 +243,7 @@ impl Worker {
 
     /// Sends a batch to another shard; the returned future resolves to its replies (None if
     /// the shard is gone).
-    pub(crate) fn send_batch(self: &Rc<Self>, shard: usize, batch: ExecBatch) -> ReplyWait {
+    pub(crate) fn send_batch(self: &Rc<Self>, shard: usize, batch: Box<ExecBatch>) -> ReplyWait {
         self.ask(shard, |origin, slot| ShardMsg::Exec {
             batch,
             origin,
@@ -521,13 +527,16 @@ impl Worker {
                         (c.spec, c.db, Args::new(&batch.data, spans))
                     }));
                 }
+                let (buf, mut ends) = self.reply_buffers();
+                ends.reserve(n);
                 let mut reply = ReplyBuf::new(false);
+                reply.buf = buf;
                 reply.limit = batch.reply_limit;
                 self.continue_batch(DeferredBatch {
                     batch,
                     next: 0,
                     reply,
-                    ends: Vec::with_capacity(n),
+                    ends,
                     slow: Vec::new(),
                     origin,
                     slot,
@@ -695,6 +704,22 @@ impl Worker {
         }
     }
 
+    /// Empty buffers for a batch's replies, with the memory of the last ones written
+    /// straight to a socket (`keep_reply_buffers`).
+    fn reply_buffers(&self) -> (Vec<u8>, Vec<usize>) {
+        std::mem::take(&mut *self.spare_reply.borrow_mut())
+    }
+
+    /// Keeps the buffers of replies written straight to a client's socket for the next
+    /// batch, unless a large reply grew them.
+    pub(crate) fn keep_reply_buffers(&self, mut out: Vec<u8>, mut ends: Vec<usize>) {
+        if out.capacity() <= KEPT_BATCH_BYTES {
+            out.clear();
+            ends.clear();
+            *self.spare_reply.borrow_mut() = (out, ends);
+        }
+    }
+
     /// Sends the replies `handle` kept back.
     fn send_replies(&self) {
         if self.outgoing.borrow().is_empty() {
@@ -823,6 +848,8 @@ impl Worker {
             ends: d.ends,
             slow: d.slow,
             socket,
+            written: false,
+            batch: d.batch.emptied(),
         };
         self.reply_to(d.origin, d.slot, Payload::Batch(reply));
     }
@@ -943,7 +970,7 @@ impl Worker {
             out: reply.buf,
             ends,
             slow,
-            socket: None,
+            ..BatchReply::default()
         }
     }
 

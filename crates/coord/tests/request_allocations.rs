@@ -1,12 +1,17 @@
 //! Heap allocations per request on the GET/SET path: a connection parses, runs and answers
 //! requests from its own thread's shard, and once its buffers have grown to the traffic,
 //! a GET allocates nothing and a SET that replaces a value allocates only the new record.
-//! A one-key script run stays within a fixed number of allocations. Counted with a counting
-//! global allocator, per thread (the test's own).
+//! A command for another thread's shard allocates nothing either, on both threads, once its
+//! batch and reply buffers go round. A one-key script run stays within a fixed number of
+//! allocations. Counted with a counting global allocator, per thread (the test's own, which
+//! here plays every thread).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::future::Future;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -131,6 +136,85 @@ fn get_and_set_allocate_nothing_beyond_the_new_record() {
     }
     let per_set = (allocations() - before) as f64 / 1000.0;
     assert!(per_set <= 1.0, "{per_set} allocations per SET");
+}
+
+/// Handles every message waiting in `worker`'s mailbox, as its thread's loop would.
+fn handle_mail(worker: &Worker) {
+    if run_now(futures_lite::future::poll_once(worker.mailbox.ready())).is_some() {
+        while let Some(m) = worker.mailbox.pop() {
+            worker.handle(m);
+        }
+    }
+}
+
+/// A key that `shards` shards route to `shard`.
+fn key_on(shard: usize, shards: usize) -> Vec<u8> {
+    (0..)
+        .map(|i| format!("key:{i}").into_bytes())
+        .find(|k| damselfly_storage::shard_for_key(k, shards) == shard)
+        .expect("some key routes to every shard")
+}
+
+/// Commands alternating between the connection's own shard and the other thread's (so the
+/// connection never moves): each remote one goes as a batch, the other thread writes its
+/// reply to the socket itself and sends back an empty answer with the batch's memory.
+#[test]
+fn commands_for_another_shard_allocate_nothing_with_direct_replies() {
+    let (tx0, rx0) = mailbox();
+    let (tx1, rx1) = mailbox();
+    let cluster = Arc::new(Cluster::new(Arc::new(Config::default()), vec![tx0, tx1]));
+    let here = Worker::new(0, cluster.clone(), rx0);
+    let there = Worker::new(1, cluster, rx1);
+    let (server_end, mut client_end) = UnixStream::pair().expect("a socket pair");
+    client_end.set_nonblocking(true).expect("non-blocking");
+    let peer = PeerInfo {
+        addr: "127.0.0.1:1".into(),
+        laddr: "127.0.0.1:2".into(),
+        fd: server_end.as_raw_fd(),
+    };
+    let mut conn = Connection::new(here.clone(), peer);
+    let (local, remote) = (key_on(0, 2), key_on(1, 2));
+    let value = [b'v'; 100];
+    let set_remote = resp(&[b"SET", &remote, &value]);
+    let get_remote = resp(&[b"GET", &remote]);
+    let get_local = resp(&[b"GET", &local]);
+    let mut want = format!("${}\r\n", value.len()).into_bytes();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\n");
+    let mut out = Vec::new();
+    let mut from_socket = vec![0; 4096];
+    // Serves one request and lets both threads handle their mail; returns what reached the
+    // socket without going through the connection's output.
+    let mut round = |conn: &mut Connection, request: &[u8], out: &mut Vec<u8>| -> usize {
+        serve(conn, request, out);
+        handle_mail(&there);
+        handle_mail(&here);
+        client_end.read(&mut from_socket).unwrap_or(0)
+    };
+    let mut check = |conn: &mut Connection, out: &mut Vec<u8>| {
+        assert_eq!(round(conn, &set_remote, out), b"+OK\r\n".len());
+        assert!(out.is_empty(), "a remote reply goes straight to the socket");
+        assert_eq!(round(conn, &get_remote, out), want.len());
+        assert!(out.is_empty());
+        assert_eq!(round(conn, &get_local, out), 0);
+        assert_eq!(out, b"$-1\r\n");
+    };
+    for _ in 0..100 {
+        check(&mut conn, &mut out);
+    }
+    let direct = there.stats.borrow().direct_replies;
+    assert_eq!(direct, 200, "direct replies in the warm-up");
+    let before = allocations();
+    for _ in 0..1000 {
+        check(&mut conn, &mut out);
+    }
+    // Each SET makes its new record; the mailboxes' channel allocates a block per 31
+    // messages (crossbeam's unbounded list), and a remote command is two messages.
+    let per_round = (allocations() - before) as f64 / 1000.0;
+    assert!(
+        per_round <= 1.0 + 4.0 / 31.0 + 0.01,
+        "{per_round} allocations per remote SET, remote GET and local GET"
+    );
 }
 
 /// A one-key EVALSHA that SETs its key. Each run still allocates (Redis's own runs do too):

@@ -184,6 +184,7 @@ impl Worker {
             slow: slow.into_iter().collect(),
             // A reply over the client's output limit is not written: the client is dropped.
             socket: (len <= reply_limit).then_some(socket),
+            ..BatchReply::default()
         })
     }
 
