@@ -786,6 +786,32 @@ impl Worker {
         }
     }
 
+    /// True when no transaction holds intents here, so `run_alone` may run.
+    pub(crate) fn no_transaction_here(&self) -> bool {
+        self.txq.borrow().is_idle() && self.running_tx.get() == 0
+    }
+
+    /// Runs `f` at once as a transaction of this shard alone, on its own thread, when
+    /// `no_transaction_here`: `f` does not wait, so nothing runs between its start and end
+    /// and it needs neither intents nor a turn, but its records are grouped and its undo log
+    /// owned as a one-shard hop's are (`run_hop`), without the hop's messages and boxes.
+    pub(crate) fn run_alone<R>(&self, writes: bool, f: impl FnOnce(&Worker) -> R) -> R {
+        debug_assert!(self.no_transaction_here());
+        let id = self.cluster.next_txid();
+        if writes {
+            self.journal_tx_begin(id, 1);
+        }
+        self.refresh_clock();
+        self.current_tx.set(self.journal_tx_tag(id));
+        self.running_tx.set(id);
+        let value = f(self);
+        self.running_tx.set(0);
+        self.current_tx.set((0, 0));
+        self.release(id);
+        self.serve_blocked();
+        value
+    }
+
     /// Runs a hop whose turn has come.
     pub(crate) fn run_hop(&self, id: TxId, hop: Hop) {
         self.refresh_clock();

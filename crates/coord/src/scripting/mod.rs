@@ -195,6 +195,16 @@ impl Connection {
             self.send_run_replying_there(shard, mode, job, socket);
             return true;
         }
+        if shard == self.worker.id {
+            // Earlier commands first, as a transaction's start would flush them.
+            self.flush_remote().await;
+            if self.worker.no_transaction_here() {
+                let result = self
+                    .worker
+                    .run_alone(!call.read_only, |w| w.run_script_here(job));
+                return self.take_here_result(call, Some(result));
+            }
+        }
         let Some(own) = self
             .enter_tx(vec![(shard, vec![Lock::AllDbs { mode }])])
             .await
@@ -206,6 +216,11 @@ impl Connection {
             None => None,
         };
         self.leave_tx(own).await;
+        self.take_here_result(call, result)
+    }
+
+    /// Writes the reply of a run on its keys' shard; false when it must run the general way.
+    fn take_here_result(&mut self, call: &Call<'_>, result: Option<HereResult>) -> bool {
         match result {
             Some(HereResult::Reply(reply)) => {
                 call.reach.record(false);
