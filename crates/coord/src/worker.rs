@@ -561,6 +561,12 @@ impl Worker {
             } => {
                 let id = match tx {
                     HopTx::Scheduled(id) => id,
+                    HopTx::Single(locks) if conclude && self.no_transaction_here() => {
+                        let value = self.run_alone(locks.iter().any(Lock::writes), f);
+                        // It ended here, so its sender has nothing to release: no id.
+                        self.reply_to(origin, slot, Payload::Hop { id: 0, value });
+                        return;
+                    }
                     HopTx::Single(locks) => {
                         let writes = locks.iter().any(Lock::writes);
                         let id = self.schedule_here(locks);

@@ -35,7 +35,8 @@ use self::here::{HereJob, HereResult, Target};
 use crate::acl_family::ScriptAcl;
 use crate::connection::Connection;
 use crate::maxmemory::CallOom;
-use crate::tx::{Lock, Mode};
+use crate::messages::Payload;
+use crate::tx::{send_one_shard_tx, Lock, Mode};
 
 const BUSY_EVAL: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
@@ -195,27 +196,21 @@ impl Connection {
             self.send_run_replying_there(shard, mode, job, socket);
             return true;
         }
-        if shard == self.worker.id {
-            // Earlier commands first, as a transaction's start would flush them.
-            self.flush_remote().await;
-            if self.worker.no_transaction_here() {
-                let result = self
-                    .worker
-                    .run_alone(!call.read_only, |w| w.run_script_here(job));
-                return self.take_here_result(call, Some(result));
-            }
+        // Earlier commands first, so the run sees their effects.
+        self.flush_remote().await;
+        if shard == self.worker.id && self.worker.no_transaction_here() {
+            let result = self
+                .worker
+                .run_alone(!call.read_only, |w| w.run_script_here(job));
+            return self.take_here_result(call, Some(result));
         }
-        let Some(own) = self
-            .enter_tx(vec![(shard, vec![Lock::AllDbs { mode }])])
-            .await
-        else {
-            return false;
+        let locks = vec![Lock::AllDbs { mode }];
+        let answer =
+            send_one_shard_tx(&self.worker, shard, locks, move |w| w.run_script_here(job)).await;
+        let result = match answer {
+            Some(Payload::Hop { value, .. }) => value.downcast::<HereResult>().ok().map(|r| *r),
+            _ => None,
         };
-        let result = match self.tx.as_mut() {
-            Some(tx) => tx.hop(shard, move |w| w.run_script_here(job), true).await,
-            None => None,
-        };
-        self.leave_tx(own).await;
         self.take_here_result(call, result)
     }
 
