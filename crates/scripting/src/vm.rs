@@ -61,10 +61,17 @@ impl Words {
             data: Vec::with_capacity(args.clone().map(<[u8]>::len).sum()),
             spans: Vec::with_capacity(args.clone().count()),
         };
-        for arg in args {
-            Span::push_arg(&mut words.data, &mut words.spans, arg);
-        }
+        words.refill(args);
         words
+    }
+
+    /// Replaces the words with `args`, in the memory the old ones had.
+    pub fn refill<'a>(&mut self, args: impl Iterator<Item = &'a [u8]>) {
+        self.data.clear();
+        self.spans.clear();
+        for arg in args {
+            Span::push_arg(&mut self.data, &mut self.spans, arg);
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> {

@@ -70,6 +70,42 @@ impl RunWatch {
         })
     }
 
+    /// `new`, in the memory of the watch in `slot` when nothing else holds it any more (the
+    /// run it watched is over): a connection keeps its last watch, so a run allocates no
+    /// watch, name or command copy. The slot then holds the returned watch.
+    pub fn renew<'a>(
+        slot: &mut Option<Arc<RunWatch>>,
+        kind: RunKind,
+        name: &str,
+        command: impl Iterator<Item = &'a [u8]> + Clone,
+        busy_after: Duration,
+        board: &Arc<BusyBoard>,
+    ) -> Arc<RunWatch> {
+        let reused = slot.take().and_then(|mut watch| {
+            let w = Arc::get_mut(&mut watch)?;
+            if !Arc::ptr_eq(&w.board, board) {
+                return None;
+            }
+            w.kind = kind;
+            w.name.clear();
+            w.name.push_str(name);
+            w.command.refill(command.clone());
+            w.started = Instant::now();
+            w.busy_after = busy_after;
+            *w.on_board.get_mut() = false;
+            *w.wrote.get_mut() = false;
+            *w.kill.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+            *w.stopping.get_mut() = false;
+            Some(watch)
+        });
+        let watch = reused.unwrap_or_else(|| {
+            let words = crate::Words::from_args(command);
+            RunWatch::new(kind, name.to_owned(), words, busy_after, board.clone())
+        });
+        *slot = Some(watch.clone());
+        watch
+    }
+
     /// How long it has been running.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()

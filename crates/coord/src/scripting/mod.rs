@@ -234,19 +234,20 @@ impl Connection {
         }
     }
 
-    fn run_watch(&self, call: &Call<'_>, args: &Args<'_>) -> Arc<RunWatch> {
+    fn run_watch(&mut self, call: &Call<'_>, args: &Args<'_>) -> Arc<RunWatch> {
         let busy_after = self
             .worker
             .cluster
             .config
             .busy_reply_ms
             .load(std::sync::atomic::Ordering::Relaxed);
-        RunWatch::new(
+        RunWatch::renew(
+            &mut self.last_watch,
             call.kind,
-            call.id.to_string(),
-            Words::from_args(args.iter()),
+            call.id,
+            args.iter(),
             Duration::from_millis(busy_after),
-            self.worker.cluster.busy.clone(),
+            &self.worker.cluster.busy,
         )
     }
 
