@@ -219,7 +219,7 @@ impl Connection {
                 ..KillFilter::default()
             };
             let results = self
-                .ask_all(|tx| ShardMsg::ClientKill(filter.clone(), tx))
+                .ask_all(|tx| ShardMsg::ClientKill(Box::new(filter.clone()), tx))
                 .await;
             if results.iter().any(|(_, me)| *me) {
                 self.closing = true;

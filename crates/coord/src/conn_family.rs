@@ -439,7 +439,7 @@ impl Connection {
             }
         }
         let results = self
-            .ask_all(|tx| ShardMsg::ClientKill(filter.clone(), tx))
+            .ask_all(|tx| ShardMsg::ClientKill(Box::new(filter.clone()), tx))
             .await;
         let killed: usize = results.iter().map(|(n, _)| n).sum();
         if results.iter().any(|(_, me)| *me) {

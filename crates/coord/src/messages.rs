@@ -270,7 +270,7 @@ pub enum ShardMsg {
     },
     Report(oneshot::Sender<ThreadReport>),
     ClientList(Option<Vec<u64>>, oneshot::Sender<Vec<(u64, String)>>),
-    ClientKill(KillFilter, oneshot::Sender<(usize, bool)>),
+    ClientKill(Box<KillFilter>, oneshot::Sender<(usize, bool)>),
     /// After ACL SETUSER: closes this thread's clients of the user that are subscribed to a
     /// channel or pattern the user may no longer use; says whether the caller (this client
     /// id) was one of them.
