@@ -11,7 +11,7 @@ use std::time::Instant;
 use damselfly_commands::latency::{self, Events, Histograms};
 use damselfly_commands::slowlog::{self, SlowCall, SlowEntry, Slowlog};
 use damselfly_commands::stats::ThreadStats;
-use damselfly_commands::table::{flags, flags::DENYOOM, Handler, Route, COMMANDS};
+use damselfly_commands::table::{flags, flags::DENYOOM, Handler, Intents, Route, COMMANDS};
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_protocol::ReplyBuf;
@@ -917,15 +917,25 @@ impl Worker {
     }
 
     /// Prefetches the table memory of every key this shard owns among `cmds` (a round's or
-    /// a batch's single-key commands, as spec, database and arguments), so the lookups that
-    /// follow overlap their cache misses instead of taking them one after another.
+    /// a batch's single-key commands and scripts' first declared keys, as spec, database and
+    /// arguments), so the lookups that follow overlap their cache misses instead of taking
+    /// them one after another.
     pub(crate) fn prefetch_keys<'a>(&self, cmds: impl Iterator<Item = (usize, usize, Args<'a>)>) {
         let shard = self.shard.borrow();
         let n = self.num_shards();
         for (spec, db, args) in cmds {
             let spec = &COMMANDS[spec];
-            let at = spec.first_key as usize;
-            if !matches!(spec.route, Route::Key) || at >= args.len() || db >= shard.dbs.len() {
+            let at = match (spec.route, spec.intents) {
+                (Route::Key, _) => spec.first_key as usize,
+                // A script's first declared key (EVAL, FCALL: `numkeys`, then the keys),
+                // which its run will most likely read or write on this thread.
+                (_, Intents::Script) => match spec.key_positions_iter(&args).next() {
+                    Some(at) => at,
+                    None => continue,
+                },
+                _ => continue,
+            };
+            if at >= args.len() || db >= shard.dbs.len() {
                 continue;
             }
             let key = args.get(at);
