@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use damselfly_coord::{Connection, PeerInfo, ShardMsg, Step, Worker};
 
 use crate::handoff::{hand_over, ready_to_move, Movers};
+use crate::turn_end::turn_end;
 use crate::{Shared, SHUTDOWN_GRACE};
 
 /// The reading half of a client socket.
@@ -196,9 +197,14 @@ async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
     let mut pending: Vec<u8> = Vec::new();
     let mut sent = 0;
     let mut rounds = 0u32;
+    // The output not written yet waited for the end of its turn (or needs not).
+    let mut turn_ended = false;
     loop {
         conn.set_unsent_output((pending.len() - sent) as u64);
-        let step = conn.step().await;
+        let (step, waited) = step_noting_waits(conn).await;
+        // A round that waited (for another shard, most often) has had its turn already:
+        // waiting for the turn's end again would only delay its replies.
+        turn_ended |= waited;
         conn.poke_mailbox();
         conn.take_output(&mut pending);
         conn.take_pushes(&mut pending);
@@ -256,6 +262,7 @@ async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         if sent == pending.len() {
             pending.clear();
             sent = 0;
+            turn_ended = false;
             // Every reply is written: a safe point to move to the thread of the shard the
             // client keeps using.
             if let Some(moving) = ready_to_move(conn, movers) {
@@ -269,6 +276,11 @@ async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
                 Either3::First(Ok(_)) | Either3::Second(()) | Either3::Third(()) => {}
             }
         } else {
+            if !turn_ended {
+                // Written with the other replies of this turn (turn_end.rs).
+                turn_end().await;
+                turn_ended = true;
+            }
             match race3(
                 wr.write(&pending[sent..]),
                 rd.read(conn.read_space()),
@@ -285,12 +297,26 @@ async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
             if sent == pending.len() {
                 pending.clear();
                 sent = 0;
+                turn_ended = false;
                 if pending.capacity() > OUTPUT_SHRINK_ABOVE {
                     pending = Vec::new();
                 }
             }
         }
     }
+}
+
+/// Runs one `step` of the connection; true when it had to wait on the way.
+async fn step_noting_waits(conn: &mut Connection) -> (Step, bool) {
+    let mut waited = false;
+    let mut step = pin!(conn.step());
+    let step = poll_fn(|cx| {
+        let polled = step.as_mut().poll(cx);
+        waited |= polled.is_pending();
+        polled
+    })
+    .await;
+    (step, waited)
 }
 
 /// An output buffer larger than this is released once written.

@@ -120,6 +120,7 @@ fn thread_main(
             },
         ));
         spawn_local(tick_loop(worker.clone()));
+        spawn_local(crate::turn_end::run_turn_ends());
         if index == 0 {
             // One thread runs the `save` schedule (its cut spans every shard).
             spawn_local(damselfly_coord::save_schedule(

@@ -13,6 +13,7 @@ mod listeners;
 pub mod metrics_http;
 pub mod probe;
 pub mod tls;
+mod turn_end;
 mod uring_backend;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
