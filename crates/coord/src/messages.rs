@@ -94,10 +94,10 @@ impl ExecBatch {
     }
 
     /// The batch emptied for the next round of the connection that sent it, which keeps its
-    /// memory; None when it grew past `KEPT_BATCH_BYTES` (a round of large values), which
+    /// memory; None when it grew past `KEPT_BUFFER_BYTES` (a round of large values), which
     /// is not worth holding on to.
     pub fn emptied(mut self: Box<Self>) -> Option<Box<Self>> {
-        if self.data.capacity() > KEPT_BATCH_BYTES {
+        if self.data.capacity() > KEPT_BUFFER_BYTES {
             return None;
         }
         self.data.clear();
@@ -109,8 +109,9 @@ impl ExecBatch {
     }
 }
 
-/// Argument bytes up to which a batch's memory goes back to its connection for reuse.
-pub const KEPT_BATCH_BYTES: usize = 64 * 1024;
+/// Bytes up to which a batch's arguments, or a reply a shard wrote to a socket, leave their
+/// buffer to be reused (larger ones are freed).
+pub const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Encoded replies of a batch; reply i is `out[ends[i-1]..ends[i]]`.
 #[derive(Debug, Default)]

@@ -27,7 +27,7 @@ use crate::durability::{JournalCell, TxTag};
 use crate::mailbox::Mailbox;
 use crate::maxmemory::OOM;
 use crate::messages::{
-    BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport, KEPT_BATCH_BYTES,
+    BatchReply, ExecBatch, HopFn, HopTx, Payload, ShardMsg, ThreadReport, KEPT_BUFFER_BYTES,
 };
 use crate::pubsub_family::ThreadPubSub;
 use crate::reply_slots::{ReplySlots, ReplyWait};
@@ -719,7 +719,7 @@ impl Worker {
     /// Keeps the buffers of replies written straight to a client's socket for the next
     /// batch, unless a large reply grew them.
     pub(crate) fn keep_reply_buffers(&self, mut out: Vec<u8>, mut ends: Vec<usize>) {
-        if out.capacity() <= KEPT_BATCH_BYTES {
+        if out.capacity() <= KEPT_BUFFER_BYTES {
             out.clear();
             ends.clear();
             *self.spare_reply.borrow_mut() = (out, ends);
@@ -808,13 +808,20 @@ impl Worker {
             self.journal_tx_begin(id, 1);
         }
         self.refresh_clock();
+        let value = self.run_in_tx(id, f);
+        self.release(id);
+        self.serve_blocked();
+        value
+    }
+
+    /// Runs `f` as transaction `id`'s work here: its records belong to the transaction, and
+    /// its changes to the transaction's undo log.
+    fn run_in_tx<R>(&self, id: TxId, f: impl FnOnce(&Worker) -> R) -> R {
         self.current_tx.set(self.journal_tx_tag(id));
         self.running_tx.set(id);
         let value = f(self);
         self.running_tx.set(0);
         self.current_tx.set((0, 0));
-        self.release(id);
-        self.serve_blocked();
         value
     }
 
@@ -828,11 +835,7 @@ impl Worker {
                 origin,
                 slot,
             } => {
-                self.current_tx.set(self.journal_tx_tag(id));
-                self.running_tx.set(id);
-                let value = f(self);
-                self.running_tx.set(0);
-                self.current_tx.set((0, 0));
+                let value = self.run_in_tx(id, f);
                 if conclude {
                     self.release(id);
                 }

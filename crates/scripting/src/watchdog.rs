@@ -56,7 +56,18 @@ impl RunWatch {
         busy_after: Duration,
         board: Arc<BusyBoard>,
     ) -> Arc<RunWatch> {
-        Arc::new(RunWatch {
+        Arc::new(RunWatch::starting(kind, name, command, busy_after, board))
+    }
+
+    /// A run that starts now: not busy, not written, not asked to stop.
+    fn starting(
+        kind: RunKind,
+        name: String,
+        command: crate::Words,
+        busy_after: Duration,
+        board: Arc<BusyBoard>,
+    ) -> RunWatch {
+        RunWatch {
             kind,
             name,
             command,
@@ -67,7 +78,7 @@ impl RunWatch {
             wrote: AtomicBool::new(false),
             kill: Mutex::new(None),
             stopping: AtomicBool::new(false),
-        })
+        }
     }
 
     /// `new`, in the memory of the watch in `slot` when nothing else holds it any more (the
@@ -86,16 +97,13 @@ impl RunWatch {
             if !Arc::ptr_eq(&w.board, board) {
                 return None;
             }
-            w.kind = kind;
-            w.name.clear();
-            w.name.push_str(name);
-            w.command.refill(command.clone());
-            w.started = Instant::now();
-            w.busy_after = busy_after;
-            *w.on_board.get_mut() = false;
-            *w.wrote.get_mut() = false;
-            *w.kill.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
-            *w.stopping.get_mut() = false;
+            let mut kept_name = std::mem::take(&mut w.name);
+            kept_name.clear();
+            kept_name.push_str(name);
+            let mut kept_command = std::mem::take(&mut w.command);
+            kept_command.refill(command.clone());
+            let board = w.board.clone();
+            *w = RunWatch::starting(kind, kept_name, kept_command, busy_after, board);
             Some(watch)
         });
         let watch = reused.unwrap_or_else(|| {
