@@ -235,11 +235,14 @@ impl Registry {
         self.clients.is_empty()
     }
 
-    /// CLIENT LIST lines of this thread's clients (all, or those with the given ids).
+    /// CLIENT LIST lines of this thread's clients (all, or those with the given ids). A
+    /// killed client is left out although its task may not have cleaned up yet: Redis frees
+    /// the clients it kills before it serves another command, so none is ever listed.
     pub fn list(&self, ids: &Option<Vec<u64>>) -> Vec<(u64, String)> {
         let now = Instant::now();
         self.clients
             .values()
+            .filter(|c| !c.killed.get())
             .filter(|c| ids.as_ref().is_none_or(|ids| ids.contains(&c.id)))
             .map(|c| (c.id, c.describe(now)))
             .collect()
