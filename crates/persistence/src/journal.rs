@@ -147,8 +147,8 @@ fn record_fixed(out: &mut Vec<u8>, lsn: u64, db: u32, (txid, shards): (u64, u32)
 /// Why reading a segment stopped before its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadError {
-    /// The file ends inside its last frame (or in zeros where a frame would start): what a
-    /// crash during an append leaves. Everything before `offset` is good.
+    /// The file ends inside its last frame (only zeros after it): what a crash during an
+    /// append leaves. Everything before `offset` is good.
     TornTail { offset: u64 },
     /// A frame in the middle is damaged, or its content breaks the format.
     Corrupt { offset: u64, why: String },
@@ -233,13 +233,23 @@ fn next_frame(buf: &[u8], start: usize) -> Result<Option<(&[u8], usize)>, ReadEr
     let torn = ReadError::TornTail {
         offset: start as u64,
     };
-    // A crash can leave the file longer than what was written (zeros): also a torn tail.
-    if rest.len() < FRAME_HEADER || rest.iter().all(|&b| b == 0) {
+    // Zeros where a frame would start end the segment: the writer extends a segment with
+    // zeros ahead of its records under `always` (appender.rs), and a crash can leave a file
+    // longer than what reached it, zero-filled. Either way nothing was written there.
+    if rest.iter().all(|&b| b == 0) {
+        return Ok(None);
+    }
+    if rest.len() < FRAME_HEADER {
         return Err(torn);
     }
     let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
     let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-    if len > MAX_BODY {
+    if len < RECORD_FIXED || len > MAX_BODY {
+        // A length too small for any frame, with only zeros after it, is a length field the
+        // crash cut short.
+        if len < RECORD_FIXED && rest[FRAME_HEADER..].iter().all(|&b| b == 0) {
+            return Err(torn);
+        }
         return Err(ReadError::Corrupt {
             offset: start as u64,
             why: format!("a record of {len} bytes"),
@@ -257,9 +267,9 @@ fn next_frame(buf: &[u8], start: usize) -> Result<Option<(&[u8], usize)>, ReadEr
         return Err(torn);
     };
     if crc32fast::hash(body) != crc {
-        // A bad checksum on the file's last frame is a write the crash cut short; before
-        // other frames it is damage.
-        if start + FRAME_HEADER + len == buf.len() {
+        // A bad checksum on the file's last frame (only zeros after it) is a write the
+        // crash cut short; before other frames it is damage.
+        if buf[start + FRAME_HEADER + len..].iter().all(|&b| b == 0) {
             return Err(torn);
         }
         return Err(ReadError::Corrupt {
@@ -452,19 +462,46 @@ mod tests {
                 "cut at {cut}"
             );
         }
-        // A zero-filled tail, as a file extended but never written: also torn.
-        let mut zeros = buf.clone();
-        zeros.extend_from_slice(&[0; 100]);
-        let mut r = SegmentReader::new(&zeros).unwrap();
-        for _ in 0..4 {
+    }
+
+    #[test]
+    fn zeros_after_the_records_end_the_segment_and_a_torn_record_before_them_is_torn() {
+        let buf = sample();
+        // Extended ahead of its records (or left longer by a crash): the records, then the end.
+        let mut padded = buf.clone();
+        padded.extend_from_slice(&[0; 100]);
+        let (header, records) = read_all(&padded).unwrap();
+        assert_eq!((header, records), read_all(&buf).unwrap());
+        // The last record cut short inside the zeros: a torn tail, whether its length still
+        // fits in the file (bad checksum) or not.
+        let mut r = SegmentReader::new(&buf).unwrap();
+        for _ in 0..3 {
             r.next().unwrap();
         }
-        assert_eq!(
-            r.next(),
-            Err(ReadError::TornTail {
-                offset: buf.len() as u64
-            })
-        );
+        let last_start = r.offset() as usize;
+        for cut in [last_start + 1, last_start + 9, buf.len() - 1] {
+            let mut torn = buf[..cut].to_vec();
+            torn.resize(buf.len() + 100, 0);
+            let mut r = SegmentReader::new(&torn).unwrap();
+            for _ in 0..3 {
+                assert!(r.next().unwrap().is_some());
+            }
+            assert_eq!(
+                r.next(),
+                Err(ReadError::TornTail {
+                    offset: last_start as u64
+                }),
+                "cut at {cut}"
+            );
+        }
+        // Zeros in the middle, records after them: damage.
+        let mut holed = buf.clone();
+        holed[last_start..last_start + 8].fill(0);
+        let mut r = SegmentReader::new(&holed).unwrap();
+        for _ in 0..3 {
+            r.next().unwrap();
+        }
+        assert!(matches!(r.next(), Err(ReadError::Corrupt { .. })));
     }
 
     #[test]

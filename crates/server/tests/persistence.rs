@@ -491,6 +491,16 @@ fn appended_segments(data: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// A segment's bytes up to its last record: under `always` the writer fills a segment with
+/// zeros ahead of its records, and a killed server leaves them there (the segment's last
+/// byte, a record's last argument in these tests, is never zero).
+fn written(segment: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(segment).expect("segment");
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    bytes.truncate(end);
+    bytes
+}
+
 /// Writes `n` keys and kills the server: a journal whose last record is `SET last <n>`.
 fn journal_with_keys(data: &Path, n: usize) -> PathBuf {
     let (child, port, _) = start_logged(data, &["--appendfsync", "always"]);
@@ -499,16 +509,16 @@ fn journal_with_keys(data: &Path, n: usize) -> PathBuf {
         c.cmd(&["SET", &format!("key{i}"), "v"]);
     }
     // One shard gets the last record: SET on a key of shard 0 or 1, whichever file grows.
-    let sizes: Vec<u64> = appended_segments(data)
+    let sizes: Vec<usize> = appended_segments(data)
         .iter()
-        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .map(|p| written(p).len())
         .collect();
     c.cmd(&["SET", "last", "record"]);
     stop(child);
     appended_segments(data)
         .into_iter()
         .zip(sizes)
-        .find(|(p, before)| std::fs::metadata(p).map_or(0, |m| m.len()) > *before)
+        .find(|(p, before)| written(p).len() > *before)
         .map(|(p, _)| p)
         .expect("a segment grew")
 }
@@ -519,7 +529,7 @@ fn journal_with_keys(data: &Path, n: usize) -> PathBuf {
 fn a_torn_tail_loses_only_the_last_record() {
     let data = tempfile::tempdir().expect("tempdir");
     let seg = journal_with_keys(data.path(), 20);
-    let whole = std::fs::read(&seg).expect("segment");
+    let whole = written(&seg);
     let copy = data.path().join("whole-copy");
     std::fs::write(&copy, &whole).expect("copy");
     // The last record is `SET last record`: its frame is the file's last bytes.
@@ -570,7 +580,7 @@ fn restore_generation(data: &Path, seg: &Path, bytes: &[u8]) {
 fn damage_stops_start_up_unless_forced() {
     let data = tempfile::tempdir().expect("tempdir");
     let seg = journal_with_keys(data.path(), 20);
-    let mut bytes = std::fs::read(&seg).expect("segment");
+    let mut bytes = written(&seg);
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x5a;
     restore_generation(data.path(), &seg, &bytes);
@@ -896,7 +906,7 @@ fn check_journal_finds_and_fixes_a_torn_tail() {
     let path = seg.to_str().expect("utf-8");
     let (ok, text) = checker(&["check-journal", path]);
     assert!(ok && text.contains("OK,"), "{text}");
-    let bytes = std::fs::read(&seg).expect("segment");
+    let bytes = written(&seg);
     std::fs::write(&seg, &bytes[..bytes.len() - 3]).expect("tear");
     let (ok, text) = checker(&["check-journal", path]);
     assert!(!ok && text.contains("--fix"), "{text}");
