@@ -260,9 +260,14 @@ impl Connection {
 
     /// Under `appendfsync always`, resolves once this thread's journal holds on disk every
     /// record made so far: output that may reflect them waits for it (docs/persistence.md).
-    pub async fn until_durable(&self) {
-        if let Some(lsn) = self.worker.durability_needed() {
-            self.worker.wait_durable(lsn).await;
+    /// True when it had to wait.
+    pub async fn until_durable(&self) -> bool {
+        match self.worker.durability_needed() {
+            Some(lsn) => {
+                self.worker.wait_durable(lsn).await;
+                true
+            }
+            None => false,
         }
     }
 

@@ -12,10 +12,16 @@
 //! on disk: replies to other threads wait in `deferred`, a connection's output waits in
 //! `wait_durable`, and a transaction releases its intents only once every shard has its end
 //! record on disk (`Tx::end`). Under `everysec` and `no` nothing waits.
+//!
+//! Who syncs under `always`: where the thread's event loop has turn ends (the epoll
+//! backend), the shard's own thread, once per turn, after every connection and message of
+//! the turn made its records (`journal_sync_task`, Redis's `beforeSleep`); elsewhere the
+//! journal's writer thread, handed the records at the end of each unit of work, which then
+//! tells the shard (`ShardMsg::JournalSynced`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::rc::Rc;
 use std::task::{Poll, Waker};
 
@@ -59,6 +65,17 @@ impl ShardJournal {
 
 /// The transaction context records are made in: (id, shards), (0, 0) outside one.
 pub(crate) type TxTag = (u64, u32);
+
+/// The thread's journal sync task, where it runs (see the module's doc).
+#[derive(Default)]
+pub(crate) struct TurnEndSync {
+    /// The task runs on this thread.
+    running: Cell<bool>,
+    /// Records wait for the end of this turn.
+    wanted: Cell<bool>,
+    /// The task, while nothing waits.
+    task: RefCell<Option<Waker>>,
+}
 
 impl Worker {
     /// Journals from now on into `appender` (start-up, or after a snapshot began a journal).
@@ -150,13 +167,59 @@ impl Worker {
         }
     }
 
-    /// Hands what was journaled to the writer (the end of a unit of work), after recording
-    /// keys that expired outside commands (active expiry, lookups in transaction hops).
+    /// The end of a unit of work: hands what was journaled to the writer (or, syncing at turn
+    /// ends, has the turn's end sync it), after recording keys that expired outside commands
+    /// (active expiry, lookups in transaction hops).
     pub fn journal_flush(&self) {
         let mut journal = self.journal.borrow_mut();
         if let Some(j) = journal.as_mut() {
             record_expired(j, &mut self.shard.borrow_mut(), (0, 0));
+            self.flush_or_want_sync(j);
+        }
+    }
+
+    fn flush_or_want_sync(&self, j: &mut ShardJournal) {
+        if !self.syncs_at_turn_end(j) {
             j.appender.flush();
+        } else if j.appender.has_buffered() {
+            self.turn_end_sync.wanted.set(true);
+            if let Some(task) = self.turn_end_sync.task.take() {
+                task.wake();
+            }
+        }
+    }
+
+    fn syncs_at_turn_end(&self, j: &ShardJournal) -> bool {
+        self.turn_end_sync.running.get() && j.appender.policy() == FsyncPolicy::Always
+    }
+
+    /// The thread's journal sync task, run by an event loop with turn ends (`turn_end`
+    /// resolves once every task woken before it in this turn has run): under `always`, once
+    /// records wait, it waits for the turn's end and syncs them all on this thread, then
+    /// releases the replies that waited. Never returns.
+    pub async fn journal_sync_task<F: Future<Output = ()>>(
+        self: Rc<Self>,
+        turn_end: impl Fn() -> F,
+    ) {
+        let sync = &self.turn_end_sync;
+        sync.running.set(true);
+        loop {
+            poll_fn(|cx| {
+                if sync.wanted.get() {
+                    return Poll::Ready(());
+                }
+                *sync.task.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            })
+            .await;
+            turn_end().await;
+            // This sync covers whatever asked for one until now.
+            sync.wanted.set(false);
+            if let Some(j) = self.journal.borrow_mut().as_mut() {
+                record_expired(j, &mut self.shard.borrow_mut(), (0, 0));
+                j.appender.sync_here();
+            }
+            self.journal_synced();
         }
     }
 
@@ -176,7 +239,7 @@ impl Worker {
             Some(lsn) => {
                 let mut journal = self.journal.borrow_mut();
                 if let Some(j) = journal.as_mut() {
-                    j.appender.flush();
+                    self.flush_or_want_sync(j);
                     j.deferred.push_back((lsn, origin, slot, reply));
                 }
             }

@@ -23,7 +23,7 @@ use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
 use crate::direct_reply::DirectHop;
-use crate::durability::{JournalCell, TxTag};
+use crate::durability::{JournalCell, TurnEndSync, TxTag};
 use crate::mailbox::Mailbox;
 use crate::maxmemory::OOM;
 use crate::messages::{
@@ -112,6 +112,8 @@ pub struct Worker {
     pub(crate) published_memory: crate::maxmemory::Published,
     /// The shard's journal, while journaling (crates/coord/src/durability.rs).
     pub(crate) journal: JournalCell,
+    /// Under `always`, where the event loop has turn ends: the turn's records wait for them.
+    pub(crate) turn_end_sync: TurnEndSync,
     /// The transaction the records made now belong to.
     pub(crate) current_tx: Cell<TxTag>,
     /// The transaction whose hop is running (crates/coord/src/tx/undo.rs).
@@ -204,6 +206,7 @@ impl Worker {
             ops_samples: RefCell::new(std::collections::VecDeque::from([(Instant::now(), 0)])),
             published_memory: Default::default(),
             journal: RefCell::new(None),
+            turn_end_sync: TurnEndSync::default(),
             current_tx: Cell::new((0, 0)),
             running_tx: Cell::new(0),
             undo_owner: Cell::new(None),

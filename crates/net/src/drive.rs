@@ -208,8 +208,9 @@ async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         conn.poke_mailbox();
         conn.take_output(&mut pending);
         conn.take_pushes(&mut pending);
-        if pending.len() > sent {
-            conn.until_durable().await;
+        if pending.len() > sent && conn.until_durable().await {
+            // Synced at the end of a turn, with the records of the turn's other connections.
+            turn_ended = true;
         }
         if !conn.output_within_limits((pending.len() - sent) as u64) {
             return None;

@@ -121,6 +121,8 @@ fn thread_main(
         ));
         spawn_local(tick_loop(worker.clone()));
         spawn_local(crate::turn_end::run_turn_ends());
+        // Under appendfsync always, a turn's records are synced together at its end.
+        spawn_local(worker.clone().journal_sync_task(crate::turn_end::turn_end));
         if index == 0 {
             // One thread runs the `save` schedule (its cut spans every shard).
             spawn_local(damselfly_coord::save_schedule(

@@ -101,6 +101,13 @@ pub struct Appender {
     last_handover: Instant,
     shared: Arc<Shared>,
     jobs: Option<Sender<Job>>,
+    /// The jobs queued for the writer, taken in order by whoever holds `segment`.
+    queued: Receiver<Job>,
+    /// Wakes the writer thread (one token is enough: it takes every queued job).
+    wake: Option<Sender<()>>,
+    /// The segment and what is written to it: the writer thread's, and the shard thread's
+    /// while it syncs in place (`sync_here`).
+    segment: Arc<Mutex<Writer>>,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -123,11 +130,13 @@ impl Appender {
             segment_bytes: AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
+        let (wake, woken) = crossbeam_channel::bounded(1);
+        let segment = Arc::new(Mutex::new(Writer::new(file, shared.clone(), synced)));
         let writer = {
-            let shared = shared.clone();
+            let (segment, queued) = (segment.clone(), rx.clone());
             std::thread::Builder::new()
                 .name(format!("damselfly-journal-{}", header.shard))
-                .spawn(move || write_loop(file, rx, shared, synced))?
+                .spawn(move || write_loop(&segment, &queued, &woken))?
         };
         Ok(Appender {
             buf: Vec::new(),
@@ -136,6 +145,9 @@ impl Appender {
             last_handover: Instant::now(),
             shared,
             jobs: Some(tx),
+            queued: rx,
+            wake: Some(wake),
+            segment,
             writer: Some(writer),
         })
     }
@@ -185,9 +197,41 @@ impl Appender {
         let bytes = std::mem::take(&mut self.buf);
         let last_lsn = self.last_lsn();
         self.handed = last_lsn;
+        self.queue(Job::Write { bytes, last_lsn });
+    }
+
+    fn queue(&self, job: Job) {
         if let Some(jobs) = &self.jobs {
-            let _ = jobs.send(Job::Write { bytes, last_lsn });
+            let _ = jobs.send(job);
         }
+        if let Some(wake) = &self.wake {
+            let _ = wake.try_send(());
+        }
+    }
+
+    /// Whether records wait in the shard's buffer, not handed over or written yet.
+    pub fn has_buffered(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// Writes and syncs every record made so far on the calling thread, after what was
+    /// handed over before them, as Redis writes and syncs its AOF before its event loop
+    /// sleeps: under `always`, a shard thread that does this once at the end of its turn
+    /// makes every record of the turn durable with one sync and without waking the writer
+    /// thread or being woken by it (docs/persistence.md, "The fsync contract"). The durable
+    /// LSN has moved when it returns, unless writing failed (see `failed`).
+    pub fn sync_here(&mut self) {
+        let mut w = self.segment.lock().unwrap_or_else(|e| e.into_inner());
+        w.take_jobs(&self.queued);
+        if !self.buf.is_empty() {
+            w.backlog.extend_from_slice(&self.buf);
+            self.buf.clear();
+            w.backlog_lsn = self.last_lsn();
+            self.handed = w.backlog_lsn;
+            self.last_handover = Instant::now();
+        }
+        w.write_backlog();
+        w.sync(false);
     }
 
     pub fn policy(&self) -> FsyncPolicy {
@@ -227,12 +271,10 @@ impl Appender {
             seq,
             first_lsn: self.next_lsn,
         };
-        if let Some(jobs) = &self.jobs {
-            let _ = jobs.send(Job::Rotate {
-                path: path.to_path_buf(),
-                header,
-            });
-        }
+        self.queue(Job::Rotate {
+            path: path.to_path_buf(),
+            header,
+        });
     }
 }
 
@@ -241,6 +283,7 @@ impl Drop for Appender {
     fn drop(&mut self) {
         self.flush_now();
         self.jobs = None;
+        self.wake = None;
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
@@ -265,54 +308,29 @@ pub fn new_segment(path: &Path, header: SegmentHeader) -> std::io::Result<File> 
     Ok(file)
 }
 
-fn write_loop(file: File, jobs: Receiver<Job>, shared: Arc<Shared>, synced: Box<dyn Fn() + Send>) {
-    let good_len = file.metadata().map_or(0, |m| m.len());
-    let mut w = Writer {
-        file,
-        shared,
-        synced,
-        good_len,
-        zeroed_end: good_len,
-        backlog: Vec::new(),
-        backlog_lsn: 0,
-        unsynced: None,
-        last_sync: Instant::now(),
-        broken: false,
-    };
+/// The writer thread: takes the queued jobs whenever woken (or when a sync or a retry is
+/// due), writes them and syncs as the policy says. Jobs are taken only while holding the
+/// segment, so a shard syncing in place (`Appender::sync_here`) never writes its records
+/// ahead of jobs queued before them.
+fn write_loop(segment: &Mutex<Writer>, jobs: &Receiver<Job>, woken: &Receiver<()>) {
+    let lock = || segment.lock().unwrap_or_else(|e| e.into_inner());
     loop {
-        let policy = w.policy();
-        let wait = if !w.backlog.is_empty() && !w.broken {
-            // A write failed (a full disk): try again about once a second.
-            RETRY
-        } else {
-            match (policy, w.unsynced) {
-                (FsyncPolicy::EverySec, Some(_)) => {
-                    Duration::from_secs(1).saturating_sub(w.last_sync.elapsed())
-                }
-                _ => Duration::from_secs(3600),
-            }
-        };
-        let first = match jobs.recv_timeout(wait) {
-            Ok(job) => Some(job),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => {
-                // Shutting down: what was handed over is written and synced first.
-                w.write_backlog();
-                w.sync();
-                w.cut_zeros();
-                return;
-            }
-        };
-        // Group commit: everything queued behind the first job goes out with it.
-        for job in first.into_iter().chain(jobs.try_iter()) {
-            match job {
-                Job::Write { bytes, last_lsn } => {
-                    w.backlog.extend_from_slice(&bytes);
-                    w.backlog_lsn = last_lsn;
-                }
-                Job::Rotate { path, header } => w.rotate(&path, header),
-            }
+        let wait = lock().next_wake();
+        let shutting_down = matches!(
+            woken.recv_timeout(wait),
+            Err(RecvTimeoutError::Disconnected)
+        );
+        let mut w = lock();
+        // Group commit: every job queued by now goes out together.
+        w.take_jobs(jobs);
+        if shutting_down {
+            // What was handed over is written and synced first.
+            w.write_backlog();
+            w.sync(true);
+            w.cut_zeros();
+            return;
         }
+        let policy = w.policy();
         w.write_backlog();
         let due = match policy {
             FsyncPolicy::Always => true,
@@ -326,7 +344,7 @@ fn write_loop(file: File, jobs: Receiver<Job>, shared: Arc<Shared>, synced: Box<
             }
         };
         if due {
-            w.sync();
+            w.sync(true);
         }
     }
 }
@@ -342,7 +360,7 @@ const PREALLOCATE: u64 = 256 << 10;
 /// Zeros to extend a segment with, a piece at a time.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
-/// The writer thread's state.
+/// A segment and what is written to it: the writer thread's state.
 struct Writer {
     file: File,
     shared: Arc<Shared>,
@@ -364,6 +382,49 @@ struct Writer {
 }
 
 impl Writer {
+    fn new(file: File, shared: Arc<Shared>, synced: Box<dyn Fn() + Send>) -> Self {
+        let good_len = file.metadata().map_or(0, |m| m.len());
+        Writer {
+            file,
+            shared,
+            synced,
+            good_len,
+            zeroed_end: good_len,
+            backlog: Vec::new(),
+            backlog_lsn: 0,
+            unsynced: None,
+            last_sync: Instant::now(),
+            broken: false,
+        }
+    }
+
+    /// How long the writer thread may sleep when no job comes.
+    fn next_wake(&self) -> Duration {
+        if !self.backlog.is_empty() && !self.broken {
+            // A write failed (a full disk): try again about once a second.
+            return RETRY;
+        }
+        match (self.policy(), self.unsynced) {
+            (FsyncPolicy::EverySec, Some(_)) => {
+                Duration::from_secs(1).saturating_sub(self.last_sync.elapsed())
+            }
+            _ => Duration::from_secs(3600),
+        }
+    }
+
+    /// Takes every queued job, in order.
+    fn take_jobs(&mut self, jobs: &Receiver<Job>) {
+        for job in jobs.try_iter() {
+            match job {
+                Job::Write { bytes, last_lsn } => {
+                    self.backlog.extend_from_slice(&bytes);
+                    self.backlog_lsn = last_lsn;
+                }
+                Job::Rotate { path, header } => self.rotate(&path, header),
+            }
+        }
+    }
+
     fn policy(&self) -> FsyncPolicy {
         *self.shared.policy.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -454,9 +515,10 @@ impl Writer {
         }
     }
 
-    /// Syncs what was written. Under `always` the shard is told, whatever asked for the sync
-    /// (a rotation's sync makes records durable too, and replies may wait for them).
-    fn sync(&mut self) {
+    /// Syncs what was written. Under `always` the shard is told (`notify`) whatever asked for
+    /// the sync (a rotation's sync makes records durable too, and replies may wait for them),
+    /// unless the shard's own thread synced.
+    fn sync(&mut self, notify: bool) {
         let Some(lsn) = self.unsynced else {
             return;
         };
@@ -468,7 +530,7 @@ impl Writer {
                 self.shared.durable.store(lsn, Ordering::Release);
                 self.unsynced = None;
                 self.last_sync = Instant::now();
-                if self.policy() == FsyncPolicy::Always {
+                if notify && self.policy() == FsyncPolicy::Always {
                     (self.synced)();
                 }
             }
@@ -486,7 +548,7 @@ impl Writer {
         if !self.backlog.is_empty() || self.broken {
             return;
         }
-        self.sync();
+        self.sync(true);
         match new_segment(path, header) {
             Ok(f) => {
                 self.cut_zeros();
@@ -576,6 +638,49 @@ mod tests {
         let (h2, r2) = read(&next);
         assert_eq!((h2.seq, h2.first_lsn), (2, 12));
         assert_eq!(r2, vec![(12, vec![b"INCR".to_vec(), b"n".to_vec()])]);
+    }
+
+    /// A shard syncing in place writes its records after the jobs it queued before them
+    /// (here a record and a rotation), wherever the writer thread got to, and the durable
+    /// LSN has moved when it returns, without the callback that tells the shard.
+    #[test]
+    fn sync_here_follows_what_was_queued_and_is_durable_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("h.0.1.journal");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let header = SegmentHeader {
+            generation: 1,
+            shard: 0,
+            seq: 1,
+            first_lsn: 1,
+        };
+        let notify = Box::new(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut a = Appender::open(&first, header, FsyncPolicy::EverySec, notify).unwrap();
+        a.command(0, (0, 0), &[&b"SET"[..], b"a", b"1"]);
+        a.flush_now();
+        let second = dir.path().join("h.0.2.journal");
+        a.rotate(&second, 1, 0, 2);
+        a.command(0, (0, 0), &[&b"SET"[..], b"b", b"2"]);
+        a.set_policy(FsyncPolicy::Always);
+        a.sync_here();
+        assert_eq!(a.durable_lsn(), 2);
+        assert!(!a.has_buffered());
+        // (The rotation's sync may have told the shard; a record's sync in place does not.)
+        let told = calls.load(Ordering::SeqCst);
+        a.command(0, (0, 0), &[&b"SET"[..], b"c", b"3"]);
+        assert!(a.has_buffered());
+        a.sync_here();
+        assert_eq!(a.durable_lsn(), 3);
+        assert_eq!(calls.load(Ordering::SeqCst), told);
+        drop(a);
+        let keys = |p: &Path| -> Vec<Vec<u8>> {
+            read(p).1.into_iter().map(|(_, w)| w[1].clone()).collect()
+        };
+        assert_eq!(keys(&first), vec![b"a".to_vec()]);
+        assert_eq!(keys(&second), vec![b"b".to_vec(), b"c".to_vec()]);
     }
 
     #[test]
