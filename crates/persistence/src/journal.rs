@@ -244,7 +244,7 @@ fn next_frame(buf: &[u8], start: usize) -> Result<Option<(&[u8], usize)>, ReadEr
     }
     let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
     let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-    if len < RECORD_FIXED || len > MAX_BODY {
+    if !(RECORD_FIXED..=MAX_BODY).contains(&len) {
         // A length too small for any frame, with only zeros after it, is a length field the
         // crash cut short.
         if len < RECORD_FIXED && rest[FRAME_HEADER..].iter().all(|&b| b == 0) {
