@@ -2,10 +2,11 @@
 //! call per command) and hands the buffer to a writer thread of the shard's own, which puts
 //! buffers into the current segment file and syncs it as `appendfsync` says:
 //!
-//! - `always`: the buffer is handed over at the end of each unit of work; the writer takes
-//!   it and every buffer queued behind it, then one `fdatasync` for all of them (group
-//!   commit); the durable LSN then covers them and the shard is told, so it can release the
-//!   replies that waited for it;
+//! - `always`: the shard's thread writes and syncs its records itself once per turn of its
+//!   event loop (`sync_here`), or, where its event loop has no turn end to wait for, hands
+//!   the buffer over at the end of each unit of work; the writer takes it and every buffer
+//!   queued behind it, then one `fdatasync` for all of them (group commit); the durable LSN
+//!   then covers them and the shard is told, so it can release the replies that waited;
 //! - `everysec`: handed over at most every `HANDOVER_INTERVAL` (or once `HANDOVER_BYTES`
 //!   wait), written at once, `fdatasync` about once a second;
 //! - `no`: handed over as under `everysec`, written, and flushing left to the kernel.
