@@ -584,27 +584,31 @@ mod tests {
         (r.header(), out)
     }
 
+    /// An appender whose calls to tell the shard are counted.
+    fn counted(
+        path: &Path,
+        policy: FsyncPolicy,
+        header: SegmentHeader,
+    ) -> (Appender, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let notify = Box::new(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
+        (Appender::open(path, header, policy, notify).unwrap(), calls)
+    }
+
     #[test]
     fn always_syncs_each_flush_and_reports_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.0.1.journal");
-        let calls = Arc::new(AtomicUsize::new(0));
-        let seen = calls.clone();
         let header = SegmentHeader {
             generation: 1,
             shard: 0,
             seq: 1,
             first_lsn: 10,
         };
-        let mut a = Appender::open(
-            &path,
-            header,
-            FsyncPolicy::Always,
-            Box::new(move || {
-                seen.fetch_add(1, Ordering::SeqCst);
-            }),
-        )
-        .unwrap();
+        let (mut a, calls) = counted(&path, FsyncPolicy::Always, header);
         assert_eq!(a.durable_lsn(), 9);
         assert_eq!(a.command(0, (0, 0), &[&b"SET"[..], b"k", b"v"]), 10);
         assert_eq!(a.command(1, (0, 0), &[&b"DEL"[..], b"k"]), 11);
@@ -648,18 +652,13 @@ mod tests {
     fn sync_here_follows_what_was_queued_and_is_durable_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let first = dir.path().join("h.0.1.journal");
-        let calls = Arc::new(AtomicUsize::new(0));
-        let seen = calls.clone();
         let header = SegmentHeader {
             generation: 1,
             shard: 0,
             seq: 1,
             first_lsn: 1,
         };
-        let notify = Box::new(move || {
-            seen.fetch_add(1, Ordering::SeqCst);
-        });
-        let mut a = Appender::open(&first, header, FsyncPolicy::EverySec, notify).unwrap();
+        let (mut a, calls) = counted(&first, FsyncPolicy::EverySec, header);
         a.command(0, (0, 0), &[&b"SET"[..], b"a", b"1"]);
         a.flush_now();
         let second = dir.path().join("h.0.2.journal");

@@ -450,18 +450,24 @@ mod tests {
         }
         let last_start = r.offset() as usize;
         for cut in last_start + 1..buf.len() {
-            let mut r = SegmentReader::new(&buf[..cut]).unwrap();
-            for _ in 0..3 {
-                assert!(r.next().unwrap().is_some());
-            }
-            assert_eq!(
-                r.next(),
-                Err(ReadError::TornTail {
-                    offset: last_start as u64
-                }),
-                "cut at {cut}"
-            );
+            assert_last_torn_at(&buf[..cut], last_start, cut);
         }
+    }
+
+    /// `bytes` (the sample's four records, the last torn at `cut`) read as three records,
+    /// then a torn tail where the fourth starts.
+    fn assert_last_torn_at(bytes: &[u8], last_start: usize, cut: usize) {
+        let mut r = SegmentReader::new(bytes).unwrap();
+        for _ in 0..3 {
+            assert!(r.next().unwrap().is_some());
+        }
+        assert_eq!(
+            r.next(),
+            Err(ReadError::TornTail {
+                offset: last_start as u64
+            }),
+            "cut at {cut}"
+        );
     }
 
     #[test]
@@ -482,17 +488,7 @@ mod tests {
         for cut in [last_start + 1, last_start + 9, buf.len() - 1] {
             let mut torn = buf[..cut].to_vec();
             torn.resize(buf.len() + 100, 0);
-            let mut r = SegmentReader::new(&torn).unwrap();
-            for _ in 0..3 {
-                assert!(r.next().unwrap().is_some());
-            }
-            assert_eq!(
-                r.next(),
-                Err(ReadError::TornTail {
-                    offset: last_start as u64
-                }),
-                "cut at {cut}"
-            );
+            assert_last_torn_at(&torn, last_start, cut);
         }
         // Zeros in the middle, records after them: damage.
         let mut holed = buf.clone();
