@@ -2,9 +2,10 @@
 # The journal against Redis's AOF, side by side in one run (docs/benchmarks.md, "Journal"):
 # redis-benchmark SET and GET (1:1, 50 clients, random keys, 100-byte values) against
 # redis-server and Damselfly with the same `appendfsync`, for always, everysec and no; and the
-# bytes each wrote to disk per SET.
+# bytes each wrote to disk per SET. With -m SECONDS, also memtier_benchmark's defaults (4
+# threads x 50 clients, 32-byte values, random keys) with a 1:1 SET:GET ratio for SECONDS.
 #
-#   benches/journal.sh [-n REQUESTS] [-r ROUNDS] [-c CLIENTS] [-T THREADS]
+#   benches/journal.sh [-n REQUESTS] [-r ROUNDS] [-c CLIENTS] [-T THREADS] [-m SECONDS]
 #
 # Servers take turns within each round; the table gives medians over the rounds. Needs
 # redis-server, redis-benchmark and a release build of damselfly (built here).
@@ -15,12 +16,14 @@ REQUESTS=100000
 ROUNDS=3
 CLIENTS=50
 THREADS=2
-while getopts "n:r:c:T:" opt; do
+MEMTIER=0
+while getopts "n:r:c:T:m:" opt; do
   case $opt in
     n) REQUESTS=$OPTARG ;;
     r) ROUNDS=$OPTARG ;;
     c) CLIENTS=$OPTARG ;;
     T) THREADS=$OPTARG ;;
+    m) MEMTIER=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
@@ -54,6 +57,12 @@ for round in $(seq "$ROUNDS"); do
       done
       after=$(du -sb "$files" | cut -f1)
       echo "$fsync|bytes per SET|$server|$(( (after - before) / REQUESTS ))" >>"$RESULTS"
+      if [ "$MEMTIER" -gt 0 ]; then
+        rps=$(memtier_benchmark -p "${PORT[$server]}" --ratio=1:1 --test-time="$MEMTIER" \
+          --hide-histogram 2>/dev/null | awk '/^Totals/ {print $2}')
+        echo "$fsync|memtier 1:1|$server|$rps" >>"$RESULTS"
+        echo "round $round: $fsync memtier 1:1 / $server: $rps" >&2
+      fi
       kill "${PID[$server]}"; wait "${PID[$server]}" 2>/dev/null || true
     done
   done
@@ -70,5 +79,5 @@ print("|---|---|---|---|---|")
 for (fsync, test), by in rows.items():
     r, d = (statistics.median(by[s]) for s in ("redis", "damselfly"))
     unit = "" if test.startswith("bytes") else " ops/s"
-    print(f"| {fsync} | {test.upper() if unit else test} | {r:,.0f}{unit} | {d:,.0f}{unit} | {d/r:.2f}x |")
+    print(f"| {fsync} | {test.upper() if test in ('set', 'get') else test} | {r:,.0f}{unit} | {d:,.0f}{unit} | {d/r:.2f}x |")
 EOF
