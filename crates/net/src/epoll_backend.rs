@@ -426,6 +426,10 @@ mod tests {
         let rt = runtime(&tx).expect("runtime");
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async {
+            // `parked` starts true (an owner that never reports is always signalled): park
+            // and wake once so the hooks have run before the other thread looks at it.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(!tx.owner_may_sleep(), "waking must report running");
             let sender = tx.clone();
             let remote = std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(10);
