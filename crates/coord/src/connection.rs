@@ -137,8 +137,13 @@ pub struct Connection {
     /// A one-command round whose reply a shard writes to the socket (direct_reply.rs).
     pub(crate) in_flight: Option<InFlight>,
     /// The command just run was counted in the statistics by the shard that ran it (a
-    /// script with a direct reply), so its coordinator does not count it again.
+    /// script run in a batch), so its coordinator does not count it again.
     pub(crate) recorded_by_shard: bool,
+    /// The shard whose batch holds a script run of this round (scripting/here.rs): until
+    /// the batches come back, nothing runs for any other shard (`after_batched_runs`).
+    pub(crate) runs_batched_for: Option<usize>,
+    /// A run its shard handed back is running again, the general way (`run_script_again`).
+    pub(crate) running_handed_back: bool,
     /// The I/O loop holds output it has not written yet.
     pub(crate) unsent_output: bool,
     /// The session went to another thread (`detach`): nothing is left to clean up here.
@@ -233,6 +238,8 @@ impl Connection {
             socket: Some(socket),
             in_flight: None,
             recorded_by_shard: false,
+            runs_batched_for: None,
+            running_handed_back: false,
             unsent_output: false,
             moved_away: false,
             stays: false,
@@ -825,14 +832,17 @@ impl Connection {
                 } else {
                     self.worker.id
                 };
+                self.after_batched_runs(Some(shard)).await;
                 self.run_on(shard, idx, db, args);
             }
             Route::KeyOrCoordinator(cmd) => {
                 let at = spec.first_key as usize;
                 if at < args.len() {
                     let shard = shard_for_key(args.get(at), self.worker.num_shards());
+                    self.after_batched_runs(Some(shard)).await;
                     self.run_on(shard, idx, db, args);
                 } else {
+                    self.after_batched_runs(None).await;
                     self.run_coordinator_recorded(idx, cmd, args).await;
                 }
             }
@@ -844,6 +854,7 @@ impl Connection {
                 let first = shards.next().unwrap_or(self.worker.id);
                 let one_shard = shards.all(|s| s == first);
                 if one_shard && (n == 1 || !spec.reads_unknown_keys(args)) {
+                    self.after_batched_runs(Some(first)).await;
                     self.run_on(first, idx, db, args);
                 } else {
                     self.fan_out_keys(idx, merge, args).await;
@@ -858,10 +869,15 @@ impl Connection {
                 } else {
                     self.worker.id
                 };
+                self.after_batched_runs(Some(target)).await;
                 self.run_on(target, idx, db, args);
             }
             Route::Coordinator => {
                 if let Handler::Coord(cmd) = spec.handler {
+                    // A script finds its shard first (`run_on_its_shard`).
+                    if !matches!(cmd, CoordCmd::Eval | CoordCmd::Fcall) {
+                        self.after_batched_runs(None).await;
+                    }
                     self.run_coordinator_recorded(idx, cmd, args).await;
                 }
             }
@@ -1014,6 +1030,16 @@ impl Connection {
         self.flush(false).await;
     }
 
+    /// Before a command for `shard` (None: not one shard's): when a script run waits in
+    /// another shard's batch, the batches go first. Such a run may yet need any shard, and
+    /// then runs again the general way (scripting/here.rs), which nothing after it in the
+    /// round may overtake; commands for the run's own shard follow it in its batch.
+    pub(crate) async fn after_batched_runs(&mut self, shard: Option<usize>) {
+        if self.runs_batched_for.is_some_and(|s| Some(s) != shard) {
+            self.flush_remote().await;
+        }
+    }
+
     /// `flush_remote`; inside a transaction, `conclude` releases it with these hops.
     pub(crate) async fn flush(&mut self, conclude: bool) {
         if self.pending.is_empty() {
@@ -1048,8 +1074,49 @@ impl Connection {
                     replies[shard] = Some(r);
                 }
             }
+            if let Some(shard) = self.runs_batched_for.take() {
+                if let Some(reply) = &mut replies[shard] {
+                    self.run_handed_back(shard, reply).await;
+                }
+            }
         }
         self.splice(replies);
+    }
+
+    /// Runs each script run `shard` handed back in `reply` here, the general way, and
+    /// sends the commands after it again, until the batch is done; their replies join
+    /// `reply`'s, at the places of their commands.
+    async fn run_handed_back(&mut self, shard: usize, reply: &mut BatchReply) {
+        while let Some(watch) = reply.handed_back.take() {
+            // The run's reply alone, while this round's output and slots wait.
+            let pending = std::mem::take(&mut self.pending);
+            let out = std::mem::take(&mut self.out.buf);
+            let errors = std::mem::take(&mut self.out.error_offsets);
+            // Boxed: running it may flush batches again (a rare path).
+            Box::pin(self.run_script_again(watch)).await;
+            let ran = std::mem::replace(&mut self.out.buf, out);
+            self.out.error_offsets = errors;
+            self.pending = pending;
+            reply.out.extend_from_slice(&ran);
+            reply.ends.push(reply.out.len());
+            let Some(mut rest) = reply.batch.take() else {
+                return;
+            };
+            if rest.next >= rest.cmds.len() {
+                reply.batch = rest.emptied();
+                return;
+            }
+            rest.reply_limit = self.out.limit;
+            let Some(Payload::Batch(more)) = self.worker.send_batch(shard, rest).await else {
+                return;
+            };
+            let base = reply.out.len();
+            reply.out.extend_from_slice(&more.out);
+            reply.ends.extend(more.ends.iter().map(|end| base + end));
+            reply.slow.extend(more.slow);
+            reply.batch = more.batch;
+            reply.handed_back = more.handed_back;
+        }
     }
 
     /// Puts the round's remote replies (by shard) into the output, in request order.

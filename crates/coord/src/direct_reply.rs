@@ -32,20 +32,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::connection::{Connection, PendingSlot, ReplyMode};
 use crate::messages::{BatchReply, Payload, ShardMsg};
 use crate::reply_slots::ReplyWait;
-use crate::scripting::ScriptInFlight;
 use crate::worker::Worker;
 
-/// A reply a shard is writing: the shard, where its answer (what it did not write) arrives,
-/// and for a script sent to run on its keys' shard, what running it here instead takes.
+/// A reply a shard is writing: the shard, and where its answer (what it did not write, or a
+/// script run it handed back) arrives.
 pub(crate) struct InFlight {
     pub shard: usize,
     pub wait: ReplyWait,
-    pub script: Option<ScriptInFlight>,
 }
-
-/// A transaction hop's answer that the shard writes to the client's socket as it would a
-/// batch's (a script run on its keys' shard, crates/coord/src/scripting/here.rs).
-pub(crate) struct DirectHop(pub BatchReply);
 
 /// A client's socket as other threads may write to it.
 #[derive(Debug)]
@@ -183,12 +177,9 @@ impl Connection {
         batch.reply_limit = self.out.limit;
         batch.socket = Some(socket);
         self.pending.clear();
+        self.runs_batched_for = None;
         let wait = self.worker.send_batch(shard, batch);
-        self.in_flight = Some(InFlight {
-            shard,
-            wait,
-            script: None,
-        });
+        self.in_flight = Some(InFlight { shard, wait });
         true
     }
 
@@ -224,12 +215,7 @@ impl Connection {
 
     /// Waits for the reply in flight and puts what the shard did not write into the output.
     pub async fn settle(&mut self) {
-        let Some(InFlight {
-            shard,
-            wait,
-            script,
-        }) = self.in_flight.take()
-        else {
+        let Some(InFlight { shard, wait }) = self.in_flight.take() else {
             return;
         };
         self.set_settling(true);
@@ -239,16 +225,15 @@ impl Connection {
         let mut answer = wait.await;
         self.set_settling(false);
         if let Some(Payload::Batch(r)) = &mut answer {
+            if let Some(watch) = r.handed_back.take() {
+                // A script run its shard did not finish (it needs other shards, or the
+                // shard's VM was busy).
+                return self.run_script_again(watch).await;
+            }
             self.take_batch_home(shard, r);
             if r.written && r.slow.is_empty() {
                 // Written whole: nothing to add.
                 return;
-            }
-        }
-        if let Some(script) = script {
-            if !matches!(&answer, Some(Payload::Batch(r)) if r.ends.len() == 1) {
-                // Its shard did not run it (it needs other shards, or the VM was busy).
-                return self.run_script_again(script).await;
             }
         }
         self.pending.push(PendingSlot {

@@ -4,10 +4,13 @@
 //! that sends a message need not reach into the worker.
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use damselfly_commands::slowlog::SlowCall;
 use damselfly_commands::stats::ThreadStats;
-use damselfly_protocol::Span;
+use damselfly_protocol::{ReplyBuf, Span};
+use damselfly_scripting::watchdog::RunWatch;
 use damselfly_storage::tracking::Caller;
 use damselfly_storage::ShardStats;
 use futures_channel::oneshot;
@@ -50,12 +53,60 @@ impl RemoteCmd {
     }
 }
 
+/// A script run a batch carries in its command's place (scripting/here.rs), run on the
+/// shard's thread as a transaction of that shard alone, with the index of its command. It
+/// writes its reply (and a slow log entry) and returns Ok, or returns its watch, which holds
+/// the command, when it needs more than this shard: then nothing it did remains, and the
+/// client's thread runs it the general way.
+pub type BatchRun = Box<
+    dyn FnOnce(&Worker, usize, &mut ReplyBuf, &mut Vec<SlowCall>) -> Result<(), Arc<RunWatch>>
+        + Send,
+>;
+
+/// A script run in a batch: it stands in for command `at`, and `writes` says which intent
+/// it takes on the shard when a transaction is there (a shared one for a read-only run).
+pub struct BatchedRun {
+    pub at: usize,
+    pub writes: bool,
+    pub run: BatchRun,
+}
+
+/// A batch's script runs, in command order.
+#[derive(Default)]
+pub struct BatchRuns(pub VecDeque<BatchedRun>);
+
+impl std::fmt::Debug for BatchRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} script runs", self.0.len())
+    }
+}
+
+impl BatchRuns {
+    /// When command `i` is a script run: whether it writes.
+    pub fn at(&self, i: usize) -> Option<bool> {
+        self.0.front().and_then(|r| (r.at == i).then_some(r.writes))
+    }
+
+    /// Takes the run standing in for command `i`.
+    pub fn take(&mut self, i: usize) -> Option<BatchRun> {
+        match self.0.front() {
+            Some(r) if r.at == i => self.0.pop_front().map(|r| r.run),
+            _ => None,
+        }
+    }
+}
+
 /// Commands for one shard, squashed into one message; replies come back together.
 #[derive(Debug)]
 pub struct ExecBatch {
     pub data: Vec<u8>,
     pub spans: Vec<Span>,
     pub cmds: Vec<RemoteCmd>,
+    /// Script runs standing in for some of `cmds` (whose arguments are then empty).
+    pub runs: BatchRuns,
+    /// The first command to run: past 0 when the batch comes again after a script run it
+    /// carried was handed back (`BatchReply::handed_back`).
+    pub next: usize,
     /// Reply bytes past which the shard stops running the batch (`ReplyBuf::limit`). Its
     /// client is then over its output buffer limit and is dropped, so running the rest would
     /// only grow memory; Redis too stops serving a client it is closing.
@@ -70,6 +121,8 @@ impl Default for ExecBatch {
             data: Vec::new(),
             spans: Vec::new(),
             cmds: Vec::new(),
+            runs: BatchRuns::default(),
+            next: 0,
             reply_limit: usize::MAX,
             socket: None,
         }
@@ -89,6 +142,13 @@ impl ExecBatch {
         self.cmds.push(cmd);
     }
 
+    /// Appends a script run in place of its command (`cmd`, whose arguments it carries).
+    pub fn push_run(&mut self, cmd: RemoteCmd, writes: bool, run: BatchRun) {
+        let at = self.cmds.len();
+        self.push(cmd, std::iter::empty::<&[u8]>());
+        self.runs.0.push_back(BatchedRun { at, writes, run });
+    }
+
     pub fn is_empty(&self) -> bool {
         self.cmds.is_empty()
     }
@@ -103,6 +163,8 @@ impl ExecBatch {
         self.data.clear();
         self.spans.clear();
         self.cmds.clear();
+        self.runs.0.clear();
+        self.next = 0;
         self.reply_limit = usize::MAX;
         self.socket = None;
         Some(self)
@@ -126,8 +188,12 @@ pub struct BatchReply {
     /// the client's output (`out` and `ends` are then empty).
     pub written: bool,
     /// The batch that carried the commands, emptied, going back to its connection so the
-    /// next round's batch allocates nothing (`ExecBatch::emptied`).
+    /// next round's batch allocates nothing (`ExecBatch::emptied`); after a hand-back, the
+    /// batch with the commands not run yet.
     pub batch: Option<Box<ExecBatch>>,
+    /// A script run the batch carried needs more than this shard: its watch, to run it
+    /// again from. It is command `ends.len()`; it and the commands after it did not run.
+    pub handed_back: Option<Arc<RunWatch>>,
 }
 
 impl BatchReply {

@@ -15,6 +15,7 @@ use damselfly_commands::table::{flags, flags::DENYOOM, Handler, Intents, Route, 
 use damselfly_commands::{server_family, Args, Effects, ExecCtx};
 use damselfly_persistence::appender::FsyncPolicy;
 use damselfly_protocol::ReplyBuf;
+use damselfly_scripting::watchdog::RunWatch;
 use damselfly_storage::tracking::Caller;
 use damselfly_storage::{now_ms, shard_for_key, Shard, ShardStats};
 
@@ -22,7 +23,6 @@ use crate::blocking::{BlockedKeys, Wake};
 use crate::client::Registry;
 use crate::cluster::Cluster;
 use crate::crash;
-use crate::direct_reply::DirectHop;
 use crate::durability::{JournalCell, TurnEndSync, TxTag};
 use crate::mailbox::Mailbox;
 use crate::maxmemory::OOM;
@@ -31,7 +31,7 @@ use crate::messages::{
 };
 use crate::pubsub_family::ThreadPubSub;
 use crate::reply_slots::{ReplySlots, ReplyWait};
-use crate::tx::{plan, Lock, TxId, TxQueue};
+use crate::tx::{plan, Lock, Mode, TxId, TxQueue};
 
 /// Keys an active-expiry tick may remove per shard (ticks run 10 times a second).
 const EXPIRE_BUDGET: usize = 20_000;
@@ -523,9 +523,11 @@ impl Worker {
                 slot,
             } => {
                 self.refresh_clock();
-                let n = batch.cmds.len();
+                let n = batch.cmds.len() - batch.next;
                 if n > 1 {
-                    self.prefetch_keys(batch.cmds.iter().map(|c| {
+                    // A script run's command carries no arguments: its run reads its keys.
+                    let plain = batch.cmds[batch.next..].iter().filter(|c| c.nargs > 0);
+                    self.prefetch_keys(plain.map(|c| {
                         let spans = &batch.spans[c.first..c.first + c.nargs];
                         (c.spec, c.db, Args::new(&batch.data, spans))
                     }));
@@ -535,9 +537,10 @@ impl Worker {
                 let mut reply = ReplyBuf::new(false);
                 reply.buf = buf;
                 reply.limit = batch.reply_limit;
+                let next = batch.next;
                 self.continue_batch(DeferredBatch {
                     batch,
-                    next: 0,
+                    next,
                     reply,
                     ends,
                     slow: Vec::new(),
@@ -700,13 +703,6 @@ impl Worker {
     fn deliver_reply(&self, origin: usize, slot: usize, reply: Payload) {
         match reply {
             Payload::Batch(r) if r.socket.is_some() => self.reply_directly(origin, slot, r),
-            Payload::Hop { id, value } => match value.downcast::<DirectHop>() {
-                Ok(direct) => self.reply_directly(origin, slot, direct.0),
-                Err(value) => {
-                    let reply = Payload::Hop { id, value };
-                    self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
-                }
-            },
             reply => {
                 self.cluster.mailboxes[origin].send(ShardMsg::Reply { slot, reply });
             }
@@ -845,11 +841,12 @@ impl Worker {
                 self.reply_to(origin, slot, Payload::Hop { id, value });
             }
             Hop::Batch(mut d) => {
-                self.exec_plain_cmd(&d.batch, d.next, &mut d.reply, &mut d.slow);
-                d.ends.push(d.reply.buf.len());
-                d.next += 1;
+                let ran = self.exec_batch_item(&mut d, Some(id));
                 self.release(id);
-                self.continue_batch(d);
+                match ran {
+                    Ok(()) => self.continue_batch(d),
+                    Err(watch) => self.finish_batch(d, Some(watch)),
+                }
             }
             Hop::Serve { db, key } => {
                 self.serve_key(db, &key);
@@ -858,36 +855,87 @@ impl Worker {
         }
     }
 
-    /// Runs a batch of plain commands from `d.next`. A command that would overtake a
-    /// transaction holding intents on its keys stops the batch: the rest waits, in order, as
-    /// a one-shard transaction of its own. Replies passing the batch's output budget end it.
+    /// Runs a batch of plain commands and script runs from `d.next`. A command that would
+    /// overtake a transaction holding intents on its keys, or a script run while any
+    /// transaction holds intents here, stops the batch: the rest waits, in order, as a
+    /// one-shard transaction of its own. Replies passing the batch's output budget end it,
+    /// and so does a script run that needs more than this shard (it is handed back).
     fn continue_batch(&self, mut d: DeferredBatch) {
         while d.next < d.batch.cmds.len() {
-            if let Some(locks) = self.conflicting_locks(&d.batch, d.next) {
+            let run = d.batch.runs.at(d.next);
+            let locks = match run {
+                Some(writes) if !self.no_transaction_here() => Some(vec![Lock::AllDbs {
+                    mode: Mode::for_write(writes),
+                }]),
+                Some(_) => None,
+                None => self.conflicting_locks(&d.batch, d.next),
+            };
+            if let Some(locks) = locks {
+                let journaled = run == Some(true);
                 let id = self.schedule_here(locks);
+                if journaled {
+                    self.journal_tx_begin(id, 1);
+                }
                 let ready = self.txq.borrow_mut().submit(id, Hop::Batch(d));
                 if let Some(hop) = ready {
                     self.run_hop(id, hop);
                 }
                 return;
             }
-            self.exec_plain_cmd(&d.batch, d.next, &mut d.reply, &mut d.slow);
-            d.ends.push(d.reply.buf.len());
-            d.next += 1;
+            if let Err(watch) = self.exec_batch_item(&mut d, None) {
+                return self.finish_batch(d, Some(watch));
+            }
             if d.reply.full() {
                 // Fewer replies than commands tell the coordinator why.
                 break;
             }
         }
+        self.finish_batch(d, None);
+    }
+
+    /// Runs command `d.next` of a batch: a script run as a transaction of this shard alone
+    /// (`tx`'s work when one was scheduled for it, else `run_alone`'s), any other command
+    /// as a plain one. Err when a script run is handed back.
+    fn exec_batch_item(
+        &self,
+        d: &mut DeferredBatch,
+        tx: Option<TxId>,
+    ) -> Result<(), Arc<RunWatch>> {
+        let i = d.next;
+        let writes = d.batch.runs.at(i);
+        if let (Some(writes), Some(run)) = (writes, d.batch.runs.take(i)) {
+            let (reply, slow) = (&mut d.reply, &mut d.slow);
+            match tx {
+                Some(id) => self.run_in_tx(id, |w| run(w, i, reply, slow))?,
+                None => self.run_alone(writes, |w| run(w, i, reply, slow))?,
+            }
+        } else {
+            self.exec_plain_cmd(&d.batch, i, &mut d.reply, &mut d.slow);
+        }
+        d.ends.push(d.reply.buf.len());
+        d.next += 1;
+        Ok(())
+    }
+
+    /// Answers a batch with what it made; `handed_back` is a script run that needs more
+    /// than this shard, sent back with the commands after it, which did not run.
+    fn finish_batch(&self, mut d: DeferredBatch, handed_back: Option<Arc<RunWatch>>) {
         // A reply over the client's output limit is not written: the client is dropped.
         let socket = d.batch.socket.take().filter(|_| !d.reply.full());
+        let batch = if handed_back.is_some() {
+            d.batch.next = d.next + 1;
+            Some(d.batch)
+        } else {
+            d.batch.emptied()
+        };
         let reply = BatchReply {
             out: d.reply.buf,
             ends: d.ends,
             slow: d.slow,
             socket,
             written: false,
-            batch: d.batch.emptied(),
+            batch,
+            handed_back,
         };
         self.reply_to(d.origin, d.slot, Payload::Batch(reply));
     }

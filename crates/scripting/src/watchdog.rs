@@ -48,6 +48,15 @@ pub struct RunWatch {
     stopping: AtomicBool,
 }
 
+impl std::fmt::Debug for RunWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunWatch")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RunWatch {
     pub fn new(
         kind: RunKind,

@@ -557,8 +557,70 @@ fn undeclared_keys_rule(b: Backend) {
     assert!(reply.contains("did not declare"), "{reply}");
 }
 
+/// Pipelined rounds mixing scripts and plain commands over keys of both shards, each round
+/// sent in one write to redis-server and to Damselfly (2 threads): every reply is the same.
+/// A script whose keys are on the other thread's shard travels in that shard's batch; a new
+/// script that also reaches the other shard through a key it did not declare is handed back
+/// from there and runs again the general way, and nothing after it in the round may run
+/// before it (each command appends its number to a log the others read).
+fn pipelined_scripts_keep_order(b: Backend) {
+    let redis = Server::redis();
+    let s = Server::start_with(b, 2, &[]);
+    let (mut theirs, mut ours) = (redis.raw(), s.raw());
+    let tags = ["{a}".to_string(), key_off_a()];
+    let stay = "redis.call('append', KEYS[1], ARGV[1]) return redis.call('get', KEYS[1])";
+    let mut rng = StdRng::seed_from_u64(29);
+    let mut differences = Vec::new();
+    for round in 0..80 {
+        let mut script: Vec<Vec<String>> = Vec::new();
+        for i in 0..rng.gen_range(1..40) {
+            let n = format!("{round}.{i};");
+            let here = format!("{}:log", tags[rng.gen_range(0..2)]);
+            let there = format!("{}:log", tags[rng.gen_range(0..2)]);
+            let roams = format!(
+                "redis.call('append', KEYS[1], ARGV[1]) \
+                 return redis.call('append', ARGV[2], ARGV[1]) -- {round}.{i}"
+            );
+            let words: Vec<&str> = match rng.gen_range(0..8) {
+                0 => vec!["APPEND", &here, &n],
+                1 => vec!["GET", &there],
+                2 => vec!["EVAL", stay, "1", &here, &n],
+                3 | 4 => vec!["EVAL", &roams, "1", &here, &n, &there],
+                5 => vec![
+                    "EVAL_RO",
+                    "return redis.call('strlen', KEYS[1])",
+                    "1",
+                    &there,
+                ],
+                6 => vec!["EVAL", "return redis.call('incr', KEYS[1])", "1", &here],
+                _ => vec!["PING"],
+            };
+            script.push(words.into_iter().map(String::from).collect());
+        }
+        let wire: Vec<u8> = script.iter().flat_map(|c| common::encode(c)).collect();
+        theirs.send(&wire);
+        ours.send(&wire);
+        for cmd in &script {
+            let expected = theirs.reply();
+            let got = ours
+                .try_reply()
+                .unwrap_or_else(|e| panic!("round {round}, {cmd:?}: {e}"));
+            if expected != got {
+                differences.push(format!(
+                    "round {round}: {cmd:?}\n  ours:  {:?}\n  redis: {:?}",
+                    String::from_utf8_lossy(&got),
+                    String::from_utf8_lossy(&expected)
+                ));
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    assert!(restarts(&mut ours) > 0, "no run was handed back");
+}
+
 backend_tests!(
     eval_as_redis,
+    pipelined_scripts_keep_order,
     seeded_scripts_as_redis,
     transfers_with_declared_keys,
     transfers_with_undeclared_keys,

@@ -1,17 +1,22 @@
 //! Runs confined to one shard, executed in one go on that shard's thread: the usual case of a
-//! script whose keys (declared or not) share a shard. The connection sends one hop (a
-//! one-shard transaction locking the whole shard) that runs the script with the shard
-//! thread's VM, executing each `redis.call` directly on the shard, so a call costs no
-//! message and no wait. A call that needs any other shard, or a command that does not run on
-//! a shard (SELECT, keyless commands, whole-keyspace ones), takes back what the run wrote
-//! (the shard's undo log) and hands the run back to the connection, which runs it the general
-//! way (`super`), locking every shard.
+//! script whose keys (declared or not) share a shard. The connection puts the run in its
+//! round's batch for that shard (`ExecBatch::push_run`), in its command's place; the shard
+//! runs it as a transaction of its own holding the whole shard, with that thread's VM,
+//! executing each `redis.call` directly on the shard, so a call costs no message and no
+//! wait. A call that needs any other shard, or a command that does not run on a shard
+//! (SELECT, keyless commands, whole-keyspace ones), takes back what the run wrote (the
+//! shard's undo log) and hands the run back with the commands after it in the batch, which
+//! have not run: the connection runs it the general way (`super`), locking every shard, and
+//! then sends the rest again (`Connection::flush`). Until a batched run is known to have
+//! stayed on its shard, the connection runs nothing for any other shard
+//! (`Connection::after_batched_runs`), so a run handed back is never overtaken.
 //!
 //! When the run is the client's whole round and its shard is another thread's, that shard
-//! also writes the reply to the client's socket and counts the call in its statistics, as it
-//! does for a plain command (crates/coord/src/direct_reply.rs): the client's thread is not
-//! woken for the reply. A run the shard hands back then comes back unanswered, and the
-//! connection runs it the general way when it settles the reply (`run_script_again`).
+//! also writes the reply to the client's socket, as it does for a plain command
+//! (crates/coord/src/direct_reply.rs): the client's thread is not woken for the reply. A run
+//! the shard hands back then comes back unanswered, and the connection runs it the general
+//! way when it settles the reply (`run_script_again`). Either way the shard counts the call
+//! in its statistics (slow log, latency, errors), as it counts a plain command of a batch.
 
 use damselfly_storage::tracking::Caller;
 use std::sync::Arc;
@@ -27,11 +32,9 @@ use damselfly_scripting::{Reach, Script, ScriptVm};
 
 use super::{call_answer, check_call, next_call, CallRules, Failure, Next, Outcome};
 use crate::acl_family::ScriptAcl;
-use crate::connection::Connection;
-use crate::direct_reply::{ClientSocket, DirectHop, InFlight};
+use crate::connection::{Connection, PendingSlot};
 use crate::maxmemory::CallOom;
-use crate::messages::BatchReply;
-use crate::tx::{send_one_shard_tx, Mode};
+use crate::messages::RemoteCmd;
 use crate::worker::Worker;
 
 /// What a run executes: an EVAL script or a library's function.
@@ -57,12 +60,6 @@ impl Target {
             Target::Function(lib, index) => &lib.functions[*index].reach,
         }
     }
-}
-
-/// A run sent to its shard to reply from there: its watch holds the command as the client
-/// sent it, which the connection runs again if the shard hands the run back.
-pub(crate) struct ScriptInFlight {
-    watch: Arc<RunWatch>,
 }
 
 /// One run to execute on a shard's thread.
@@ -140,52 +137,42 @@ impl Worker {
         HereResult::Reply(reply)
     }
 
-    /// Runs `job` as `run_script_here` does, for a client whose reply this shard writes to
-    /// its socket (module doc): the call is counted here as the client's thread would count
-    /// it, and a run that could not finish here comes back with no reply at all.
-    fn run_script_replying(
+    /// Runs `job` as `run_script_here` does, as command `index` of a batch
+    /// (`ExecBatch::push_run`): its reply goes into the batch's, and the call is counted
+    /// here as the client's thread would count it. Err with its watch when it could not
+    /// finish here (module doc).
+    fn run_batched(
         &self,
         job: HereJob,
-        spec: usize,
-        socket: Arc<ClientSocket>,
-        reply_limit: usize,
-    ) -> DirectHop {
+        index: usize,
+        reply: &mut ReplyBuf,
+        slow: &mut Vec<SlowCall>,
+    ) -> Result<(), Arc<RunWatch>> {
         let timer = self.start_call_timer();
         let (watch, target) = (job.watch.clone(), job.target.clone());
-        let unanswered = || {
-            DirectHop(BatchReply {
-                socket: Some(socket.clone()),
-                ..BatchReply::default()
-            })
-        };
-        let reply = match self.run_script_here(job) {
-            HereResult::Reply(reply) => reply,
+        let ran = match self.run_script_here(job) {
+            HereResult::Reply(ran) => ran,
             HereResult::Elsewhere => {
                 target.reach().record(true);
                 self.stats.borrow_mut().script_restarts += 1;
-                return unanswered();
+                return Err(watch);
             }
-            HereResult::VmBusy => return unanswered(),
+            HereResult::VmBusy => return Err(watch),
         };
         target.reach().record(false);
-        let slow = self.record_call(spec, timer, &reply, 0).map(|duration| {
-            let command = &watch.command;
-            SlowCall {
-                index: 0,
+        let command = &watch.command;
+        let args = Args::new(&command.data, &command.spans);
+        let spec = lookup(args.get(0)).unwrap_or_default();
+        if let Some(duration) = self.record_call(spec, timer, &ran, 0) {
+            slow.push(SlowCall {
+                index,
                 time: slowlog::unix_time(),
                 duration,
-                argv: slowlog::entry_argv(&Args::new(&command.data, &command.spans)),
-            }
-        });
-        let len = reply.buf.len();
-        DirectHop(BatchReply {
-            out: reply.buf,
-            ends: vec![len],
-            slow: slow.into_iter().collect(),
-            // A reply over the client's output limit is not written: the client is dropped.
-            socket: (len <= reply_limit).then_some(socket),
-            ..BatchReply::default()
-        })
+                argv: slowlog::entry_argv(&args),
+            });
+        }
+        reply.buf.extend_from_slice(&ran.buf);
+        Ok(())
     }
 
     /// Resumes the run until it ends; None when a call must run elsewhere.
@@ -266,36 +253,37 @@ pub(super) fn resolve<'v>(
 }
 
 impl Connection {
-    /// Sends `job` to `shard` as a one-shard transaction whose reply the shard writes to
-    /// `socket` itself (module doc); the connection settles it before its next command.
-    pub(super) fn send_run_replying_there(
-        &mut self,
-        shard: usize,
-        mode: Mode,
-        job: HereJob,
-        socket: Arc<ClientSocket>,
-    ) {
-        let script = ScriptInFlight {
-            watch: job.watch.clone(),
+    /// Puts `job` in the round's batch for `shard`, in its command's place (module doc).
+    pub(super) fn batch_run(&mut self, shard: usize, job: HereJob) {
+        let cmd = RemoteCmd {
+            spec: lookup(job.watch.command.first()).unwrap_or_default(),
+            db: job.db,
+            resp3: job.resp3,
+            record: true,
+            caller: job.caller,
+            first: 0,
+            nargs: 0,
         };
-        let spec = lookup(job.watch.command.first()).unwrap_or_default();
-        let reply_limit = self.out.limit;
-        let locks = vec![crate::tx::Lock::AllDbs { mode }];
-        let wait = send_one_shard_tx(&self.worker, shard, locks, move |w| {
-            w.run_script_replying(job, spec, socket, reply_limit)
-        });
-        self.in_flight = Some(InFlight {
+        let writes = !job.read_only;
+        let batch = &mut self.batches[shard];
+        batch.push_run(
+            cmd,
+            writes,
+            Box::new(move |w: &Worker, index, reply, slow| w.run_batched(job, index, reply, slow)),
+        );
+        self.pending.push(PendingSlot {
+            at: self.out.buf.len(),
             shard,
-            wait,
-            script: Some(script),
+            index: batch.cmds.len() - 1,
         });
+        self.runs_batched_for = Some(shard);
         self.recorded_by_shard = true;
     }
 
     /// Runs a script its shard handed back (module doc) here, the general way, as the
-    /// command the client sent.
-    pub(crate) async fn run_script_again(&mut self, script: ScriptInFlight) {
-        let command = &script.watch.command;
+    /// command the client sent (its watch keeps it).
+    pub(crate) async fn run_script_again(&mut self, watch: Arc<RunWatch>) {
+        let command = &watch.command;
         let args = Args::new(&command.data, &command.spans);
         let Some(spec) = lookup(args.get(0)) else {
             return;
@@ -305,7 +293,9 @@ impl Connection {
         };
         // Not a round's only command any more: its reply is awaited here.
         let round_len = std::mem::replace(&mut self.round_len, 0);
+        let again = std::mem::replace(&mut self.running_handed_back, true);
         self.run_coordinator_recorded(spec, cmd, &args).await;
+        self.running_handed_back = again;
         self.round_len = round_len;
     }
 }

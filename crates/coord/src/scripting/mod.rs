@@ -17,7 +17,6 @@ mod function_family;
 mod here;
 
 pub use function_family::restore_functions;
-pub(crate) use here::ScriptInFlight;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +34,7 @@ use self::here::{HereJob, HereResult, Target};
 use crate::acl_family::ScriptAcl;
 use crate::connection::Connection;
 use crate::maxmemory::CallOom;
-use crate::messages::Payload;
-use crate::tx::{send_one_shard_tx, Lock, Mode};
+use crate::tx::{Lock, Mode};
 
 const BUSY_EVAL: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
@@ -156,8 +154,10 @@ enum CallResult {
 
 impl Connection {
     /// Runs `call` in one go on the thread of the shard its keys are on, when it has not been
-    /// seen to reach other shards (`here`). True when it replied; false when it must run
-    /// the general way (it needed another shard, and nothing it did remains).
+    /// seen to reach other shards (`here`): at once when that is this thread's shard and no
+    /// transaction or earlier command waits there, else in the round's batch for that shard.
+    /// True when it replied or was batched; false when it must run the general way (it
+    /// needed another shard, and nothing it did remains).
     async fn run_on_its_shard(
         &mut self,
         call: &Call<'_>,
@@ -166,7 +166,11 @@ impl Connection {
     ) -> bool {
         let n = self.worker.num_shards();
         let locking = self.worker.cluster.config.script_locking();
-        if self.tx.is_some() || locking == ScriptLocking::All || call.reach.roams() {
+        if self.tx.is_some()
+            || self.running_handed_back
+            || locking == ScriptLocking::All
+            || call.reach.roams()
+        {
             return false;
         }
         let mut shard = self.worker.id;
@@ -177,6 +181,7 @@ impl Connection {
             }
             shard = s;
         }
+        self.after_batched_runs(Some(shard)).await;
         let job = HereJob {
             target: target.clone(),
             nkeys: call.keys.len(),
@@ -191,33 +196,26 @@ impl Connection {
             caller: self.caller(),
             acl: self.script_acl(),
         };
-        let mode = Mode::for_write(!call.read_only);
-        if let Some(socket) = self.direct_reply_socket(shard) {
-            self.send_run_replying_there(shard, mode, job, socket);
-            return true;
-        }
-        // Earlier commands first, so the run sees their effects.
-        self.flush_remote().await;
-        if shard == self.worker.id && self.worker.no_transaction_here() {
+        // Earlier commands for other shards may still be running: a run that stays here
+        // does not see them (as a plain command here would not), and one that does not
+        // stay starts over the general way, after them.
+        if shard == self.worker.id
+            && self.batches[shard].is_empty()
+            && self.worker.no_transaction_here()
+        {
             let result = self
                 .worker
                 .run_alone(!call.read_only, |w| w.run_script_here(job));
-            return self.take_here_result(call, Some(result));
+            return self.take_here_result(call, result);
         }
-        let locks = vec![Lock::AllDbs { mode }];
-        let answer =
-            send_one_shard_tx(&self.worker, shard, locks, move |w| w.run_script_here(job)).await;
-        let result = match answer {
-            Some(Payload::Hop { value, .. }) => value.downcast::<HereResult>().ok().map(|r| *r),
-            _ => None,
-        };
-        self.take_here_result(call, result)
+        self.batch_run(shard, job);
+        true
     }
 
     /// Writes the reply of a run on its keys' shard; false when it must run the general way.
-    fn take_here_result(&mut self, call: &Call<'_>, result: Option<HereResult>) -> bool {
+    fn take_here_result(&mut self, call: &Call<'_>, result: HereResult) -> bool {
         match result {
-            Some(HereResult::Reply(reply)) => {
+            HereResult::Reply(reply) => {
                 call.reach.record(false);
                 if reply.buf.first() == Some(&b'-') {
                     self.out.error_offsets.push(self.out.buf.len());
@@ -225,12 +223,12 @@ impl Connection {
                 self.out.raw(&reply.buf);
                 true
             }
-            Some(HereResult::Elsewhere) => {
+            HereResult::Elsewhere => {
                 call.reach.record(true);
                 self.worker.stats.borrow_mut().script_restarts += 1;
                 false
             }
-            Some(HereResult::VmBusy) | None => false,
+            HereResult::VmBusy => false,
         }
     }
 
@@ -257,6 +255,8 @@ impl Connection {
         if self.run_on_its_shard(call, &target, args).await {
             return;
         }
+        // Runs batched before it go first: one of them may need this thread's VM.
+        self.flush_remote().await;
         let worker = self.worker.clone();
         let mut vm = match worker
             .scripting

@@ -430,25 +430,6 @@ impl Tx {
     }
 }
 
-/// Sends `f` to `shard` as a whole one-shard transaction, as `Tx::hop` runs one: its locks
-/// travel with it, the shard assigns the id and releases it once `f` ran. The answer (a
-/// `Payload::Hop`) is the caller's to collect, later if it likes (a direct reply's settling).
-pub(crate) fn send_one_shard_tx<T: Send + 'static>(
-    worker: &Rc<Worker>,
-    shard: usize,
-    locks: Vec<Lock>,
-    f: impl FnOnce(&Worker) -> T + Send + 'static,
-) -> ReplyWait {
-    let f: HopFn = Box::new(move |w: &Worker| Box::new(f(w)) as Box<dyn Any + Send>);
-    worker.ask(shard, |origin, slot| ShardMsg::TxHop {
-        tx: HopTx::Single(locks),
-        f,
-        conclude: true,
-        origin,
-        slot,
-    })
-}
-
 /// How many shards a transaction's journal records say it spans: all of its shards when it
 /// may write anywhere, 0 for a read-only one, which records nothing (no end records).
 fn journaled_span(plan: &[(usize, Vec<Lock>)]) -> u32 {

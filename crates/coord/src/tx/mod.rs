@@ -9,6 +9,6 @@ pub mod plan;
 pub mod queue;
 mod undo;
 
-pub(crate) use coordinator::{send_one_shard_tx, ShardWork, Tx};
+pub(crate) use coordinator::{ShardWork, Tx};
 pub use locks::{merge_locks, Lock, Mode, TxId};
 pub use queue::TxQueue;
