@@ -29,7 +29,7 @@ use crate::direct_reply::{ClientSocket, InFlight};
 use crate::messages::{BatchReply, ExecBatch, Payload, RemoteCmd, ShardMsg};
 use crate::pubsub_family::ConnPubSub;
 use crate::tx::{merge_locks, plan, Lock, ShardWork, Tx};
-use crate::worker::Worker;
+use crate::worker::{CallTimer, Worker};
 
 /// Most commands handled per round before replies are flushed to the socket. Bounds the
 /// memory one pipelining client can make the server hold for it.
@@ -75,6 +75,8 @@ struct ParsedCmd {
     inline: bool,
     /// Offset in the read buffer just past the command.
     end: usize,
+    /// Its index in the command table, looked up once for the round's prefetch and its run.
+    spec: Option<usize>,
 }
 
 /// A remote reply to be spliced into the output at `at`.
@@ -474,7 +476,7 @@ impl Connection {
             self.worker.prefetch_keys(cmds.iter().filter_map(|c| {
                 let src: &[u8] = if c.inline { &aux } else { &rbuf };
                 let args = Args::new(src, &spans[c.first..c.first + c.nargs]);
-                lookup(args.get(0)).map(|spec| (spec, db, args))
+                c.spec.map(|spec| (spec, db, args))
             }));
         }
         for (i, c) in cmds.iter().enumerate() {
@@ -486,7 +488,7 @@ impl Connection {
                 paused = Some(until);
                 break;
             }
-            self.dispatch(&args).await;
+            self.dispatch(c.spec, &args).await;
             if self.out.full() {
                 self.over_output_limit = true;
             }
@@ -563,11 +565,18 @@ impl Connection {
                     nargs,
                     inline,
                 }) => {
+                    let src: &[u8] = if inline { &self.aux } else { buf };
+                    let spec = self
+                        .spans
+                        .get(first)
+                        .and_then(|name| src.get(name.range()))
+                        .and_then(lookup);
                     self.cmds.push(ParsedCmd {
                         first,
                         nargs,
                         inline,
                         end: consumed,
+                        spec,
                     });
                     pos = consumed;
                 }
@@ -621,8 +630,8 @@ impl Connection {
     }
 
     /// Runs one command, its reply kept or dropped as CLIENT REPLY says.
-    async fn dispatch(&mut self, args: &Args<'_>) {
-        self.dispatch_in_mode(args).await;
+    async fn dispatch(&mut self, spec: Option<usize>, args: &Args<'_>) {
+        self.dispatch_in_mode(spec, args).await;
         let caching = self.info.tracking.borrow().as_ref().map(|t| t.caching);
         if let Some(Some(_)) = caching {
             self.after_command_caching(args.get(0));
@@ -630,15 +639,15 @@ impl Connection {
     }
 
     /// Runs a command under CLIENT REPLY's mode.
-    async fn dispatch_in_mode(&mut self, args: &Args<'_>) {
+    async fn dispatch_in_mode(&mut self, spec: Option<usize>, args: &Args<'_>) {
         let before = self.reply_mode;
         if before == ReplyMode::On {
-            self.dispatch_one(args).await;
+            self.dispatch_one(spec, args).await;
         } else {
             // Earlier commands' replies from other shards land first, so the mark holds.
             self.flush_remote().await;
             let mark = self.out.buf.len();
-            self.dispatch_one(args).await;
+            self.dispatch_one(spec, args).await;
             let switched_on = before == ReplyMode::Off && self.reply_mode == ReplyMode::On;
             if !switched_on {
                 // Replies from other shards land in place first, then go with the rest.
@@ -654,9 +663,10 @@ impl Connection {
         }
     }
 
-    async fn dispatch_one(&mut self, args: &Args<'_>) {
-        let name = args.get(0);
-        let Some(idx) = lookup(name) else {
+    /// Runs a command whose index in the command table is `spec` (None: unknown).
+    async fn dispatch_one(&mut self, spec: Option<usize>, args: &Args<'_>) {
+        let Some(idx) = spec else {
+            let name = args.get(0);
             self.refuse_command(&errors::unknown_command(name, args.iter().skip(1)));
             return;
         };
@@ -891,10 +901,10 @@ impl Connection {
         cmd: CoordCmd,
         args: &Args<'_>,
     ) {
-        let started = Instant::now();
+        let started = self.worker.start_call_timer();
         let errors_before = self.out.error_offsets.len();
         crate::crash::running(COMMANDS[idx].name);
-        self.run_coordinator(cmd, args).await;
+        self.run_coordinator(idx, cmd, args).await;
         crate::crash::idle();
         if !std::mem::take(&mut self.recorded_by_shard) {
             self.record_command(idx, args, started, errors_before);
@@ -907,19 +917,14 @@ impl Connection {
         &mut self,
         idx: usize,
         args: &Args,
-        started: Instant,
+        started: CallTimer,
         errors_before: usize,
     ) {
-        let usec = started.elapsed().as_micros() as u64;
-        let mut stats = self.worker.stats.borrow_mut();
-        let failed = stats.count_errors(&self.out, errors_before) > 0;
-        stats.record_call(idx, usec, failed);
-        drop(stats);
-        let timing = self.worker.timing();
-        if timing.every_command() {
-            if let Some(usec) = self.worker.observe(idx, usec, timing) {
-                self.log_slow(slowlog::entry_argv(args), slowlog::unix_time(), usec);
-            }
+        if let Some(usec) = self
+            .worker
+            .record_call(idx, started, &self.out, errors_before)
+        {
+            self.log_slow(slowlog::entry_argv(args), slowlog::unix_time(), usec);
         }
     }
 

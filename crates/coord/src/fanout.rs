@@ -4,8 +4,6 @@
 //! the command is atomic across shards, and the per-shard replies are merged into the reply
 //! one Redis server would give.
 
-use std::time::Instant;
-
 use damselfly_commands::keys_family::{take_value, Transfer};
 use damselfly_commands::table::{flags, lookup, Handler, Merge, COMMANDS};
 use damselfly_commands::{errors, sort_family, Args, ExecCtx};
@@ -86,7 +84,7 @@ fn is_error(reply: &[u8]) -> bool {
 impl Connection {
     /// A multi-key command whose keys live on more than one shard.
     pub(crate) async fn fan_out_keys(&mut self, idx: usize, merge: Merge, args: &Args<'_>) {
-        let started = Instant::now();
+        let started = self.worker.start_call_timer();
         let spec = &COMMANDS[idx];
         let errors_before = self.out.error_offsets.len();
         if spec.step == 2 && args.len().is_multiple_of(2) {
@@ -573,7 +571,7 @@ impl Connection {
 
     /// A command that runs on every shard (DBSIZE, FLUSHDB, KEYS, RANDOMKEY, ...).
     pub(crate) async fn fan_out_all(&mut self, idx: usize, merge: Merge, args: &Args<'_>) {
-        let started = Instant::now();
+        let started = self.worker.start_call_timer();
         let errors_before = self.out.error_offsets.len();
         let all: Vec<&[u8]> = args.iter().collect();
         let parts = (0..self.worker.num_shards())

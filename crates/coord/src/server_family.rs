@@ -125,7 +125,7 @@ impl Connection {
         }
     }
 
-    pub(crate) async fn run_coordinator(&mut self, cmd: CoordCmd, args: &Args<'_>) {
+    pub(crate) async fn run_coordinator(&mut self, idx: usize, cmd: CoordCmd, args: &Args<'_>) {
         match cmd {
             CoordCmd::Ping => self.ping(args),
             CoordCmd::Echo => self.echo(args),
@@ -157,9 +157,9 @@ impl Connection {
             CoordCmd::Bgsave => self.save_cmd(args, false).await,
             CoordCmd::Bgrewriteaof => self.bgrewriteaof_cmd(args).await,
             CoordCmd::Lastsave => self.lastsave_cmd(),
-            CoordCmd::Eval => self.eval(args).await,
+            CoordCmd::Eval => self.eval(idx, args).await,
             CoordCmd::Script => self.script(args).await,
-            CoordCmd::Fcall => self.fcall(args).await,
+            CoordCmd::Fcall => self.fcall(idx, args).await,
             CoordCmd::Function => self.function(args).await,
             CoordCmd::Slowlog => self.slowlog_cmd(args).await,
             CoordCmd::Latency => self.latency_cmd(args).await,

@@ -568,6 +568,7 @@ impl Worker {
                 let id = match tx {
                     HopTx::Scheduled(id) => id,
                     HopTx::Single(locks) if conclude && self.no_transaction_here() => {
+                        self.refresh_clock();
                         let value = self.run_alone(locks.iter().any(Lock::writes), f);
                         // It ended here, so its sender has nothing to release: no id.
                         self.reply_to(origin, slot, Payload::Hop { id: 0, value });
@@ -797,7 +798,8 @@ impl Worker {
     }
 
     /// Runs `f` at once as a transaction of this shard alone, on its own thread, when
-    /// `no_transaction_here`: `f` does not wait, so nothing runs between its start and end
+    /// `no_transaction_here`, with the clock as the caller last refreshed it (the round's, or
+    /// the message's): `f` does not wait, so nothing runs between its start and end
     /// and it needs neither intents nor a turn, but its records are grouped and its undo log
     /// owned as a one-shard hop's are (`run_hop`), without the hop's messages and boxes.
     pub(crate) fn run_alone<R>(&self, writes: bool, f: impl FnOnce(&Worker) -> R) -> R {
@@ -806,7 +808,6 @@ impl Worker {
         if writes {
             self.journal_tx_begin(id, 1);
         }
-        self.refresh_clock();
         let value = self.run_in_tx(id, f);
         self.release(id);
         self.serve_blocked();

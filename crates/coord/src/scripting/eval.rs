@@ -35,8 +35,8 @@ const SCRIPT_HELP: &[&str] = &[
 ];
 
 impl Connection {
-    /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
-    pub(crate) async fn eval(&mut self, args: &Args<'_>) {
+    /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO (`spec`, the command's index in the table).
+    pub(crate) async fn eval(&mut self, spec: usize, args: &Args<'_>) {
         let name = args.get(0);
         let by_sha = name
             .get(..7)
@@ -88,6 +88,7 @@ impl Connection {
         let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
         let read_only = read_only_cmd || no_writes;
         let call = Call {
+            spec,
             keys: &keys,
             argv: &argv,
             kind: RunKind::Eval,

@@ -78,7 +78,7 @@ const FUNCTION_HELP: &[&str] = &[
 
 impl Connection {
     /// FCALL and FCALL_RO: checks in Redis's order, then the run.
-    pub(crate) async fn fcall(&mut self, args: &Args<'_>) {
+    pub(crate) async fn fcall(&mut self, spec: usize, args: &Args<'_>) {
         let read_only_cmd = args.get(0).eq_ignore_ascii_case(b"fcall_ro");
         let worker = self.worker.clone();
         let Some((lib, index)) = worker.cluster.functions.find(args.get(1)) else {
@@ -105,6 +105,7 @@ impl Connection {
         let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
         let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
         let call = Call {
+            spec,
             keys: &keys,
             argv: &argv,
             kind: RunKind::Function,

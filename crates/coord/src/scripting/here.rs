@@ -64,6 +64,8 @@ impl Target {
 
 /// One run to execute on a shard's thread.
 pub(super) struct HereJob {
+    /// The command's index in the command table (EVALSHA, FCALL, ...).
+    pub spec: usize,
     pub target: Target,
     /// How many keys it declares: they, then its arguments, follow the command's first three
     /// words in `watch.command` (`EVALSHA sha numkeys`, `FCALL name numkeys`).
@@ -149,7 +151,7 @@ impl Worker {
         slow: &mut Vec<SlowCall>,
     ) -> Result<(), Arc<RunWatch>> {
         let timer = self.start_call_timer();
-        let (watch, target) = (job.watch.clone(), job.target.clone());
+        let (spec, watch, target) = (job.spec, job.watch.clone(), job.target.clone());
         let ran = match self.run_script_here(job) {
             HereResult::Reply(ran) => ran,
             HereResult::Elsewhere => {
@@ -160,15 +162,13 @@ impl Worker {
             HereResult::VmBusy => return Err(watch),
         };
         target.reach().record(false);
-        let command = &watch.command;
-        let args = Args::new(&command.data, &command.spans);
-        let spec = lookup(args.get(0)).unwrap_or_default();
         if let Some(duration) = self.record_call(spec, timer, &ran, 0) {
+            let command = &watch.command;
             slow.push(SlowCall {
                 index,
                 time: slowlog::unix_time(),
                 duration,
-                argv: slowlog::entry_argv(&args),
+                argv: slowlog::entry_argv(&Args::new(&command.data, &command.spans)),
             });
         }
         reply.buf.extend_from_slice(&ran.buf);
@@ -256,7 +256,7 @@ impl Connection {
     /// Puts `job` in the round's batch for `shard`, in its command's place (module doc).
     pub(super) fn batch_run(&mut self, shard: usize, job: HereJob) {
         let cmd = RemoteCmd {
-            spec: lookup(job.watch.command.first()).unwrap_or_default(),
+            spec: job.spec,
             db: job.db,
             resp3: job.resp3,
             record: true,

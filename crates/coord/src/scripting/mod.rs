@@ -46,6 +46,8 @@ const UNDECLARED: &str =
 
 /// One script or function call to run.
 struct Call<'a> {
+    /// The command's index in the command table (EVALSHA, FCALL, ...).
+    spec: usize,
     keys: &'a [&'a [u8]],
     argv: &'a [&'a [u8]],
     kind: RunKind,
@@ -183,6 +185,7 @@ impl Connection {
         }
         self.after_batched_runs(Some(shard)).await;
         let job = HereJob {
+            spec: call.spec,
             target: target.clone(),
             nkeys: call.keys.len(),
             db: self.info.db.get(),
