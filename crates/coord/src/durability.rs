@@ -288,13 +288,17 @@ impl Worker {
         self.pending_durability()
     }
 
-    /// Resolves once the journal is durable up to `lsn` (or journaling stopped).
+    /// Resolves once the journal is durable up to `lsn` (or journaling stopped, or the policy
+    /// is no longer `always`).
     pub async fn wait_durable(self: &Rc<Self>, lsn: u64) {
         self.journal_flush();
         poll_fn(|cx| {
             let mut journal = self.journal.borrow_mut();
             match journal.as_mut() {
-                Some(j) if j.appender.durable_lsn() < lsn => {
+                Some(j)
+                    if j.appender.policy() == FsyncPolicy::Always
+                        && j.appender.durable_lsn() < lsn =>
+                {
                     j.waiters.push((lsn, cx.waker().clone()));
                     Poll::Pending
                 }
@@ -392,9 +396,16 @@ impl Worker {
             .and_then(|j| j.appender.failure())
     }
 
+    /// Applies `appendfsync`. Replies and connections waiting for a sync under `always`
+    /// leave when it changes to `everysec` or `no`: nothing waits for the disk under those,
+    /// and none of their syncs tells the shard (`journal_synced`), so they would wait until
+    /// `always` came back.
     pub fn set_fsync_policy(&self, policy: FsyncPolicy) {
-        if let Some(j) = self.journal.borrow().as_ref() {
+        if let Some(j) = self.journal.borrow_mut().as_mut() {
             j.appender.set_policy(policy);
+            if policy != FsyncPolicy::Always {
+                self.release_deferred(j, true);
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -1186,4 +1186,72 @@ fn appendonly_can_be_turned_on_while_running(b: Backend) {
     assert_eq!(c.cmd(&["SET", "k", "v"]), b"+OK\r\n");
 }
 
-backend_tests!(appendonly_can_be_turned_on_while_running);
+/// Replies held for the disk under `always` leave when the policy turns to `everysec` while
+/// they wait: nothing waits for a sync under `everysec`, and no sync under it tells the shard.
+/// Writers keep SETting while the policy flips; after each flip to `everysec` every writer
+/// must move on within a second and a half.
+fn switching_away_from_always_releases_waiting_replies(b: Backend) {
+    const WRITERS: usize = 8;
+    let data = tempfile::tempdir().expect("tempdir");
+    let s = start(b, 2, data.path(), "always", &["--save", ""]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
+    let port = s.port;
+    let handles: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (stop, done) = (stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut c = Raw::tcp(port);
+                c.set_read_timeout(Duration::from_secs(5));
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let key = format!("w{w}:{n}");
+                    match c.try_cmd(&["SET", key.as_str(), "v"]) {
+                        Ok(r) if r == b"+OK\r\n" => done[w].store(n, Ordering::Relaxed),
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut c = s.raw();
+    let mut stuck = Vec::new();
+    for flip in 0..20 {
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "appendfsync", "always"]),
+            b"+OK\r\n"
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            c.cmd(&["CONFIG", "SET", "appendfsync", "everysec"]),
+            b"+OK\r\n"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        let at: Vec<u64> = done.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < deadline
+            && done
+                .iter()
+                .zip(&at)
+                .any(|(d, a)| d.load(Ordering::Relaxed) == *a)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for (w, (d, a)) in done.iter().zip(&at).enumerate() {
+            if d.load(Ordering::Relaxed) == *a {
+                stuck.push(format!("flip {flip}: writer {w} stayed at {a}"));
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    assert!(stuck.is_empty(), "{}", stuck.join("\n"));
+}
+
+backend_tests!(
+    appendonly_can_be_turned_on_while_running,
+    switching_away_from_always_releases_waiting_replies,
+);
