@@ -618,8 +618,73 @@ fn pipelined_scripts_keep_order(b: Backend) {
     assert!(restarts(&mut ours) > 0, "no run was handed back");
 }
 
+/// Pipelines of scripts that push onto two lists, one on each shard (so each run is
+/// confined to one shard and travels in that shard's batch when it is another thread's),
+/// while another client moves elements between the lists with LMOVE, a transaction that
+/// copies both lists out and writes them back in a later hop: a run slipping in between
+/// would have its push overwritten. Every push must still be there at the end.
+fn batched_runs_wait_behind_transactions(b: Backend) {
+    let s = Server::start_with(b, 2, &[]);
+    let mut c = s.raw();
+    let lists = [format!("{{a}}:list"), format!("{}:list", key_off_a())];
+    for l in &lists {
+        for i in 0..10 {
+            c.cmd(&["RPUSH", l.as_str(), &format!("seed{i}")]);
+        }
+    }
+    let push = "return redis.call('rpush', KEYS[1], ARGV[1])";
+    let sha = String::from_utf8(c.cmd(&["SCRIPT", "LOAD", push])).expect("utf-8");
+    let sha = sha.lines().nth(1).expect("a SHA").to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..3u64)
+        .map(|w| {
+            let (stop, sha, lists, port) = (stop.clone(), sha.clone(), lists.clone(), s.port);
+            std::thread::spawn(move || {
+                let mut c = Raw::tcp(port);
+                let mut rng = StdRng::seed_from_u64(w);
+                let mut pushed = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut wire = Vec::new();
+                    for i in 0..16 {
+                        let list = &lists[rng.gen_range(0..2)];
+                        let item = format!("w{w}:{pushed}:{i}");
+                        wire.extend(common::encode(&["EVALSHA", &sha, "1", list, &item]));
+                    }
+                    c.send(&wire);
+                    for _ in 0..16 {
+                        let r = c.reply();
+                        assert!(r.first() == Some(&b':'), "{r:?}");
+                    }
+                    pushed += 16;
+                }
+                pushed
+            })
+        })
+        .collect();
+    for i in 0..400 {
+        let (from, to) = if i % 2 == 0 {
+            (&lists[0], &lists[1])
+        } else {
+            (&lists[1], &lists[0])
+        };
+        let r = c.cmd(&["LMOVE", from.as_str(), to.as_str(), "LEFT", "RIGHT"]);
+        assert!(r.first() == Some(&b'$'), "{r:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let pushed: u64 = writers.into_iter().map(|h| h.join().expect("writer")).sum();
+    let len = |c: &mut Raw, l: &str| -> u64 {
+        let r = String::from_utf8(c.cmd(&["LLEN", l])).expect("utf-8");
+        r.trim_start_matches(':').trim().parse().expect("a length")
+    };
+    let total = len(&mut c, &lists[0]) + len(&mut c, &lists[1]);
+    assert!(pushed > 100, "only {pushed} pushes");
+    assert_eq!(total, 20 + pushed, "pushes were lost");
+    assert_eq!(restarts(&mut c), 0, "runs on one shard never restart");
+}
+
 backend_tests!(
     eval_as_redis,
+    batched_runs_wait_behind_transactions,
     pipelined_scripts_keep_order,
     seeded_scripts_as_redis,
     transfers_with_declared_keys,
