@@ -626,7 +626,7 @@ fn pipelined_scripts_keep_order(b: Backend) {
 fn batched_runs_wait_behind_transactions(b: Backend) {
     let s = Server::start_with(b, 2, &[]);
     let mut c = s.raw();
-    let lists = [format!("{{a}}:list"), format!("{}:list", key_off_a())];
+    let lists = ["{a}:list".to_string(), format!("{}:list", key_off_a())];
     for l in &lists {
         for i in 0..10 {
             c.cmd(&["RPUSH", l.as_str(), &format!("seed{i}")]);
