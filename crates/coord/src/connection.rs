@@ -104,9 +104,9 @@ pub struct Connection {
     pub(crate) out: ReplyBuf,
     pub(crate) closing: bool,
     pub(crate) batches: Vec<ExecBatch>,
-    /// The watch of this connection's last script run, renewed for the next one
+    /// The watches of this connection's last script runs, renewed for the next ones
     /// (`RunWatch::renew`).
-    pub(crate) last_watch: Option<Arc<damselfly_scripting::watchdog::RunWatch>>,
+    pub(crate) kept_watches: Vec<Arc<damselfly_scripting::watchdog::RunWatch>>,
     /// Emptied batch boxes, to send the next batches in (`take_batch`).
     #[allow(clippy::vec_box)] // the boxes themselves are what is sent and reused
     spare_batches: Vec<Box<ExecBatch>>,
@@ -225,7 +225,7 @@ impl Connection {
             closing: false,
             batches: (0..shards).map(|_| ExecBatch::default()).collect(),
             spare_batches: Vec::new(),
-            last_watch: None,
+            kept_watches: Vec::new(),
             pending: Vec::new(),
             tx: None,
             multi: None,

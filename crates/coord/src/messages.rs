@@ -102,7 +102,7 @@ pub struct ExecBatch {
     pub data: Vec<u8>,
     pub spans: Vec<Span>,
     pub cmds: Vec<RemoteCmd>,
-    /// Script runs standing in for some of `cmds` (whose arguments are then empty).
+    /// Script runs standing in for some of `cmds`.
     pub runs: BatchRuns,
     /// The first command to run: past 0 when the batch comes again after a script run it
     /// carried was handed back (`BatchReply::handed_back`).
@@ -142,10 +142,17 @@ impl ExecBatch {
         self.cmds.push(cmd);
     }
 
-    /// Appends a script run in place of its command (`cmd`, whose arguments it carries).
-    pub fn push_run(&mut self, cmd: RemoteCmd, writes: bool, run: BatchRun) {
+    /// Appends a script run in place of its command (`cmd` and its arguments `args`, which
+    /// the shard reads only to prefetch the run's first key; the run carries its own).
+    pub fn push_run<'a>(
+        &mut self,
+        cmd: RemoteCmd,
+        args: impl Iterator<Item = &'a [u8]>,
+        writes: bool,
+        run: BatchRun,
+    ) {
         let at = self.cmds.len();
-        self.push(cmd, std::iter::empty::<&[u8]>());
+        self.push(cmd, args);
         self.runs.0.push_back(BatchedRun { at, writes, run });
     }
 

@@ -525,9 +525,7 @@ impl Worker {
                 self.refresh_clock();
                 let n = batch.cmds.len() - batch.next;
                 if n > 1 {
-                    // A script run's command carries no arguments: its run reads its keys.
-                    let plain = batch.cmds[batch.next..].iter().filter(|c| c.nargs > 0);
-                    self.prefetch_keys(plain.map(|c| {
+                    self.prefetch_keys(batch.cmds[batch.next..].iter().map(|c| {
                         let spans = &batch.spans[c.first..c.first + c.nargs];
                         (c.spec, c.db, Args::new(&batch.data, spans))
                     }));

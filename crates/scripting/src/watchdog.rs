@@ -31,6 +31,10 @@ pub enum RunKind {
     Load,
 }
 
+/// Watches a connection keeps for its next runs (`RunWatch::renew`): a pipelined round's
+/// runs for another shard are in flight together, each with its own.
+const WATCH_POOL: usize = 16;
+
 /// One run as the hook and other threads see it.
 pub struct RunWatch {
     pub kind: RunKind,
@@ -90,21 +94,24 @@ impl RunWatch {
         }
     }
 
-    /// `new`, in the memory of the watch in `slot` when nothing else holds it any more (the
-    /// run it watched is over): a connection keeps its last watch, so a run allocates no
-    /// watch, name or command copy. The slot then holds the returned watch.
+    /// `new`, in the memory of a watch in `pool` that nothing else holds any more (the run
+    /// it watched is over): a connection keeps its last watches, so a run allocates no
+    /// watch, name or command copy, also while other runs of a pipelined round are still
+    /// in flight with theirs. A new watch joins the pool while it has room.
     pub fn renew<'a>(
-        slot: &mut Option<Arc<RunWatch>>,
+        pool: &mut Vec<Arc<RunWatch>>,
         kind: RunKind,
         name: &str,
         command: impl Iterator<Item = &'a [u8]> + Clone,
         busy_after: Duration,
         board: &Arc<BusyBoard>,
     ) -> Arc<RunWatch> {
-        let reused = slot.take().and_then(|mut watch| {
-            let w = Arc::get_mut(&mut watch)?;
+        for watch in pool.iter_mut() {
+            let Some(w) = Arc::get_mut(watch) else {
+                continue;
+            };
             if !Arc::ptr_eq(&w.board, board) {
-                return None;
+                continue;
             }
             let mut kept_name = std::mem::take(&mut w.name);
             kept_name.clear();
@@ -113,13 +120,13 @@ impl RunWatch {
             kept_command.refill(command.clone());
             let board = w.board.clone();
             *w = RunWatch::starting(kind, kept_name, kept_command, busy_after, board);
-            Some(watch)
-        });
-        let watch = reused.unwrap_or_else(|| {
-            let words = crate::Words::from_args(command);
-            RunWatch::new(kind, name.to_owned(), words, busy_after, board.clone())
-        });
-        *slot = Some(watch.clone());
+            return watch.clone();
+        }
+        let words = crate::Words::from_args(command);
+        let watch = RunWatch::new(kind, name.to_owned(), words, busy_after, board.clone());
+        if pool.len() < WATCH_POOL {
+            pool.push(watch.clone());
+        }
         watch
     }
 
@@ -246,5 +253,43 @@ unsafe extern "C-unwind" fn hook(state: *mut ffi::lua_State, _ar: *mut ffi::lua_
     if let Some(reason) = reason {
         ffi::lua_pushlstring(state, reason.as_ptr().cast(), reason.len());
         ffi::lua_error(state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn renew(pool: &mut Vec<Arc<RunWatch>>, board: &Arc<BusyBoard>, key: &[u8]) -> Arc<RunWatch> {
+        let command: [&[u8]; 4] = [b"EVALSHA", b"sha", b"1", key];
+        RunWatch::renew(
+            pool,
+            RunKind::Eval,
+            "sha",
+            command.into_iter(),
+            Duration::from_secs(5),
+            board,
+        )
+    }
+
+    /// Runs in flight together get a watch each; once they are over, the next runs get
+    /// theirs back, with the new command in them.
+    #[test]
+    fn renewing_reuses_the_watches_of_runs_that_are_over() {
+        let board = Arc::new(BusyBoard::default());
+        let mut pool = Vec::new();
+        let first = renew(&mut pool, &board, b"k1");
+        let second = renew(&mut pool, &board, b"k2");
+        assert!(!Arc::ptr_eq(&first, &second), "both runs are in flight");
+        assert_eq!(pool.len(), 2);
+        let (first_at, second_at) = (Arc::as_ptr(&first), Arc::as_ptr(&second));
+        drop((first, second));
+        let third = renew(&mut pool, &board, b"k3");
+        let fourth = renew(&mut pool, &board, b"k4");
+        assert_eq!(Arc::as_ptr(&third), first_at);
+        assert_eq!(Arc::as_ptr(&fourth), second_at);
+        assert_eq!(third.command.iter().last(), Some(&b"k3"[..]));
+        assert_eq!(fourth.command.iter().last(), Some(&b"k4"[..]));
+        assert_eq!(pool.len(), 2);
     }
 }

@@ -265,9 +265,11 @@ impl Connection {
             nargs: 0,
         };
         let writes = !job.read_only;
+        let watch = job.watch.clone();
         let batch = &mut self.batches[shard];
         batch.push_run(
             cmd,
+            watch.command.iter(),
             writes,
             Box::new(move |w: &Worker, index, reply, slow| w.run_batched(job, index, reply, slow)),
         );

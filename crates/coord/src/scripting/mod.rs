@@ -243,7 +243,7 @@ impl Connection {
             .busy_reply_ms
             .load(std::sync::atomic::Ordering::Relaxed);
         RunWatch::renew(
-            &mut self.last_watch,
+            &mut self.kept_watches,
             call.kind,
             call.id,
             args.iter(),
