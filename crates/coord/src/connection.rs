@@ -261,10 +261,10 @@ impl Connection {
         &self.rbuf[self.rstart..self.rend]
     }
 
-    /// Lets this thread's mailbox task run if messages wait; the I/O loop calls it between
-    /// rounds.
-    pub fn poke_mailbox(&self) {
-        self.worker.poke_mailbox();
+    /// Handles the messages waiting in this thread's mailbox (`Worker::serve_mailbox_now`);
+    /// the I/O loop calls it between rounds.
+    pub fn serve_mailbox_now(&self) {
+        self.worker.serve_mailbox_now();
     }
 
     /// Under `appendfsync always`, resolves once this thread's journal holds on disk every

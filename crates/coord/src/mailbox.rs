@@ -154,6 +154,12 @@ impl<T> Mailbox<T> {
         .await
     }
 
+    /// Takes every queued message now; returns how many wait to be handed out.
+    pub fn take_queued(&self) -> usize {
+        self.drain();
+        self.taken.borrow().len()
+    }
+
     /// The oldest message taken and not handed out yet.
     pub fn pop(&self) -> Option<T> {
         self.taken.borrow_mut().pop_front()

@@ -244,6 +244,17 @@ impl Worker {
         self.send_owed_wakes();
     }
 
+    /// Handles the messages waiting now (those queued since are left to the mailbox task),
+    /// between two connection rounds: a batch another thread sent then waits for one round
+    /// here, not for every task queued before the mailbox's.
+    pub fn serve_mailbox_now(&self) {
+        for _ in 0..self.mailbox.take_queued() {
+            let Some(m) = self.mailbox.pop() else { break };
+            self.handle(m);
+        }
+        self.send_owed_wakes();
+    }
+
     /// Sends a batch to another shard; the returned future resolves to its replies (None if
     /// the shard is gone).
     pub(crate) fn send_batch(self: &Rc<Self>, shard: usize, batch: Box<ExecBatch>) -> ReplyWait {

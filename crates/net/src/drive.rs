@@ -205,7 +205,7 @@ async fn serve_until_done<R: ConnRead, W: ConnWrite, S: Future<Output = ()>>(
         // A round that waited (for another shard, most often) has had its turn already:
         // waiting for the turn's end again would only delay its replies.
         turn_ended |= waited;
-        conn.poke_mailbox();
+        conn.serve_mailbox_now();
         conn.take_output(&mut pending);
         conn.take_pushes(&mut pending);
         if pending.len() > sent && conn.until_durable().await {
