@@ -3,6 +3,7 @@
 //! loads it; every other thread's VM runs the same code again the first time one of its
 //! clients calls one of its functions (a VM keeps callbacks per library version).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -31,18 +32,19 @@ pub struct Library {
     pub version: u64,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Libraries {
     by_name: BTreeMap<String, Arc<Library>>,
-    /// Lower-cased function name -> library name (FCALL ignores case).
-    functions: HashMap<String, String>,
+    /// ASCII-lower-cased function name -> its library and its index there (FCALL ignores
+    /// case as Redis's byte-wise `strcasecmp` does; names are letters, digits and `_`).
+    functions: HashMap<Vec<u8>, (Arc<Library>, usize), ahash::RandomState>,
 }
 
 impl Libraries {
     fn insert(&mut self, lib: Arc<Library>) {
-        for f in &lib.functions {
+        for (index, f) in lib.functions.iter().enumerate() {
             self.functions
-                .insert(f.name.to_lowercase(), lib.name.clone());
+                .insert(f.name.to_ascii_lowercase().into_bytes(), (lib.clone(), index));
         }
         self.by_name.insert(lib.name.clone(), lib);
     }
@@ -50,7 +52,7 @@ impl Libraries {
     fn remove(&mut self, name: &str) -> Option<Arc<Library>> {
         let lib = self.by_name.remove(name)?;
         for f in &lib.functions {
-            self.functions.remove(&f.name.to_lowercase());
+            self.functions.remove(f.name.to_ascii_lowercase().as_bytes());
         }
         Some(lib)
     }
@@ -59,7 +61,10 @@ impl Libraries {
     fn collision(&self, lib: &Library) -> Option<String> {
         lib.functions
             .iter()
-            .find(|f| self.functions.contains_key(&f.name.to_lowercase()))
+            .find(|f| {
+                self.functions
+                    .contains_key(f.name.to_ascii_lowercase().as_bytes())
+            })
             .map(|f| format!("ERR Function {} already exists", f.name))
     }
 }
@@ -92,14 +97,18 @@ pub struct FunctionRegistry {
 impl FunctionRegistry {
     /// The library holding function `name` (any case) and the function's index in it.
     pub fn find(&self, name: &[u8]) -> Option<(Arc<Library>, usize)> {
-        let name = std::str::from_utf8(name).ok()?.to_lowercase();
+        // Lower-cased on the stack: FCALL looks a name up on every call.
+        let mut short = [0u8; 64];
+        let lower = match short.get_mut(..name.len()) {
+            Some(buf) => {
+                buf.copy_from_slice(name);
+                buf.make_ascii_lowercase();
+                Cow::Borrowed(&*buf)
+            }
+            None => Cow::Owned(name.to_ascii_lowercase()),
+        };
         let libs = self.libraries.read().ok()?;
-        let lib = libs.by_name.get(libs.functions.get(&name)?)?.clone();
-        let index = lib
-            .functions
-            .iter()
-            .position(|f| f.name.to_lowercase() == name)?;
-        Some((lib, index))
+        libs.functions.get(lower.as_ref()).cloned()
     }
 
     pub fn library(&self, name: &str) -> Option<Arc<Library>> {
@@ -138,10 +147,7 @@ impl FunctionRegistry {
             .map_err(|_| "ERR function registry unavailable".to_string())?;
         let mut joined = match policy {
             RestorePolicy::Flush => Libraries::default(),
-            _ => Libraries {
-                by_name: libs.by_name.clone(),
-                functions: libs.functions.clone(),
-            },
+            _ => libs.clone(),
         };
         for lib in new {
             if joined.by_name.contains_key(&lib.name) {
@@ -248,6 +254,18 @@ mod tests {
         r.load(lib("a", &["y"]), true).expect("replaces");
         assert!(r.find(b"f").is_none() && r.find(b"y").is_some());
         assert_eq!(r.counts(), (2, 2));
+    }
+
+    #[test]
+    fn lookups_fold_ascii_case_only() {
+        let r = FunctionRegistry::default();
+        let long = "k".repeat(100);
+        r.load(lib("a", &["key", &long]), false).expect("loads");
+        assert_eq!(r.find(b"KeY").map(|(_, i)| i), Some(0));
+        assert_eq!(r.find(long.to_uppercase().as_bytes()).map(|(_, i)| i), Some(1));
+        // Redis compares bytes: the Kelvin sign is not a `k` there, though Unicode lowers it.
+        assert!(r.find("\u{212A}ey".as_bytes()).is_none());
+        assert!(r.find(b"ke").is_none() && r.find(b"\xff").is_none());
     }
 
     #[test]
