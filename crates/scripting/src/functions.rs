@@ -43,8 +43,10 @@ struct Libraries {
 impl Libraries {
     fn insert(&mut self, lib: Arc<Library>) {
         for (index, f) in lib.functions.iter().enumerate() {
-            self.functions
-                .insert(f.name.to_ascii_lowercase().into_bytes(), (lib.clone(), index));
+            self.functions.insert(
+                f.name.to_ascii_lowercase().into_bytes(),
+                (lib.clone(), index),
+            );
         }
         self.by_name.insert(lib.name.clone(), lib);
     }
@@ -52,7 +54,8 @@ impl Libraries {
     fn remove(&mut self, name: &str) -> Option<Arc<Library>> {
         let lib = self.by_name.remove(name)?;
         for f in &lib.functions {
-            self.functions.remove(f.name.to_ascii_lowercase().as_bytes());
+            self.functions
+                .remove(f.name.to_ascii_lowercase().as_bytes());
         }
         Some(lib)
     }
@@ -262,7 +265,10 @@ mod tests {
         let long = "k".repeat(100);
         r.load(lib("a", &["key", &long]), false).expect("loads");
         assert_eq!(r.find(b"KeY").map(|(_, i)| i), Some(0));
-        assert_eq!(r.find(long.to_uppercase().as_bytes()).map(|(_, i)| i), Some(1));
+        assert_eq!(
+            r.find(long.to_uppercase().as_bytes()).map(|(_, i)| i),
+            Some(1)
+        );
         // Redis compares bytes: the Kelvin sign is not a `k` there, though Unicode lowers it.
         assert!(r.find("\u{212A}ey".as_bytes()).is_none());
         assert!(r.find(b"ke").is_none() && r.find(b"\xff").is_none());
