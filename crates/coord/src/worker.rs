@@ -118,8 +118,10 @@ pub struct Worker {
     pub(crate) current_tx: Cell<TxTag>,
     /// The transaction whose hop is running (crates/coord/src/tx/undo.rs).
     pub(crate) running_tx: Cell<TxId>,
-    /// The transaction the shard keeps an undo log for.
+    /// The transaction whose undo log the shard keeps now (during its hop).
     pub(crate) undo_owner: Cell<Option<TxId>>,
+    /// Undo logs of transactions between two of their hops here (crates/coord/src/tx/undo.rs).
+    pub(crate) parked_undo: RefCell<Vec<(TxId, damselfly_storage::undo::ParkedUndo)>>,
     /// Where the running snapshot's finished sink goes (crates/coord/src/snapshots.rs).
     pub(crate) snapshot_done:
         RefCell<Option<crossbeam_channel::Sender<crate::snapshots::Finished>>>,
@@ -210,6 +212,7 @@ impl Worker {
             current_tx: Cell::new((0, 0)),
             running_tx: Cell::new(0),
             undo_owner: Cell::new(None),
+            parked_undo: RefCell::default(),
             snapshot_done: RefCell::new(None),
             walk_pace: Cell::default(),
             scripting: Default::default(),

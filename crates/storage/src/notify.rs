@@ -160,6 +160,26 @@ impl Notifications {
         self.held_from.get_or_insert(self.events.len());
     }
 
+    /// Takes the held events out and stops holding (their changes' transaction pauses here;
+    /// the events recorded meanwhile are others' and go when they are taken).
+    pub(crate) fn take_held(&mut self) -> Vec<Event> {
+        match self.held_from.take() {
+            Some(from) => self.events.split_off(from),
+            None => Vec::new(),
+        }
+    }
+
+    /// Holds again, with the events `take_held` took out first.
+    pub(crate) fn hold_again(&mut self, events: Vec<Event>) {
+        self.hold();
+        self.events.extend(events);
+    }
+
+    /// Events held apart until now may go.
+    pub(crate) fn publish(&mut self, events: Vec<Event>) {
+        self.events.extend(events);
+    }
+
     /// The held changes stay: their events may go.
     pub fn release(&mut self) {
         self.held_from = None;

@@ -9,7 +9,7 @@ use crate::limits::EncodingLimits;
 use crate::notify::{class, Notifications};
 use crate::table::{Entry, Table};
 use crate::tracking::Tracking;
-use crate::undo::{Saved, UndoLog};
+use crate::undo::{ParkedUndo, Saved, UndoLog};
 use crate::value::{Kind, Value};
 
 /// Keyspace counters of one shard, summed across shards by INFO.
@@ -297,6 +297,32 @@ impl Shard {
             self.recycle_undo(log);
         }
         self.notify.release();
+    }
+
+    /// Sets the kept undo log aside, with the notifications it holds, until its transaction's
+    /// next hop here (`resume_undo`) or its end (`end_parked_undo`): changes made meanwhile
+    /// belong to others and must not be taken back with it. None when none is kept.
+    pub fn park_undo(&mut self) -> Option<ParkedUndo> {
+        let log = self.undo.take()?;
+        let events = self.notify.take_held();
+        Some(ParkedUndo { log, events })
+    }
+
+    /// Keeps `parked` again: its transaction's hop runs.
+    pub fn resume_undo(&mut self, parked: ParkedUndo) {
+        debug_assert!(
+            self.undo.is_none(),
+            "another transaction's undo log is kept"
+        );
+        self.undo = Some(parked.log);
+        self.notify.hold_again(parked.events);
+    }
+
+    /// Its transaction ended without taking it back: the changes stay and their
+    /// notifications go.
+    pub fn end_parked_undo(&mut self, parked: ParkedUndo) {
+        self.recycle_undo(parked.log);
+        self.notify.publish(parked.events);
     }
 
     /// Keeps an undo log's memory for the next unit of work (most are scripts, one after
@@ -1090,6 +1116,49 @@ mod tests {
         s.set(0, b"a", Value::Int(12), 0);
         assert!(s.rollback(0).is_empty());
         assert_ne!(contents(&s), before);
+    }
+
+    #[test]
+    fn a_parked_log_keeps_only_its_own_changes() {
+        let mut s = Shard::new(1);
+        s.notify.flags = class::KEYEVENT | class::GENERIC;
+        s.set(0, b"held", Value::Int(1), 0);
+        s.keep_undo();
+        s.set(0, b"held", Value::Int(2), 0);
+        s.notify.record(class::GENERIC, "mine", 0, b"held");
+        let parked = s.park_undo().expect("kept");
+        // Another client's work between two hops of the transaction: not in its log, and
+        // its events are not held.
+        s.set(0, b"other", Value::Int(3), 0);
+        s.notify.record(class::GENERIC, "theirs", 0, b"other");
+        let names =
+            |s: &mut Shard| -> Vec<&str> { s.notify.take().iter().map(|e| e.event).collect() };
+        assert_eq!(names(&mut s), ["theirs"]);
+        s.resume_undo(parked);
+        s.set(0, b"held", Value::Int(4), 0);
+        assert!(names(&mut s).is_empty(), "the transaction's events wait");
+        s.rollback(0);
+        assert!(matches!(
+            s.get(0, b"held", 0).map(|e| e.value().to_owned()),
+            Some(Value::Int(1))
+        ));
+        assert!(
+            s.exists(0, b"other", 0),
+            "another client's write was taken back"
+        );
+        assert!(
+            names(&mut s).is_empty(),
+            "events of changes taken back never go"
+        );
+
+        // Ended without a rollback: the changes stay and their events go.
+        s.keep_undo();
+        s.set(0, b"held", Value::Int(5), 0);
+        s.notify.record(class::GENERIC, "kept", 0, b"held");
+        let parked = s.park_undo().expect("kept");
+        s.end_parked_undo(parked);
+        assert_eq!(names(&mut s), ["kept"]);
+        assert!(s.rollback(0).is_empty());
     }
 
     #[test]

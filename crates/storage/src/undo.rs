@@ -22,6 +22,14 @@ pub(crate) enum Saved {
     Swap { a: usize, b: usize },
 }
 
+/// A transaction's undo log set aside between two of its hops on the shard (others' work
+/// runs meanwhile and must not land in it), with the notifications of the changes it may
+/// take back, which wait for the transaction's end.
+pub struct ParkedUndo {
+    pub(crate) log: UndoLog,
+    pub(crate) events: Vec<crate::notify::Event>,
+}
+
 #[derive(Default)]
 pub struct UndoLog {
     pub(crate) saved: Vec<Saved>,

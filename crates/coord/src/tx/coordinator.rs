@@ -266,7 +266,9 @@ impl Tx {
                 .map(|(shard, f)| {
                     let kept: ShardWork<T> = Box::new(move |w: &Worker| {
                         w.keep_undo();
-                        f(w)
+                        let value = f(w);
+                        w.park_undo();
+                        value
                     });
                     (shard, kept)
                 })

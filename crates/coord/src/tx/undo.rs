@@ -1,8 +1,11 @@
 //! Taking a transaction's changes back on a shard. A transaction that may have to be undone
-//! (a script run that locked only the shards of its declared keys: docs/scripting.md) has
-//! each of its hops keep the shard's undo log; the log is dropped when the transaction
-//! releases the shard, or applied by a rollback hop before that. The shard is locked whole
-//! by the transaction meanwhile, so nobody else saw the changes taken back.
+//! (a script run that locked only its declared keys: docs/scripting.md) has each of its hops
+//! keep the shard's undo log for it; between its hops the log is set aside (parked), because
+//! other transactions and commands run there meanwhile on keys it does not hold, and taking
+//! their changes back would lose acknowledged writes. The log is dropped when the
+//! transaction releases the shard, or applied by a rollback hop before that. It only ever
+//! holds keys the transaction holds (a call on any other key restarts the run first), so
+//! nobody else saw the changes taken back.
 
 use damselfly_storage::Undone;
 
@@ -10,17 +13,47 @@ use super::locks::TxId;
 use crate::worker::Worker;
 
 impl Worker {
-    /// Starts keeping the undo log for the transaction whose hop is running.
+    /// Keeps the undo log of the transaction whose hop is running: the one its earlier hops
+    /// here kept, or a new one.
     pub(crate) fn keep_undo(&self) {
-        self.undo_owner.set(Some(self.running_tx.get()));
-        self.shard.borrow_mut().keep_undo();
+        let id = self.running_tx.get();
+        self.undo_owner.set(Some(id));
+        let parked = self.unpark_undo(id);
+        let mut shard = self.shard.borrow_mut();
+        match parked {
+            Some(log) => shard.resume_undo(log),
+            None => shard.keep_undo(),
+        }
     }
 
-    /// Drops the log when transaction `id` kept it (it released the shard: its changes stay).
+    /// Sets the running transaction's log aside at the end of its hop, until its next hop
+    /// here or its end.
+    pub(crate) fn park_undo(&self) {
+        let id = self.running_tx.get();
+        if self.undo_owner.get() != Some(id) {
+            return;
+        }
+        self.undo_owner.set(None);
+        if let Some(log) = self.shard.borrow_mut().park_undo() {
+            self.parked_undo.borrow_mut().push((id, log));
+        }
+    }
+
+    fn unpark_undo(&self, id: TxId) -> Option<damselfly_storage::undo::ParkedUndo> {
+        let mut parked = self.parked_undo.borrow_mut();
+        let at = parked.iter().position(|(owner, _)| *owner == id)?;
+        Some(parked.swap_remove(at).1)
+    }
+
+    /// Drops transaction `id`'s log (it released the shard: its changes stay).
     pub(crate) fn end_undo(&self, id: TxId) {
         if self.undo_owner.get() == Some(id) {
             self.undo_owner.set(None);
             self.shard.borrow_mut().drop_undo();
+            return;
+        }
+        if let Some(log) = self.unpark_undo(id) {
+            self.shard.borrow_mut().end_parked_undo(log);
         }
     }
 
