@@ -1,7 +1,8 @@
-//! One thread's Lua VM, lent to one script run at a time. A run may wait for another shard
-//! in the middle (its thread keeps serving other work meanwhile), and Redis's environment
-//! has per-run globals (KEYS, ARGV, the script protocol), so a second run on the same
-//! thread waits for the VM instead of interleaving with the first.
+//! One thread's Lua VMs, each lent to one script run at a time. A run may wait for other
+//! shards in the middle (its thread keeps serving other work meanwhile), and Redis's
+//! environment has per-run globals (KEYS, ARGV, the script protocol), so runs never share a
+//! VM: a run that finds every VM lent gets a new one, up to [`VMS_PER_THREAD`], and waits
+//! beyond that. Most threads only ever build one: a run on one shard executes in one go.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -11,74 +12,75 @@ use futures_channel::oneshot;
 
 use crate::vm::ScriptVm;
 
+/// Runs one thread may have under way at once (each waiting for other shards, or running):
+/// runs over several shards hold their VM across round trips, and with one VM per thread
+/// they queued behind each other's waits.
+pub const VMS_PER_THREAD: usize = 4;
+
 #[derive(Default)]
 pub struct VmSlot {
-    vm: RefCell<Option<ScriptVm>>,
-    lent: Cell<bool>,
+    /// VMs no run holds, most recently returned last.
+    idle: RefCell<Vec<ScriptVm>>,
+    lent: Cell<usize>,
     waiting: RefCell<VecDeque<oneshot::Sender<()>>>,
 }
 
 impl VmSlot {
-    /// Waits until the VM is free and borrows it; a VM built for an older script cache
-    /// generation (before SCRIPT FLUSH) is replaced by a fresh one.
+    /// Borrows an idle VM, or a new one while fewer than [`VMS_PER_THREAD`] exist, else waits
+    /// for one; VMs built for an older script cache generation (before SCRIPT FLUSH) are
+    /// dropped on the way.
     pub async fn lend(&self, generation: u64) -> Result<VmLease<'_>, String> {
-        while self.lent.get() {
-            let (tx, rx) = oneshot::channel();
-            self.waiting.borrow_mut().push_back(tx);
-            let _ = rx.await;
-        }
-        self.lent.set(true);
-        let vm = match self.current_vm(generation) {
-            Ok(vm) => vm,
-            Err(e) => {
-                self.give_back(None);
-                return Err(crate::vm::lua_text(e));
+        loop {
+            match self.try_take(generation) {
+                Some(Ok(vm)) => return Ok(self.lease(vm)),
+                Some(Err(e)) => return Err(crate::vm::lua_text(e)),
+                None => {
+                    let (tx, rx) = oneshot::channel();
+                    self.waiting.borrow_mut().push_back(tx);
+                    let _ = rx.await;
+                }
             }
-        };
-        Ok(VmLease {
-            slot: self,
-            vm: Some(vm),
-        })
+        }
     }
 
-    /// The VM now if no run holds it (a run executed in one go on its shard's thread), built
-    /// fresh when the script cache generation changed; None while lent or when it cannot be
-    /// built.
+    /// A VM now if one is idle or may be built (a run executed in one go on its shard's
+    /// thread); None while all are lent or when one cannot be built.
     pub fn try_lend(&self, generation: u64) -> Option<VmLease<'_>> {
-        if self.lent.get() {
+        let vm = self.try_take(generation)?.ok()?;
+        Some(self.lease(vm))
+    }
+
+    /// Bytes the idle VMs' Lua states use (a lent one is counted once it is back).
+    pub fn used_memory(&self) -> usize {
+        self.idle.borrow().iter().map(ScriptVm::used_memory).sum()
+    }
+
+    /// An idle VM of `generation`, or a new one; None when every VM is lent.
+    fn try_take(&self, generation: u64) -> Option<mlua::Result<ScriptVm>> {
+        let mut idle = self.idle.borrow_mut();
+        idle.retain(|vm| vm.generation == generation);
+        if let Some(vm) = idle.pop() {
+            return Some(Ok(vm));
+        }
+        if self.lent.get() >= VMS_PER_THREAD {
             return None;
         }
-        let vm = self.current_vm(generation).ok()?;
-        self.lent.set(true);
-        Some(VmLease {
+        Some(ScriptVm::new(generation))
+    }
+
+    fn lease(&self, vm: ScriptVm) -> VmLease<'_> {
+        self.lent.set(self.lent.get() + 1);
+        VmLease {
             slot: self,
             vm: Some(vm),
-        })
-    }
-
-    /// Bytes the idle VM's Lua state uses (0 while lent or not yet built).
-    pub fn used_memory(&self) -> usize {
-        self.vm.borrow().as_ref().map_or(0, ScriptVm::used_memory)
-    }
-
-    /// The kept VM if it belongs to script cache generation `generation`, else a new one.
-    fn current_vm(&self, generation: u64) -> mlua::Result<ScriptVm> {
-        let kept = self
-            .vm
-            .borrow_mut()
-            .take()
-            .filter(|v| v.generation == generation);
-        match kept {
-            Some(vm) => Ok(vm),
-            None => ScriptVm::new(generation),
         }
     }
 
     fn give_back(&self, vm: Option<ScriptVm>) {
-        if vm.is_some() {
-            *self.vm.borrow_mut() = vm;
+        self.lent.set(self.lent.get() - 1);
+        if let Some(vm) = vm {
+            self.idle.borrow_mut().push(vm);
         }
-        self.lent.set(false);
         while let Some(next) = self.waiting.borrow_mut().pop_front() {
             if next.send(()).is_ok() {
                 break;
@@ -114,5 +116,37 @@ impl DerefMut for VmLease<'_> {
 impl Drop for VmLease<'_> {
     fn drop(&mut self) {
         self.slot.give_back(self.vm.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_lite::future::{block_on, poll_once};
+
+    use super::*;
+
+    #[test]
+    fn each_run_gets_a_vm_of_its_own_up_to_the_limit() {
+        let slot = VmSlot::default();
+        let mut leases: Vec<VmLease<'_>> = (0..VMS_PER_THREAD)
+            .map(|_| slot.try_lend(1).expect("a VM"))
+            .collect();
+        assert!(slot.try_lend(1).is_none(), "every VM is lent");
+        let mut waiting = Box::pin(slot.lend(1));
+        assert!(block_on(poll_once(&mut waiting)).is_none(), "waits");
+        assert_eq!(slot.used_memory(), 0, "lent VMs are not counted");
+        leases.pop();
+        let lease = block_on(poll_once(&mut waiting))
+            .expect("lent once one came back")
+            .expect("a VM");
+        assert_eq!(lease.generation, 1);
+        drop(lease);
+        drop(leases);
+        assert!(slot.used_memory() > 0, "idle VMs are counted");
+        // SCRIPT FLUSH: the next run gets a VM of the new generation, the old ones go.
+        let fresh = slot.try_lend(2).expect("a VM");
+        assert_eq!(fresh.generation, 2);
+        drop(fresh);
+        assert_eq!(slot.idle.borrow().len(), 1);
     }
 }

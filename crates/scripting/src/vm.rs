@@ -27,8 +27,9 @@ use crate::protected::Protected;
 use crate::tailcall::without_tail_calls;
 use crate::{random, watchdog, ScriptFlags};
 
-/// Memory one thread's Lua state may use before allocations fail inside the script.
-pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
+/// Memory one thread's Lua states together may use: each of its VMs (`VmSlot`) gets an
+/// equal share, beyond which allocations fail inside the script.
+pub const THREAD_MEMORY_LIMIT: usize = 1 << 30;
 
 /// What the server answers `redis.REDIS_VERSION` with.
 pub const REDIS_VERSION: &str = "7.0.15";
@@ -155,7 +156,7 @@ impl ScriptVm {
                 LuaOptions::default(),
             )
         };
-        lua.set_memory_limit(DEFAULT_MEMORY_LIMIT)?;
+        lua.set_memory_limit(THREAD_MEMORY_LIMIT / crate::slot::VMS_PER_THREAD)?;
         let prims = lua.create_table()?;
         prims.set("CALL", lua.create_table()?)?;
         prims.set(

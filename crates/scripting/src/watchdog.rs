@@ -198,7 +198,9 @@ impl BusyBoard {
 }
 
 thread_local! {
-    /// The run this thread's VM is executing (one at a time: `VmSlot` lends the VM to one).
+    /// The run whose Lua this thread is executing. A thread has several runs under way when
+    /// some wait for other shards (`VmSlot`), but executes one at a time: a run that resumes
+    /// after waiting says so first (`executing`).
     static CURRENT: RefCell<Option<Arc<RunWatch>>> = const { RefCell::new(None) };
 }
 
@@ -208,13 +210,28 @@ pub fn watch(run: Arc<RunWatch>) -> Watching {
     Watching { run }
 }
 
+/// `run`, watched, executes again after waiting (other runs may have executed meanwhile).
+pub fn executing(run: &Arc<RunWatch>) {
+    CURRENT.with(|c| {
+        let mut current = c.borrow_mut();
+        if !current.as_ref().is_some_and(|r| Arc::ptr_eq(r, run)) {
+            *current = Some(run.clone());
+        }
+    });
+}
+
 pub struct Watching {
     run: Arc<RunWatch>,
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        CURRENT.with(|c| *c.borrow_mut() = None);
+        CURRENT.with(|c| {
+            let mut current = c.borrow_mut();
+            if current.as_ref().is_some_and(|r| Arc::ptr_eq(r, &self.run)) {
+                *current = None;
+            }
+        });
         if self.run.on_board.load(Ordering::Relaxed) {
             self.run.board.leave(&self.run);
         }

@@ -379,6 +379,7 @@ impl Connection {
     ) -> Outcome {
         let lua = vm.lua();
         let as_globals = call.kind == RunKind::Eval;
+        watchdog::executing(&scope.watch);
         let mut run = match vm.start(f, call.keys, call.argv, as_globals) {
             Ok(r) => r,
             Err(e) => {
@@ -401,6 +402,8 @@ impl Connection {
                 CallResult::Elsewhere => return Outcome::Restart,
             };
             answer = Some(call_answer(reply, &scope.watch, &mut scope.wrote));
+            // Other runs on this thread may have executed while this one waited.
+            watchdog::executing(&scope.watch);
         }
     }
 
