@@ -789,8 +789,32 @@ fn restarts_take_back_only_their_own_writes(b: Backend) {
     }
 }
 
+/// The keyspace events of a run that holds only its declared keys (and so may be taken back,
+/// its undo logs set aside between its hops with the events they hold) go when it ends.
+fn events_of_runs_that_could_restart_go_when_they_end(b: Backend) {
+    let s = Server::start_with(b, 2, &[]);
+    let mut c = s.raw();
+    let other = key_off_a();
+    c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "E$"]);
+    let mut sub = s.raw();
+    sub.cmd(&["SUBSCRIBE", "__keyevent@0__:incrby"]);
+    let both = "redis.call('incr', KEYS[1]) return redis.call('incr', KEYS[2])";
+    // The first run locks every shard; the later ones only their keys, keeping undo logs.
+    for run in 1..=3 {
+        let n = format!(":{run}\r\n");
+        assert_eq!(c.cmd(&["EVAL", both, "2", "{a}", &other]), n.as_bytes());
+        let mut got: Vec<Vec<u8>> = (0..2).map(|_| sub.reply()).collect();
+        got.sort();
+        let event = |k: &str| common::encode(&["message", "__keyevent@0__:incrby", k]);
+        let mut want = vec![event("{a}"), event(&other)];
+        want.sort();
+        assert_eq!(got, want, "run {run}");
+    }
+}
+
 backend_tests!(
     eval_as_redis,
+    events_of_runs_that_could_restart_go_when_they_end,
     restarts_take_back_only_their_own_writes,
     batched_runs_wait_behind_transactions,
     pipelined_scripts_keep_order,

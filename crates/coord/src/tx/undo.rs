@@ -45,15 +45,19 @@ impl Worker {
         Some(parked.swap_remove(at).1)
     }
 
-    /// Drops transaction `id`'s log (it released the shard: its changes stay).
+    /// Drops transaction `id`'s log (it released the shard: its changes stay) and publishes
+    /// the keyspace events it held, which would otherwise wait for the shard's next command.
     pub(crate) fn end_undo(&self, id: TxId) {
         if self.undo_owner.get() == Some(id) {
             self.undo_owner.set(None);
             self.shard.borrow_mut().drop_undo();
+        } else if let Some(log) = self.unpark_undo(id) {
+            self.shard.borrow_mut().end_parked_undo(log);
+        } else {
             return;
         }
-        if let Some(log) = self.unpark_undo(id) {
-            self.shard.borrow_mut().end_parked_undo(log);
+        if self.shard.borrow().notify.pending() {
+            self.publish_notifications();
         }
     }
 
