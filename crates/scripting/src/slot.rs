@@ -58,9 +58,10 @@ impl VmSlot {
     /// An idle VM of `generation`, or a new one; None when every VM is lent.
     fn try_take(&self, generation: u64) -> Option<mlua::Result<ScriptVm>> {
         let mut idle = self.idle.borrow_mut();
-        idle.retain(|vm| vm.generation == generation);
-        if let Some(vm) = idle.pop() {
-            return Some(Ok(vm));
+        while let Some(vm) = idle.pop() {
+            if vm.generation == generation {
+                return Some(Ok(vm));
+            }
         }
         if self.lent.get() >= VMS_PER_THREAD {
             return None;
