@@ -2,9 +2,11 @@
 //! that shard's thread, where they run inline instead of costing two cross-thread messages
 //! (and often two wake-ups) each. A client hammering one key, or one hash tag, ends up on
 //! the key's thread; a client spreading its keys over every shard never builds a streak and
-//! stays where it was accepted.
+//! stays where it was accepted. A publisher whose messages all go to subscribers on one
+//! other thread moves there too, and delivers inline.
 //!
-//! Only unpipelined rounds count: a pipelined round pays one hop for many commands.
+//! Only unpipelined rounds count for keyed commands: a pipelined round pays one hop for many
+//! commands. Every PUBLISH counts: each message for another thread is a message there.
 //!
 //! A move happens only between rounds, with every reply written and no state tied to the
 //! thread: not in MULTI, not watching, not blocked, not subscribed, not tracking, not
@@ -53,6 +55,17 @@ impl Affinity {
         } else {
             self.shard = target;
             self.streak = 1;
+        }
+    }
+
+    /// Counts a PUBLISH whose receivers all live on thread `only` (None: on several, or
+    /// none). Pipelined rounds count too: each message to another thread is a message
+    /// there, whatever the round.
+    pub(crate) fn note_publish(&mut self, only: Option<usize>, home: usize) {
+        if let Some(thread) = only {
+            self.note(thread, home, UNPIPELINED_ROUND);
+        } else {
+            self.streak = 0;
         }
     }
 

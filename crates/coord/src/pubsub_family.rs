@@ -36,6 +36,15 @@ use crate::worker::Worker;
 /// slower more often than not (within this machine's noise).
 const DEFER_WAKES_FROM: u64 = 16;
 
+/// What a publish reached.
+pub struct Published {
+    /// How many clients receive it (PUBLISH's reply).
+    pub receivers: u64,
+    /// The thread all of them live on, when one does: a publishing connection moves there
+    /// once its messages keep going to one other thread (crates/coord/src/affinity.rs).
+    pub only_thread: Option<usize>,
+}
+
 /// A thread's Pub/Sub state, kept by its worker.
 pub(crate) struct ThreadPubSub {
     pub directory: Directory,
@@ -89,7 +98,7 @@ impl Worker {
     /// and each of its subscribers writes them with one system call, not one per message.
     /// With few recipients the receiving thread is woken at once: there the system calls
     /// saved are few and the delivery's latency counts more.
-    pub fn publish(&self, mut msg: Message) -> u64 {
+    pub fn publish(&self, mut msg: Message) -> Published {
         let mut ps = self.pubsub.borrow_mut();
         let ps = &mut *ps;
         ps.targets.fill(false);
@@ -100,8 +109,16 @@ impl Worker {
             &mut ps.targets,
             &mut msg.patterns,
         );
+        let mut reached = ps.targets.iter().enumerate().filter(|&(_, &on)| on);
+        let published = Published {
+            receivers: count,
+            only_thread: match (reached.next(), reached.next()) {
+                (Some((t, _)), None) => Some(t),
+                _ => None,
+            },
+        };
         if count == 0 {
-            return 0;
+            return published;
         }
         let remote = ps
             .targets
@@ -139,7 +156,7 @@ impl Worker {
                 }
             }
         }
-        count
+        published
     }
 
     /// Wakes the threads `publish` sent messages to since the last call (if they sleep).
@@ -501,7 +518,12 @@ impl Connection {
                 held.push(msg);
                 count
             }
-            None => self.worker.publish(msg),
+            None => {
+                let published = self.worker.publish(msg);
+                self.affinity
+                    .note_publish(published.only_thread, self.worker.id);
+                published.receivers
+            }
         };
         self.pushes_now();
         self.out.int(count as i64);

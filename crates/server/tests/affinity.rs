@@ -260,6 +260,79 @@ fn moves_can_be_switched_off(b: Backend) {
     );
 }
 
+/// A subscriber living on `key`'s thread, subscribed to `channel`.
+fn subscriber_on(s: &Server, key: &str, channel: &str) -> Raw {
+    let mut sub = s.raw();
+    settle_on(&mut sub, key);
+    assert_eq!(
+        sub.cmd(&["SUBSCRIBE", channel]),
+        [b"*3\r\n".to_vec(), bulk("subscribe"), bulk(channel), b":1\r\n".to_vec()].concat()
+    );
+    sub
+}
+
+/// Publishes `first..last` on `channel` in one pipeline; each reaches `receivers`.
+fn publish_numbered(p: &mut Raw, channel: &str, range: std::ops::Range<usize>, receivers: usize) {
+    let wire: Vec<u8> = range
+        .clone()
+        .flat_map(|i| encode(&["PUBLISH", channel, &i.to_string()]))
+        .collect();
+    p.send(&wire);
+    for i in range {
+        assert_eq!(p.reply(), format!(":{receivers}\r\n").as_bytes(), "PUBLISH #{i}");
+    }
+}
+
+/// Reads messages `range` on `channel`, in order.
+fn messages_in_order(sub: &mut Raw, channel: &str, range: std::ops::Range<usize>) {
+    for i in range {
+        let want = [
+            b"*3\r\n".to_vec(),
+            bulk("message"),
+            bulk(channel),
+            bulk(&i.to_string()),
+        ]
+        .concat();
+        assert_eq!(sub.reply(), want, "message #{i}");
+    }
+}
+
+/// A publisher whose messages all go to subscribers on one other thread moves there, even
+/// pipelining, and every message arrives once, in order, across the move; a publisher whose
+/// subscribers live on both threads stays.
+fn publishers_move_to_their_subscribers(b: Backend) {
+    let s = Server::start(b, &[]);
+    let (k0, k1) = common::key_on_each_shard();
+    let mut admin = s.raw();
+    let mut sub = subscriber_on(&s, &k1, "news");
+    let mut publisher = s.raw();
+    settle_on(&mut publisher, &k0);
+    let before = common::connections_moved(&mut admin);
+    for round in 0..4 {
+        let range = round * STREAK..(round + 1) * STREAK;
+        publish_numbered(&mut publisher, "news", range.clone(), 1);
+        messages_in_order(&mut sub, "news", range);
+    }
+    assert_eq!(publisher.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before + 1,
+        "the publisher moved to its subscriber's thread"
+    );
+
+    // A second subscriber on the publisher's first thread: the messages go to both threads.
+    let mut sub0 = subscriber_on(&s, &k0, "news");
+    let mut spread = s.raw();
+    settle_on(&mut spread, &k0);
+    let before = common::connections_moved(&mut admin);
+    publish_numbered(&mut spread, "news", 0..STREAK, 2);
+    for sub in [&mut sub, &mut sub0] {
+        messages_in_order(sub, "news", 0..STREAK);
+    }
+    assert_eq!(spread.cmd(&["PING"]), b"+PONG\r\n");
+    assert_eq!(common::connections_moved(&mut admin), before, "no one thread to go to");
+}
+
 /// INFO shards' `clients=` of each thread.
 fn clients_per_thread(admin: &mut Raw) -> Vec<usize> {
     let info = String::from_utf8_lossy(&admin.cmd(&["INFO", "shards"])).into_owned();
@@ -335,4 +408,5 @@ backend_tests!(
     blocked_and_subscribed_connections,
     moves_can_be_switched_off,
     pipelining_clients_stay,
+    publishers_move_to_their_subscribers,
 );
