@@ -266,7 +266,13 @@ fn subscriber_on(s: &Server, key: &str, channel: &str) -> Raw {
     settle_on(&mut sub, key);
     assert_eq!(
         sub.cmd(&["SUBSCRIBE", channel]),
-        [b"*3\r\n".to_vec(), bulk("subscribe"), bulk(channel), b":1\r\n".to_vec()].concat()
+        [
+            b"*3\r\n".to_vec(),
+            bulk("subscribe"),
+            bulk(channel),
+            b":1\r\n".to_vec()
+        ]
+        .concat()
     );
     sub
 }
@@ -279,7 +285,11 @@ fn publish_numbered(p: &mut Raw, channel: &str, range: std::ops::Range<usize>, r
         .collect();
     p.send(&wire);
     for i in range {
-        assert_eq!(p.reply(), format!(":{receivers}\r\n").as_bytes(), "PUBLISH #{i}");
+        assert_eq!(
+            p.reply(),
+            format!(":{receivers}\r\n").as_bytes(),
+            "PUBLISH #{i}"
+        );
     }
 }
 
@@ -330,7 +340,11 @@ fn publishers_move_to_their_subscribers(b: Backend) {
         messages_in_order(sub, "news", 0..STREAK);
     }
     assert_eq!(spread.cmd(&["PING"]), b"+PONG\r\n");
-    assert_eq!(common::connections_moved(&mut admin), before, "no one thread to go to");
+    assert_eq!(
+        common::connections_moved(&mut admin),
+        before,
+        "no one thread to go to"
+    );
 }
 
 /// INFO shards' `clients=` of each thread.
