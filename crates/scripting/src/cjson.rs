@@ -1197,7 +1197,7 @@ mod tests {
             return format!("does not compile: {e}");
         }
         let f = vm.compiled("t").expect("compiled");
-        let mut run = vm.start(f, &[], &[], true).expect("a run starts");
+        let mut run = vm.start(f, &[], &[], true, false).expect("a run starts");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {
                 Value::String(s) => s.to_string_lossy(),
@@ -2047,6 +2047,7 @@ mod tests {
                 (&registered[0].callback).into(),
                 &[],
                 &[b"[1,{\"a\":null}]"],
+                false,
                 false,
             )
             .expect("a run starts");

@@ -4,6 +4,8 @@
 //!
 //! - `vm`: one thread's Lua 5.1 state with Redis's environment (`prelude.lua`), compiled
 //!   scripts, and the run coroutine the driver resumes.
+//! - `call_now`: `redis.call` answered inside the script, for a driver that can run every
+//!   command at once.
 //! - `slot`: lends a thread's VM to one run at a time.
 //! - `cache`: the process-wide EVAL script cache (SCRIPT LOAD is seen by every thread).
 //! - `shebang`: `#!lua flags=...` and `#!lua name=...` first lines.
@@ -24,6 +26,7 @@
 
 pub mod bit;
 pub mod cache;
+pub mod call_now;
 pub mod capi;
 pub mod cjson;
 pub mod cmsgpack;

@@ -34,18 +34,34 @@ end
 -- Script protocol for this run (redis.setresp), reset by every run.
 local resp = 2
 
--- The driver reads the arguments from the yielding coroutine's stack (vm.rs, `Run`). Each
--- yields itself: a call is one Lua frame between the script and the driver.
+-- The run's calls are answered inside the script (call_now.rs), not yielded to the
+-- driver; set by every run.
+local now = false
+local call_now = prims.call_now
+
+-- The driver reads the arguments from the yielding coroutine's stack (vm.rs, `Run`), or
+-- call_now from its own. Each yields itself: a call is one Lua frame between the script
+-- and the driver.
 local redis = {}
 redis.call = function(...)
-  local ok, reply = co_yield(CALL, "call", true, resp, ...)
+  local ok, reply
+  if now then
+    ok, reply = call_now(resp, ...)
+  else
+    ok, reply = co_yield(CALL, "call", true, resp, ...)
+  end
   if not ok then
     error(reply)
   end
   return reply
 end
 redis.pcall = function(...)
-  local _, reply = co_yield(CALL, "call", false, resp, ...)
+  local _, reply
+  if now then
+    _, reply = call_now(resp, ...)
+  else
+    _, reply = co_yield(CALL, "call", false, resp, ...)
+  end
   return reply
 end
 redis.setresp = function(...)
@@ -403,11 +419,12 @@ local function where(co)
 end
 
 -- One run, in the coroutine the Rust driver resumes (vm.rs, `Run`): the protocol starts at
--- RESP2; an EVAL script gets KEYS and ARGV as globals, a function gets them as arguments.
+-- RESP2; an EVAL script gets KEYS and ARGV as globals, a function gets them as arguments;
+-- `calls_now` says whether its calls are answered inside the script.
 -- Returns the script's value and the protocol it chose; its CALL requests yield straight
 -- through to the driver.
-local function body(as_globals, f, keys, argv)
-  resp = 2
+local function body(as_globals, f, keys, argv, calls_now)
+  resp, now = 2, calls_now
   local v
   if as_globals then
     G.KEYS, G.ARGV = keys, argv

@@ -22,6 +22,7 @@ use std::rc::Rc;
 use damselfly_protocol::{ReplyBuf, Span};
 use mlua::{ffi, ChunkMode, Function, Lua, LuaOptions, RegistryKey, StdLib, Table, Thread, Value};
 
+use crate::call_now;
 use crate::convert::{push_bytes, push_reply, string_at, wrap, write_value};
 use crate::protected::Protected;
 use crate::tailcall::without_tail_calls;
@@ -191,8 +192,12 @@ impl ScriptVm {
         prims.set("version_num", REDIS_VERSION_NUM)?;
         prims.set(
             "stopping",
-            lua.create_function(|_, ()| Ok(watchdog::stopping()))?,
+            lua.create_function(|_, ()| Ok(watchdog::stopping() || call_now::stopped()))?,
         )?;
+        // SAFETY: call_now is a C function following Lua 5.1's calling convention.
+        prims.set("call_now", unsafe {
+            lua.create_c_function(call_now::call_now)?
+        })?;
         let (env, body, failure, call_tag, function_env, load_library): (
             Table,
             Function,
@@ -356,13 +361,16 @@ impl ScriptVm {
     }
 
     /// Starts a run of `f` with `KEYS` and `ARGV` globals (EVAL) or with `keys, args` as
-    /// its two arguments (a function).
+    /// its two arguments (a function). With `calls_now` its `redis.call`s are answered
+    /// inside the script by the executor `call_now::with_calls_now` installed, instead of
+    /// yielding to the driver.
     pub fn start(
         &self,
         f: Callable,
         keys: &[&[u8]],
         argv: &[&[u8]],
         as_globals: bool,
+        calls_now: bool,
     ) -> mlua::Result<Run> {
         let idle = self.runs.idle.borrow_mut().pop();
         let coroutine = match idle {
@@ -381,7 +389,7 @@ impl ScriptVm {
         let (co, body, f) = (coroutine.co, self.runs.body.id(), f.0.id());
         let call_tag = self.runs.call_tag;
         let mut resumed = Resumed::Raised;
-        // SAFETY: the coroutine gets the body and its four arguments, pushed from the
+        // SAFETY: the coroutine gets the body and its five arguments, pushed from the
         // registry and built here (within the LUA_MINSTACK slots a C function and an idle
         // coroutine have free), and runs to its first stop in the same protected call. Only
         // Lua allocates here, so an error raised (out of memory) skips no Rust destructor.
@@ -392,8 +400,9 @@ impl ScriptVm {
                 ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, f.into());
                 push_sequence(state, keys);
                 push_sequence(state, argv);
-                ffi::lua_xmove(state, co, 5);
-                resumed = resume_coroutine(state, co, 4, call_tag);
+                ffi::lua_pushboolean(state, c_int::from(calls_now));
+                ffi::lua_xmove(state, co, 6);
+                resumed = resume_coroutine(state, co, 5, call_tag);
             })
         }
         .map_err(mlua::Error::RuntimeError)?;
@@ -694,7 +703,7 @@ unsafe fn resume_coroutine(
 /// # Safety
 /// `state` must be running a protected call with four free slots; it may raise (out of
 /// memory).
-unsafe fn push_answer(state: *mut ffi::lua_State, answer: Option<&Answer>) {
+pub(crate) unsafe fn push_answer(state: *mut ffi::lua_State, answer: Option<&Answer>) {
     let refused = |state, text: &[u8]| {
         ffi::lua_pushboolean(state, 0);
         push_bytes(state, text);
@@ -733,47 +742,59 @@ unsafe fn read_yield(co: *mut ffi::lua_State, call_tag: *const c_void) -> Resume
     let acl = string_at(co, 2).is_some_and(|kind| kind == b"acl");
     let raise = ffi::lua_toboolean(co, 3) != 0;
     let resp3 = ffi::lua_tonumber(co, 4) == 3.0;
+    let mut words = Words::default();
+    let read = read_words(co, 5, n, &mut words);
+    Resumed::Call {
+        acl,
+        raise,
+        resp3,
+        words: read.then_some(words),
+    }
+}
+
+/// Reads stack slots `from..=to` of `state` into `words` (emptied first) as a command's
+/// arguments: strings as they are, numbers as Lua prints them with `%.17g`. False when one
+/// is neither.
+///
+/// # Safety
+/// The slots must be on `state`'s stack. Nothing here allocates in Lua.
+pub(crate) unsafe fn read_words(
+    state: *mut ffi::lua_State,
+    from: c_int,
+    to: c_int,
+    words: &mut Words,
+) -> bool {
+    words.data.clear();
+    words.spans.clear();
     // Room for every string, and for a number's 24 bytes at most.
-    let room: usize = (5..=n)
-        .map(|i| match ffi::lua_type(co, i) {
-            ffi::LUA_TSTRING => ffi::lua_objlen(co, i),
+    let room: usize = (from..=to)
+        .map(|i| match ffi::lua_type(state, i) {
+            ffi::LUA_TSTRING => ffi::lua_objlen(state, i),
             _ => 24,
         })
         .sum();
-    let mut words = Words {
-        data: Vec::with_capacity(room),
-        spans: Vec::with_capacity(usize::try_from(n - 4).unwrap_or(0)),
-    };
-    for i in 5..=n {
+    words.data.reserve(room);
+    words
+        .spans
+        .reserve(usize::try_from(to - from + 1).unwrap_or(0));
+    for i in from..=to {
         let start = words.data.len();
-        match ffi::lua_type(co, i) {
+        match ffi::lua_type(state, i) {
             ffi::LUA_TSTRING => words
                 .data
-                .extend_from_slice(string_at(co, i).unwrap_or_default()),
+                .extend_from_slice(string_at(state, i).unwrap_or_default()),
             ffi::LUA_TNUMBER => damselfly_protocol::number::format_f64_17g(
-                ffi::lua_tonumber(co, i),
+                ffi::lua_tonumber(state, i),
                 &mut words.data,
             ),
-            _ => {
-                return Resumed::Call {
-                    acl,
-                    raise,
-                    resp3,
-                    words: None,
-                }
-            }
+            _ => return false,
         }
         words.spans.push(Span {
             start,
             len: words.data.len() - start,
         });
     }
-    Resumed::Call {
-        acl,
-        raise,
-        resp3,
-        words: Some(words),
-    }
+    true
 }
 
 /// `{err = text}`.
@@ -821,7 +842,7 @@ pub(crate) mod testing {
             return e;
         }
         let f = vm.compiled("t").expect("compiled");
-        let mut run = vm.start(f, &[], &[], true).expect("a run");
+        let mut run = vm.start(f, &[], &[], true, false).expect("a run");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {
                 Value::String(s) => s.to_string_lossy(),
@@ -863,7 +884,7 @@ mod tests {
         let mut vm = ScriptVm::new(0).unwrap();
         vm.compile("t", "user_script", code.as_bytes()).unwrap();
         let mut run = vm
-            .start(vm.compiled("t").unwrap(), &[b"k"], &[b"a"], true)
+            .start(vm.compiled("t").unwrap(), &[b"k"], &[b"a"], true, false)
             .unwrap();
         let mut asked = 0;
         let mut answer = None;
@@ -911,7 +932,7 @@ mod tests {
             );
             let _watching = watchdog::watch(watch.clone());
             watch.kill("Script killed by user with SCRIPT KILL...");
-            let mut run = vm.start(vm.compiled("t").unwrap(), &[], &[], true).unwrap();
+            let mut run = vm.start(vm.compiled("t").unwrap(), &[], &[], true, false).unwrap();
             match run.resume(vm.lua(), None) {
                 Step::Failed { error, line, .. } => {
                     let Value::Table(t) = error else {
@@ -946,7 +967,7 @@ mod tests {
         }
         let run = |id: &str, key: &[u8]| {
             let mut run = vm
-                .start(vm.compiled(id).unwrap(), &[key], &[], true)
+                .start(vm.compiled(id).unwrap(), &[key], &[], true, false)
                 .unwrap();
             run.resume(vm.lua(), None)
         };

@@ -38,6 +38,15 @@ fn eval_as_redis(b: Backend) {
         &["EVAL", "return {[2]=2}", "0"],
         &["EVAL", "return 1, 2", "0"],
         &["EVAL", "return {double=3.5}", "0"],
+        // A call from inside a C function's callback (a run on one shard: no yield).
+        &[
+            "EVAL",
+            "local t = {'b', 'c', 'a'} \
+             table.sort(t, function(x, y) redis.call('incr', KEYS[1]) return x < y end) \
+             return {t[1], t[2], t[3], redis.call('get', KEYS[1]) + 0 > 0}",
+            "1",
+            "sorts",
+        ],
         &["EVAL", "return {big_number='123'}", "0"],
         &["EVAL", "return {map={a=1}}", "0"],
         &["EVAL", "return {set={a=true}}", "0"],
@@ -521,6 +530,27 @@ fn undeclared_keys_rule(b: Backend) {
         c.cmd(&["MGET", "{a}", &other, "{a}:3"]),
         b"*3\r\n$1\r\n7\r\n$1\r\n7\r\n$1\r\n7\r\n"
     );
+    // A script's pcall cannot swallow the restart: a run confined to one shard executes its
+    // calls from inside the script, and one on another shard's key stops the run past any
+    // pcall; it runs again with every shard locked and each INCR happens once.
+    let guarded = "local n = redis.call('incr', KEYS[1]) \
+                   local ok = pcall(redis.call, 'incr', ARGV[1]) \
+                   return {n, ok and 1 or 0}";
+    assert_eq!(
+        c.cmd(&["EVAL", guarded, "1", "{a}:p", "{a}:q"]),
+        b"*2\r\n:1\r\n:1\r\n"
+    );
+    assert_eq!(restarts(&mut c), 4);
+    let far = format!("{other}:q");
+    assert_eq!(
+        c.cmd(&["EVAL", guarded, "1", "{a}:p", &far]),
+        b"*2\r\n:2\r\n:1\r\n"
+    );
+    assert_eq!(restarts(&mut c), 5);
+    assert_eq!(
+        c.cmd(&["MGET", "{a}:p", "{a}:q", &far]),
+        b"*3\r\n$1\r\n2\r\n$1\r\n1\r\n$1\r\n1\r\n"
+    );
     // Under `script-shard-locking all` every run locks every shard.
     assert_eq!(
         c.cmd(&["CONFIG", "SET", "script-shard-locking", "all"]),
@@ -529,7 +559,7 @@ fn undeclared_keys_rule(b: Backend) {
     let fresh = "redis.call('set', KEYS[1], 5) return redis.call('set', ARGV[1], 5)";
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", "{a}:2"]), b"+OK\r\n");
     assert_eq!(c.cmd(&["EVAL", fresh, "1", "{a}", &other]), b"+OK\r\n");
-    assert_eq!(restarts(&mut c), 4);
+    assert_eq!(restarts(&mut c), 5);
 
     // `strict`: a script may name only the keys it declared, whatever shard they are on.
     assert_eq!(

@@ -2,8 +2,9 @@
 //! script whose keys (declared or not) share a shard. The connection puts the run in its
 //! round's batch for that shard (`ExecBatch::push_run`), in its command's place; the shard
 //! runs it as a transaction of its own holding the whole shard, with that thread's VM,
-//! executing each `redis.call` directly on the shard, so a call costs no message and no
-//! wait. A call that needs any other shard, or a command that does not run on a shard
+//! executing each `redis.call` directly on the shard from inside the script (`ShardCalls`,
+//! damselfly_scripting::call_now), so a call costs no message, no wait and no trip out of
+//! Lua. A call that needs any other shard, or a command that does not run on a shard
 //! (SELECT, keyless commands, whole-keyspace ones), takes back what the run wrote (the
 //! shard's undo log) and hands the run back with the commands after it in the batch, which
 //! have not run: the connection runs it the general way (`super`), locking every shard, and
@@ -25,10 +26,11 @@ use damselfly_commands::slowlog::{self, SlowCall};
 use damselfly_commands::table::{Handler, Route, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
+use damselfly_scripting::call_now::{with_calls_now, CallNow};
 use damselfly_scripting::functions::Library;
 use damselfly_scripting::vm::Callable;
 use damselfly_scripting::watchdog::{self, RunWatch};
-use damselfly_scripting::{Reach, Script, ScriptVm};
+use damselfly_scripting::{Answer, Reach, Script, ScriptVm, Words};
 
 use super::{call_answer, check_call, next_call, CallRules, Failure, Next, Outcome};
 use crate::acl_family::ScriptAcl;
@@ -119,13 +121,25 @@ impl Worker {
             .unwrap_or_default()
             .split_at(job.nkeys.min(words.len().saturating_sub(3)));
         let as_globals = matches!(job.target, Target::Eval(_));
-        let outcome = match vm.start(f, keys, argv, as_globals) {
-            Ok(mut run) => self.drive_here(vm, &mut run, &job),
-            Err(e) => Some(Outcome::Failed(Failure::plain(&format!(
-                "ERR {}",
-                damselfly_scripting::vm::lua_text(e)
-            )))),
+        let mut calls = ShardCalls {
+            worker: self,
+            job: &job,
+            oom: CallOom::new(job.oom_checked),
         };
+        let (outcome, elsewhere) = with_calls_now(&mut calls, || {
+            match vm.start(f, keys, argv, as_globals, true) {
+                Ok(mut run) => match next_call(&mut run, vm.lua(), None) {
+                    Next::End(outcome) => Some(outcome),
+                    // Its calls do not yield (`calls_now`); one that did goes the general way.
+                    Next::Call { .. } => None,
+                },
+                Err(e) => Some(Outcome::Failed(Failure::plain(&format!(
+                    "ERR {}",
+                    damselfly_scripting::vm::lua_text(e)
+                )))),
+            }
+        });
+        let outcome = if elsewhere { None } else { outcome };
         let mut reply = ReplyBuf::new(job.resp3);
         match outcome {
             Some(Outcome::Done(done)) => done.write(&mut reply),
@@ -174,51 +188,47 @@ impl Worker {
         reply.buf.extend_from_slice(&ran.buf);
         Ok(())
     }
+}
 
-    /// Resumes the run until it ends; None when a call must run elsewhere.
-    fn drive_here(
-        &self,
-        vm: &ScriptVm,
-        run: &mut damselfly_scripting::Run,
-        job: &HereJob,
-    ) -> Option<Outcome> {
-        let lua = vm.lua();
-        let mut answer = None;
-        let mut oom = CallOom::new(job.oom_checked);
-        loop {
-            let (resp3, words) = match next_call(run, lua, answer.take()) {
-                Next::End(outcome) => return Some(outcome),
-                Next::Call { resp3, words } => (resp3, words),
-            };
-            let args = Args::new(&words.data, &words.spans);
-            let rules = CallRules {
-                read_only: job.read_only,
-                strict_keys: job.strict_keys.as_deref(),
-                oom: &mut oom,
-                acl: job.acl.as_ref(),
-            };
-            let checked = check_call(self, job.db, &args, rules);
-            let reply = match checked {
-                Err(refusal) => Err(refusal),
-                Ok((idx, plan)) => {
-                    let here = plan.iter().all(|(shard, _)| *shard == self.id)
-                        && !plan.is_empty()
-                        && matches!(
-                            COMMANDS[idx].route,
-                            Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
-                        )
-                        && matches!(COMMANDS[idx].handler, Handler::Shard(_))
-                        && !COMMANDS[idx].reads_unknown_keys(&args);
-                    if !here {
-                        return None;
-                    }
-                    let mut reply = ReplyBuf::new(resp3);
-                    self.exec(idx, job.db, &args, &mut reply, true, job.caller);
-                    Ok((idx, reply.buf))
+/// A here-run's calls, executed on this shard as the script makes them
+/// (damselfly_scripting::call_now).
+struct ShardCalls<'a> {
+    worker: &'a Worker,
+    job: &'a HereJob,
+    oom: CallOom,
+}
+
+impl CallNow for ShardCalls<'_> {
+    /// None when the call needs another shard, or a command that does not run on one.
+    fn call(&mut self, resp3: bool, words: &Words) -> Option<Answer> {
+        let (worker, job) = (self.worker, self.job);
+        let args = Args::new(&words.data, &words.spans);
+        let rules = CallRules {
+            read_only: job.read_only,
+            strict_keys: job.strict_keys.as_deref(),
+            oom: &mut self.oom,
+            acl: job.acl.as_ref(),
+        };
+        let reply = match check_call(worker, job.db, &args, rules) {
+            Err(refusal) => Err(refusal),
+            Ok((idx, plan)) => {
+                let here = plan.iter().all(|(shard, _)| *shard == worker.id)
+                    && !plan.is_empty()
+                    && matches!(
+                        COMMANDS[idx].route,
+                        Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
+                    )
+                    && matches!(COMMANDS[idx].handler, Handler::Shard(_))
+                    && !COMMANDS[idx].reads_unknown_keys(&args);
+                if !here {
+                    return None;
                 }
-            };
-            answer = Some(call_answer(reply, &job.watch, &mut false));
-        }
+                let mut reply = ReplyBuf::new(resp3);
+                worker.exec(idx, job.db, &args, &mut reply, true, job.caller);
+                Ok((idx, reply.buf))
+            }
+        };
+        Some(call_answer(reply, &job.watch, &mut false))
     }
 }
 
