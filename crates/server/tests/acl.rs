@@ -504,7 +504,7 @@ fn user_changes_reach_every_thread(backend: Backend) {
     if !backend.available() {
         return;
     }
-    let s = Server::start(backend, &["--migrate-connections", "no"]);
+    let s = Server::start(backend, &[]);
     let mut admin = Raw::tcp(s.port);
     let setuser = |admin: &mut Raw, rules: &[&str]| {
         let mut cmd = vec!["ACL", "SETUSER"];
