@@ -90,9 +90,10 @@ const NO_ARGUMENTS: &str = "ERR Please specify at least one argument for this re
 /// The error that stops a run whose call must run elsewhere; the client never sees it.
 const ELSEWHERE: &std::ffi::CStr = c"the call needs another shard";
 
-/// `call_now(resp, command, args...)`, the prelude's `redis.call` and `redis.pcall` while
-/// the run's driver executes calls at once: returns `(ok, reply)` as a yielded call's
-/// resume does (vm.rs, `push_answer`).
+/// `call_now(raise, resp, command, args...)`, the prelude's `redis.call` (`raise`) and
+/// `redis.pcall` while the run's driver executes calls at once: returns the reply a
+/// yielded call's resume hands back (vm.rs, `push_answer`), or raises it when it is an
+/// error and `raise` is set, as `redis.call` does.
 ///
 /// # Safety
 /// Called by Lua as a C function, with the installed executor (if any) alive.
@@ -106,9 +107,10 @@ pub(crate) unsafe extern "C-unwind" fn call_now(state: *mut ffi::lua_State) -> c
     // while the script runs. A reference owns nothing, so the longjmp of a Lua error may
     // skip it.
     let installed = &mut *installed;
-    let resp3 = ffi::lua_tonumber(state, 1) == 3.0;
+    let raise = ffi::lua_toboolean(state, 1) != 0;
+    let resp3 = ffi::lua_tonumber(state, 2) == 3.0;
     let top = ffi::lua_gettop(state);
-    installed.answer = if !read_words(state, 2, top, &mut installed.words) {
+    installed.answer = if !read_words(state, 3, top, &mut installed.words) {
         Some(Answer::Error(BAD_ARGUMENT))
     } else if installed.words.spans.is_empty() {
         Some(Answer::Error(NO_ARGUMENTS))
@@ -131,7 +133,11 @@ pub(crate) unsafe extern "C-unwind" fn call_now(state: *mut ffi::lua_State) -> c
     }
     ffi::lua_settop(state, 0);
     push_answer(state, installed.answer.as_ref());
-    2
+    // The stack is `ok, reply`.
+    if raise && ffi::lua_toboolean(state, 1) == 0 {
+        ffi::lua_error(state);
+    }
+    1
 }
 
 #[cfg(test)]

@@ -40,28 +40,24 @@ local now = false
 local call_now = prims.call_now
 
 -- The driver reads the arguments from the yielding coroutine's stack (vm.rs, `Run`), or
--- call_now from its own. Each yields itself: a call is one Lua frame between the script
--- and the driver.
+-- call_now from its own (it returns the reply, or raises it for redis.call). Each yields
+-- itself: a call is one Lua frame between the script and the driver.
 local redis = {}
 redis.call = function(...)
-  local ok, reply
   if now then
-    ok, reply = call_now(resp, ...)
-  else
-    ok, reply = co_yield(CALL, "call", true, resp, ...)
+    return call_now(true, resp, ...)
   end
+  local ok, reply = co_yield(CALL, "call", true, resp, ...)
   if not ok then
     error(reply)
   end
   return reply
 end
 redis.pcall = function(...)
-  local _, reply
   if now then
-    _, reply = call_now(resp, ...)
-  else
-    _, reply = co_yield(CALL, "call", false, resp, ...)
+    return call_now(false, resp, ...)
   end
+  local _, reply = co_yield(CALL, "call", false, resp, ...)
   return reply
 end
 redis.setresp = function(...)
