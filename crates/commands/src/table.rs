@@ -283,8 +283,8 @@ impl CommandSpec {
         matches!(self.more_keys, MoreKeys::Sort { .. }) && crate::sort_family::uses_patterns(args)
     }
 
-    /// Key positions given by first/last/step alone.
-    fn fixed_key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
+    /// Key positions given by first/last/step alone, for `argc` words (the name included).
+    pub fn fixed_key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
         let step = self.step.max(1) as usize;
         let range = if self.first_key <= 0 {
             0..0

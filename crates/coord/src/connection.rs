@@ -1079,8 +1079,11 @@ impl Connection {
                     replies[shard] = Some(r);
                 }
             }
-            if let Some(shard) = self.runs_batched_for.take() {
-                if let Some(reply) = &mut replies[shard] {
+            // Only the batch of `runs_batched_for` may hand a run back (scripting/here.rs);
+            // every batch is looked at so that no reply could ever be lost.
+            self.runs_batched_for = None;
+            for (shard, reply) in replies.iter_mut().enumerate() {
+                if let Some(reply) = reply.as_mut().filter(|r| r.handed_back.is_some()) {
                     self.run_handed_back(shard, reply).await;
                 }
             }

@@ -5,7 +5,7 @@
 //! read lock for one lookup.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::shebang::{parse_eval, ScriptFlags};
 
@@ -20,6 +20,9 @@ pub struct Script {
     /// Where the compiled code starts (after the shebang line, its newline kept).
     pub code_start: usize,
     pub reach: Reach,
+    /// Whether its source shows that every call names only declared keys (`declared`),
+    /// decided once by the coordination layer, which knows the commands.
+    pub names_only_declared_keys: OnceLock<bool>,
 }
 
 impl Script {
@@ -107,6 +110,7 @@ impl ScriptCache {
             flags: header.flags,
             code_start: header.code_start,
             reach: Reach::default(),
+            names_only_declared_keys: OnceLock::new(),
         });
         compiles(&script)?;
         let mut scripts = self.scripts.write().unwrap_or_else(|e| e.into_inner());

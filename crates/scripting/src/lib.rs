@@ -8,6 +8,8 @@
 //!   command at once.
 //! - `slot`: lends a thread's VM to one run at a time.
 //! - `cache`: the process-wide EVAL script cache (SCRIPT LOAD is seen by every thread).
+//! - `declared`: which arguments of a script's `redis.call`s are declared keys, read from
+//!   its source.
 //! - `shebang`: `#!lua flags=...` and `#!lua name=...` first lines.
 //! - `convert`: RESP replies to Lua values and back.
 //! - `tailcall`: keeps the caller's frame under `return redis.call(...)`.
@@ -31,6 +33,7 @@ pub mod capi;
 pub mod cjson;
 pub mod cmsgpack;
 pub mod convert;
+pub mod declared;
 pub mod functions;
 pub mod protected;
 pub mod random;

@@ -50,6 +50,18 @@ impl VmSlot {
         Some(self.lease(vm))
     }
 
+    /// A VM now, built beyond [`VMS_PER_THREAD`] when every VM is lent: for a run that
+    /// finishes in one go and may not be turned away (a batched run that never leaves its
+    /// shard). The extra VM is dropped when it comes back.
+    pub fn lend_now(&self, generation: u64) -> Result<VmLease<'_>, String> {
+        let vm = match self.try_take(generation) {
+            Some(Ok(vm)) => vm,
+            None => ScriptVm::new(generation).map_err(crate::vm::lua_text)?,
+            Some(Err(e)) => return Err(crate::vm::lua_text(e)),
+        };
+        Ok(self.lease(vm))
+    }
+
     /// Bytes the idle VMs' Lua states use (a lent one is counted once it is back).
     pub fn used_memory(&self) -> usize {
         self.idle.borrow().iter().map(ScriptVm::used_memory).sum()
@@ -79,9 +91,11 @@ impl VmSlot {
 
     fn give_back(&self, vm: Option<ScriptVm>) {
         self.lent.set(self.lent.get() - 1);
-        if let Some(vm) = vm {
-            self.idle.borrow_mut().push(vm);
+        let mut idle = self.idle.borrow_mut();
+        if let Some(vm) = vm.filter(|_| idle.len() + self.lent.get() < VMS_PER_THREAD) {
+            idle.push(vm);
         }
+        drop(idle);
         while let Some(next) = self.waiting.borrow_mut().pop_front() {
             if next.send(()).is_ok() {
                 break;
@@ -149,5 +163,26 @@ mod tests {
         assert_eq!(fresh.generation, 2);
         drop(fresh);
         assert_eq!(slot.idle.borrow().len(), 1);
+    }
+
+    #[test]
+    fn a_run_that_may_not_wait_gets_a_vm_beyond_the_limit() {
+        let slot = VmSlot::default();
+        let leases: Vec<VmLease<'_>> = (0..VMS_PER_THREAD)
+            .map(|_| slot.try_lend(1).expect("a VM"))
+            .collect();
+        assert!(slot.try_lend(1).is_none(), "every VM is lent");
+        let extra = slot.lend_now(1).expect("one more VM");
+        drop(extra);
+        assert_eq!(slot.idle.borrow().len(), 0, "the extra VM is not kept");
+        drop(leases);
+        assert_eq!(slot.idle.borrow().len(), VMS_PER_THREAD);
+        let again = slot.lend_now(1).expect("an idle VM");
+        assert_eq!(
+            slot.idle.borrow().len(),
+            VMS_PER_THREAD - 1,
+            "taken from the idle ones"
+        );
+        drop(again);
     }
 }

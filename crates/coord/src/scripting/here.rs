@@ -23,10 +23,11 @@ use damselfly_storage::tracking::Caller;
 use std::sync::Arc;
 
 use damselfly_commands::slowlog::{self, SlowCall};
-use damselfly_commands::table::{Handler, Route, COMMANDS};
+use damselfly_commands::table::{Handler, MoreKeys, Route, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
 use damselfly_scripting::call_now::{with_calls_now, CallNow};
+use damselfly_scripting::declared::{key_calls, CallArg};
 use damselfly_scripting::functions::Library;
 use damselfly_scripting::vm::Callable;
 use damselfly_scripting::watchdog::{self, RunWatch};
@@ -62,6 +63,50 @@ impl Target {
             Target::Function(lib, index) => &lib.functions[*index].reach,
         }
     }
+
+    /// Whether its source shows every call naming only declared keys, so that a run on
+    /// its declared keys' shard never needs another (`names_only_declared_keys`). Functions
+    /// take their keys as a parameter of any name and are not read.
+    pub(super) fn stays_on_its_shard(&self) -> bool {
+        match self {
+            Target::Eval(script) => *script
+                .names_only_declared_keys
+                .get_or_init(|| names_only_declared_keys(script.code())),
+            Target::Function(..) => false,
+        }
+    }
+}
+
+/// Whether every call in `code` names only declared keys (damselfly_scripting::declared),
+/// with a command that runs whole on its keys' shard and whose keys are given by position:
+/// then a run whose declared keys share a shard never needs another one, and cannot be
+/// handed back.
+fn names_only_declared_keys(code: &[u8]) -> bool {
+    let Some(calls) = key_calls(code) else {
+        return false;
+    };
+    calls.iter().all(|call| {
+        let Some(spec) = call
+            .command
+            .as_deref()
+            .and_then(lookup)
+            .map(|i| &COMMANDS[i])
+        else {
+            return false;
+        };
+        let by_position = matches!(spec.route, Route::Key | Route::Keys(_))
+            && matches!(spec.handler, Handler::Shard(_))
+            && spec.more_keys == MoreKeys::None;
+        // An argument list that may expand leaves the count of words unknown: then only
+        // keys at fixed positions before its last argument are known.
+        if !by_position || (call.open_ended && spec.last_key < 0) {
+            return false;
+        }
+        let known = call.args.len() - usize::from(call.open_ended);
+        let mut positions = spec.fixed_key_positions(call.args.len() + 1).peekable();
+        positions.peek().is_some()
+            && positions.all(|p| p <= known && call.args[p - 1] == CallArg::DeclaredKey)
+    })
 }
 
 /// One run to execute on a shard's thread.
@@ -100,8 +145,21 @@ pub(super) enum HereResult {
 impl Worker {
     /// Runs `job` here, in one go (the caller holds the whole shard in a transaction).
     pub(super) fn run_script_here(&self, job: HereJob) -> HereResult {
-        let Some(mut vm) = self.scripting.try_lend(job.generation) else {
-            return HereResult::VmBusy;
+        // A run that cannot be handed back may not be turned away either.
+        let mut vm = if job.target.stays_on_its_shard() {
+            match self.scripting.lend_now(job.generation) {
+                Ok(vm) => vm,
+                Err(e) => {
+                    let mut reply = ReplyBuf::new(job.resp3);
+                    reply.error(&format!("ERR {e}"));
+                    return HereResult::Reply(reply);
+                }
+            }
+        } else {
+            let Some(vm) = self.scripting.try_lend(job.generation) else {
+                return HereResult::VmBusy;
+            };
+            vm
         };
         let (vm, f) = match resolve(&mut vm, &job.target) {
             Ok(found) => found,
@@ -169,6 +227,10 @@ impl Worker {
         let ran = match self.run_script_here(job) {
             HereResult::Reply(ran) => ran,
             HereResult::Elsewhere => {
+                debug_assert!(
+                    !target.stays_on_its_shard(),
+                    "a run whose source names only declared keys needed another shard"
+                );
                 target.reach().record(true);
                 self.stats.borrow_mut().script_restarts += 1;
                 return Err(watch);
@@ -276,6 +338,9 @@ impl Connection {
         };
         let writes = !job.read_only;
         let watch = job.watch.clone();
+        if !job.target.stays_on_its_shard() {
+            self.runs_batched_for = Some(shard);
+        }
         let batch = &mut self.batches[shard];
         batch.push_run(
             cmd,
@@ -288,7 +353,6 @@ impl Connection {
             shard,
             index: batch.cmds.len() - 1,
         });
-        self.runs_batched_for = Some(shard);
         self.recorded_by_shard = true;
     }
 
@@ -309,5 +373,44 @@ impl Connection {
         self.run_coordinator_recorded(spec, cmd, &args).await;
         self.running_handed_back = again;
         self.round_len = round_len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_only_declared_keys;
+
+    #[test]
+    fn scripts_whose_calls_name_only_declared_keys() {
+        for stays in [
+            "return redis.call('set', KEYS[1], ARGV[1])",
+            "return redis.call('GET', KEYS[1])",
+            "redis.call('mset', KEYS[1], ARGV[1], KEYS[2], ARGV[2])",
+            "return redis.call('lmove', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')",
+            // Arguments after the keys may expand: the keys' positions are fixed.
+            "return redis.call('rpush', KEYS[1], unpack(ARGV))",
+            "return redis.pcall('del', KEYS[1], KEYS[2])",
+            "return redis.sha1hex(ARGV[1])",
+        ] {
+            assert!(names_only_declared_keys(stays.as_bytes()), "{stays}");
+        }
+        for roams in [
+            "return redis.call('get', ARGV[1])",
+            "return redis.call('mset', KEYS[1], ARGV[1], ARGV[2], ARGV[3])",
+            // DEL's keys run to the end, which `unpack` leaves open.
+            "return redis.call('del', KEYS[1], unpack(ARGV))",
+            "return redis.call(ARGV[1], KEYS[1])",
+            "return redis.call('nosuchcommand', KEYS[1])",
+            // Keyless, whole-keyspace, or keys not given by position.
+            "return redis.call('publish', 'c', 'm')",
+            "return redis.call('select', '1')",
+            "return redis.call('dbsize')",
+            "return redis.call('sort', KEYS[1], 'BY', 'w_*')",
+            "return redis.call('zunionstore', KEYS[1], 1, KEYS[2])",
+            "local k = KEYS[1] return redis.call('get', k)",
+            "KEYS[1] = ARGV[1] return redis.call('get', KEYS[1])",
+        ] {
+            assert!(!names_only_declared_keys(roams.as_bytes()), "{roams}");
+        }
     }
 }

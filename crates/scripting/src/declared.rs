@@ -1,0 +1,396 @@
+//! What a script's source shows about the keys its calls can name: for each
+//! `redis.call(...)` / `redis.pcall(...)`, the command (when it is a plain string literal) and
+//! which arguments are a declared key written as `KEYS[<number>]`. The coordination layer
+//! reads it once per script, with the command table, to learn whether every call can only
+//! name declared keys; such a script's run never needs a shard its keys are not on, so a
+//! pipeline need not wait for it before running what follows on other shards
+//! (docs/scripting.md, "Scripts whose source names only declared keys").
+//!
+//! The reading is lexical and errs towards "cannot tell" (None): anything that could reach
+//! `redis.call` or change `KEYS` without being seen here (an alias such as
+//! `local call = redis.call`, `redis['call']`, `_G`, `getfenv`, `loadstring`, `rawset`,
+//! `KEYS` passed as a whole or assigned to, a call whose arguments hold a function) makes the
+//! script unreadable, and it keeps the general rule.
+
+/// One `redis.call(...)` or `redis.pcall(...)` of a script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedCall {
+    /// The command name, lowercased, when it is a string literal; None otherwise.
+    pub command: Option<Vec<u8>>,
+    /// The arguments after the command name.
+    pub args: Vec<CallArg>,
+    /// The last argument may stand for several (a function call or `...`), so the call's
+    /// argument count is not known.
+    pub open_ended: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallArg {
+    /// `KEYS[n]` with a number literal `n`.
+    DeclaredKey,
+    Other,
+}
+
+/// The calls of `code` (Lua 5.1 source), or None when the source could reach `redis.call`
+/// or change `KEYS` in a way this reading does not follow (module doc).
+pub fn key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
+    let tokens = tokenize(code)?;
+    let mut calls = Vec::new();
+    // Positions of `KEYS` tokens that are whole arguments of a call read above.
+    let mut keys_as_args = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let Token::Name(name) = token else { continue };
+        let field = i > 0 && matches!(tokens[i - 1], Token::Sym(b".") | Token::Sym(b":"));
+        if field {
+            continue;
+        }
+        match *name {
+            b"redis" => {
+                let (Some(Token::Sym(b".")), Some(Token::Name(member))) =
+                    (tokens.get(i + 1), tokens.get(i + 2))
+                else {
+                    return None;
+                };
+                if matches!(*member, b"call" | b"pcall") {
+                    let call = read_call(&tokens, i + 3, &mut keys_as_args)?;
+                    calls.push(call);
+                }
+            }
+            b"KEYS" => {
+                let before = i.checked_sub(1).map(|p| &tokens[p]);
+                if matches!(before, Some(Token::Sym(b"#"))) {
+                    continue;
+                }
+                let close = index_end(&tokens, i)?;
+                // `KEYS[n] = ...` and `KEYS[n], x = ...` assign to it; a `,` is only known
+                // harmless between a call's arguments.
+                match tokens.get(close + 1) {
+                    Some(Token::Sym(b"=")) => return None,
+                    Some(Token::Sym(b",")) if !keys_as_args.contains(&i) => return None,
+                    _ => {}
+                }
+            }
+            b"_G" | b"getfenv" | b"setfenv" | b"loadstring" | b"load" | b"rawget" | b"rawset"
+            | b"module" | b"require" | b"dofile" | b"loadfile" | b"debug" => return None,
+            _ => {}
+        }
+    }
+    Some(calls)
+}
+
+/// `tokens[at..]` is `KEYS [ <number> ]`.
+fn is_key_index(tokens: &[Token], at: usize) -> bool {
+    matches!(
+        tokens.get(at..at + 4),
+        Some([
+            Token::Name(b"KEYS"),
+            Token::Sym(b"["),
+            Token::Number,
+            Token::Sym(b"]")
+        ])
+    )
+}
+
+/// For `KEYS` at `tokens[at]` followed by an index `[...]`, the position of the `]`.
+fn index_end(tokens: &[Token], at: usize) -> Option<usize> {
+    if tokens.get(at + 1) != Some(&Token::Sym(b"[")) {
+        return None;
+    }
+    let mut depth = 0usize;
+    for (i, token) in tokens.iter().enumerate().skip(at + 1) {
+        match token {
+            Token::Sym(b"[") => depth += 1,
+            Token::Sym(b"]") if depth == 1 => return Some(i),
+            Token::Sym(b"]") => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Reads the argument list that starts at `tokens[open]`, which must be `(`.
+fn read_call(tokens: &[Token], open: usize, keys_as_args: &mut Vec<usize>) -> Option<KeyedCall> {
+    if tokens.get(open) != Some(&Token::Sym(b"(")) {
+        return None;
+    }
+    // The arguments' token ranges, split at top-level commas.
+    let mut args: Vec<(usize, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut start = open + 1;
+    let mut at = open + 1;
+    loop {
+        match tokens.get(at)? {
+            Token::Sym(b"(" | b"[" | b"{") => depth += 1,
+            Token::Sym(b")") if depth == 0 => break,
+            Token::Sym(b")" | b"]" | b"}") => depth -= 1,
+            Token::Sym(b",") if depth == 0 => {
+                args.push((start, at));
+                start = at + 1;
+            }
+            // A function's body has commas and calls of its own that bracket counting
+            // does not follow.
+            Token::Name(b"function") => return None,
+            _ => {}
+        }
+        at += 1;
+    }
+    if start < at {
+        args.push((start, at));
+    }
+    let (&(name_start, name_end), rest) = args.split_first()?;
+    let command = match &tokens[name_start..name_end] {
+        [Token::Str(Some(name))] => Some(name.to_ascii_lowercase()),
+        _ => None,
+    };
+    let open_ended = rest.last().is_some_and(|&(s, e)| may_expand(&tokens[s..e]));
+    let args = rest
+        .iter()
+        .map(|&(s, e)| {
+            if tokens[s] == Token::Name(b"KEYS") && index_end(tokens, s) == Some(e - 1) {
+                keys_as_args.push(s);
+            }
+            if e == s + 4 && is_key_index(tokens, s) {
+                CallArg::DeclaredKey
+            } else {
+                CallArg::Other
+            }
+        })
+        .collect();
+    Some(KeyedCall {
+        command,
+        args,
+        open_ended,
+    })
+}
+
+/// Whether an expression may be a function call or `...`, which as a last argument stand for
+/// all their values. Errs towards yes: only a last token that cannot end a call says no.
+fn may_expand(expr: &[Token]) -> bool {
+    match expr {
+        [] | [Token::Str(_)] => false,
+        [.., Token::Sym(b")" | b"..." | b"}")] | [.., _, Token::Str(_)] => true,
+        _ => false,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token<'a> {
+    Name(&'a [u8]),
+    /// A quoted string's bytes when it has no escapes; None for one with escapes and for
+    /// long strings.
+    Str(Option<&'a [u8]>),
+    Number,
+    Sym(&'a [u8]),
+}
+
+/// Lua 5.1's lexical grammar, enough to skip comments and strings; None for source it
+/// cannot read (it would not compile either).
+fn tokenize(src: &[u8]) -> Option<Vec<Token<'_>>> {
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = src.get(i) {
+        match c {
+            b' ' | b'\t' | b'\r' | b'\n' | b'\x0b' | b'\x0c' => i += 1,
+            b'-' if src.get(i + 1) == Some(&b'-') => {
+                i += 2;
+                if let Some(end) = long_bracket_end(src, i) {
+                    i = end?;
+                } else {
+                    while src.get(i).is_some_and(|&c| c != b'\n') {
+                        i += 1;
+                    }
+                }
+            }
+            b'[' if matches!(src.get(i + 1), Some(b'[' | b'=')) => match long_bracket_end(src, i) {
+                Some(end) => {
+                    i = end?;
+                    tokens.push(Token::Str(None));
+                }
+                None => {
+                    tokens.push(Token::Sym(&src[i..i + 1]));
+                    i += 1;
+                }
+            },
+            b'"' | b'\'' => {
+                let start = i + 1;
+                let mut escaped = false;
+                i = start;
+                loop {
+                    match *src.get(i)? {
+                        b'\\' => {
+                            escaped = true;
+                            i += 2;
+                        }
+                        b'\n' => return None,
+                        q if q == c => break,
+                        _ => i += 1,
+                    }
+                }
+                tokens.push(Token::Str((!escaped).then(|| &src[start..i])));
+                i += 1;
+            }
+            b'0'..=b'9' => {
+                i = number_end(src, i);
+                tokens.push(Token::Number);
+            }
+            b'.' if src.get(i + 1).is_some_and(u8::is_ascii_digit) => {
+                i = number_end(src, i);
+                tokens.push(Token::Number);
+            }
+            c if c.is_ascii_alphabetic() || c == b'_' => {
+                let start = i;
+                while src
+                    .get(i)
+                    .is_some_and(|&c| c.is_ascii_alphanumeric() || c == b'_')
+                {
+                    i += 1;
+                }
+                tokens.push(Token::Name(&src[start..i]));
+            }
+            _ => {
+                let len = [b"...".as_slice(), b"..", b"==", b"~=", b"<=", b">="]
+                    .iter()
+                    .find(|s| src[i..].starts_with(s))
+                    .map_or(1, |s| s.len());
+                tokens.push(Token::Sym(&src[i..i + len]));
+                i += len;
+            }
+        }
+    }
+    Some(tokens)
+}
+
+/// At `[` followed by `=`* and `[`: Some(the index after the matching close, or None when it
+/// never closes); None when `src[at..]` does not open a long bracket.
+fn long_bracket_end(src: &[u8], at: usize) -> Option<Option<usize>> {
+    if src.get(at) != Some(&b'[') {
+        return None;
+    }
+    let level = src[at + 1..].iter().take_while(|&&c| c == b'=').count();
+    if src.get(at + 1 + level) != Some(&b'[') {
+        return None;
+    }
+    let mut close = vec![b']'];
+    close.extend(std::iter::repeat_n(b'=', level));
+    close.push(b']');
+    let body = at + 2 + level;
+    Some(
+        src[body..]
+            .windows(close.len())
+            .position(|w| w == close.as_slice())
+            .map(|p| body + p + close.len()),
+    )
+}
+
+/// The end of a number literal starting at `at` (decimal, hex, exponent).
+fn number_end(src: &[u8], mut at: usize) -> usize {
+    while let Some(&c) = src.get(at) {
+        let exponent_sign = matches!(c, b'+' | b'-') && matches!(src[at - 1], b'e' | b'E');
+        if c.is_ascii_alphanumeric() || c == b'.' || exponent_sign {
+            at += 1;
+        } else {
+            break;
+        }
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls(src: &str) -> Option<Vec<(Option<String>, Vec<CallArg>, bool)>> {
+        key_calls(src.as_bytes()).map(|calls| {
+            calls
+                .into_iter()
+                .map(|c| {
+                    let name = c.command.map(|n| String::from_utf8(n).unwrap());
+                    (name, c.args, c.open_ended)
+                })
+                .collect()
+        })
+    }
+
+    use CallArg::{DeclaredKey as K, Other as O};
+
+    #[test]
+    fn reads_calls_on_declared_keys() {
+        assert_eq!(
+            calls("return redis.call('SET', KEYS[1], ARGV[1])"),
+            Some(vec![(Some("set".into()), vec![K, O], false)])
+        );
+        assert_eq!(
+            calls(
+                "if redis.call(\"get\",KEYS[1]) == ARGV[1] then\n\
+                 return redis.pcall(\"del\",KEYS[1]) else return 0 end -- KEYS = 1"
+            ),
+            Some(vec![
+                (Some("get".into()), vec![K], false),
+                (Some("del".into()), vec![K], false)
+            ])
+        );
+        // Nested calls and `#KEYS` are read; the comment and the strings are skipped.
+        assert_eq!(
+            calls(
+                "--[[ redis.call(k) ]] local n = #KEYS local s = 'redis.call(x)' \
+                 return redis.call('rpush', KEYS[2], redis.call('get', KEYS[1]), [[a]])"
+            ),
+            Some(vec![
+                (Some("rpush".into()), vec![K, O, O], false),
+                (Some("get".into()), vec![K], false)
+            ])
+        );
+    }
+
+    #[test]
+    fn marks_what_it_cannot_pin_down() {
+        // A computed command name, a computed key, an argument list that may expand.
+        assert_eq!(
+            calls("return redis.call(ARGV[1], KEYS[i], unpack(ARGV))"),
+            Some(vec![(None, vec![O, O], true)])
+        );
+        assert_eq!(
+            calls("redis.call('del', KEYS[1], ...)"),
+            Some(vec![(Some("del".into()), vec![K, O], true)])
+        );
+        assert_eq!(
+            calls("redis.call('set', KEYS[1], f'x')"),
+            Some(vec![(Some("set".into()), vec![K, O], true)])
+        );
+        assert_eq!(
+            calls("redis.call('set', KEYS[1], 'a' .. x)"),
+            Some(vec![(Some("set".into()), vec![K, O], false)])
+        );
+    }
+
+    #[test]
+    fn gives_up_on_what_could_reach_other_keys_unseen() {
+        for src in [
+            "local call = redis.call return call('get', 'k')",
+            "return redis['call']('get', 'k')",
+            "return redis.call { 'get', 'k' }",
+            "local r = redis return r.call('get', 'k')",
+            "return _G.redis.call('get', 'k')",
+            "return getfenv().redis.call('get', 'k')",
+            "return loadstring(ARGV[1])()",
+            "return rawget(KEYS, 1)",
+            "KEYS[1] = ARGV[1] return redis.call('get', KEYS[1])",
+            "KEYS[1], x = ARGV[1], 1 return redis.call('get', KEYS[1])",
+            "table.insert(KEYS, 'k') return redis.call('get', KEYS[2])",
+            "local KEYS = {'k'} return redis.call('get', KEYS[1])",
+            "KEYS[i] = 'k' return redis.call('get', KEYS[1])",
+            "KEYS[#KEYS + 1] = 'k' return redis.call('get', KEYS[2])",
+            "for _, k in ipairs(KEYS) do redis.call('del', k) end",
+            "return redis.call('get', (function() return 'k' end)())",
+            "return redis.call('get', 'unterminated)",
+            "return [[ never closed",
+        ] {
+            assert_eq!(calls(src), None, "{src}");
+        }
+        // A table's field of the same name is not the global.
+        assert_eq!(
+            calls("local t = {} t.KEYS = 1 return t.redis"),
+            Some(vec![])
+        );
+    }
+}
