@@ -31,13 +31,75 @@ pub enum CallArg {
     Other,
 }
 
-/// The calls of `code` (Lua 5.1 source), or None when the source could reach `redis.call`
-/// or change `KEYS` in a way this reading does not follow (module doc).
+/// The calls of an EVAL script's `code` (Lua 5.1 source), whose declared keys are the
+/// global `KEYS`; None when the source could reach `redis.call` or change `KEYS` in a way
+/// this reading does not follow (module doc).
 pub fn key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
     let tokens = tokenize(code)?;
+    let everywhere = [KeyTable {
+        name: Some(b"KEYS"),
+        scope: 0..tokens.len(),
+    }];
+    read_calls(&tokens, &everywhere)
+}
+
+/// The calls of a function library's code. A function's declared keys are its callback's
+/// first parameter, so every call must sit directly in a callback given to
+/// `redis.register_function` (a function literal, or a local function used for nothing
+/// else) and name keys as `<that parameter>[<number>]`; None otherwise.
+pub fn library_key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
+    let tokens = tokenize(code)?;
+    let functions = functions(&tokens)?;
+    let callbacks: Vec<KeyTable> = functions
+        .iter()
+        .filter(|f| is_callback(&tokens, f.at))
+        .map(|f| KeyTable {
+            name: f.first_param,
+            scope: f.body.clone(),
+        })
+        .collect();
+    // A call's innermost function must be a callback.
+    for (i, token) in tokens.iter().enumerate() {
+        let call = matches!(
+            tokens.get(i + 1..i + 3),
+            Some([Token::Sym(b"."), Token::Name(b"call" | b"pcall")])
+        );
+        if *token == Token::Name(b"redis") && call {
+            let innermost = functions
+                .iter()
+                .filter(|f| f.body.contains(&i))
+                .max_by_key(|f| f.body.start);
+            let Some(innermost) = innermost else {
+                return None;
+            };
+            if !callbacks.iter().any(|c| c.scope == innermost.body) {
+                return None;
+            }
+        }
+    }
+    read_calls(&tokens, &callbacks)
+}
+
+/// Where a table of declared keys is in scope, under which name (None: the callback takes
+/// no parameter, so its calls name no declared key).
+struct KeyTable<'a> {
+    name: Option<&'a [u8]>,
+    scope: std::ops::Range<usize>,
+}
+
+/// The calls in `tokens`, each reading its declared keys from the innermost of `tables`
+/// around it; None when a call is outside all of them, or when `redis` or a key table is
+/// used in a way this reading does not follow.
+fn read_calls(tokens: &[Token], tables: &[KeyTable]) -> Option<Vec<KeyedCall>> {
     let mut calls = Vec::new();
-    // Positions of `KEYS` tokens that are whole arguments of a call read above.
+    // Positions of key-table names that are whole arguments of a call read above.
     let mut keys_as_args = Vec::new();
+    let table_at = |i: usize| {
+        tables
+            .iter()
+            .filter(|t| t.scope.contains(&i))
+            .max_by_key(|t| t.scope.start)
+    };
     for (i, token) in tokens.iter().enumerate() {
         let Token::Name(name) = token else { continue };
         let field = i > 0 && matches!(tokens[i - 1], Token::Sym(b".") | Token::Sym(b":"));
@@ -52,16 +114,21 @@ pub fn key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
                     return None;
                 };
                 if matches!(*member, b"call" | b"pcall") {
-                    let call = read_call(&tokens, i + 3, &mut keys_as_args)?;
-                    calls.push(call);
+                    let keys = table_at(i)?.name;
+                    calls.push(read_call(tokens, i + 3, keys, &mut keys_as_args)?);
                 }
             }
-            b"KEYS" => {
+            b"_G" | b"getfenv" | b"setfenv" | b"loadstring" | b"load" | b"rawget" | b"rawset"
+            | b"module" | b"require" | b"dofile" | b"loadfile" | b"debug" => return None,
+            _ if tables
+                .iter()
+                .any(|t| t.name == Some(*name) && t.scope.contains(&i)) =>
+            {
                 let before = i.checked_sub(1).map(|p| &tokens[p]);
                 if matches!(before, Some(Token::Sym(b"#"))) {
                     continue;
                 }
-                let close = index_end(&tokens, i)?;
+                let close = index_end(tokens, i)?;
                 // `KEYS[n] = ...` and `KEYS[n], x = ...` assign to it; a `,` is only known
                 // harmless between a call's arguments.
                 match tokens.get(close + 1) {
@@ -70,28 +137,121 @@ pub fn key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
                     _ => {}
                 }
             }
-            b"_G" | b"getfenv" | b"setfenv" | b"loadstring" | b"load" | b"rawget" | b"rawset"
-            | b"module" | b"require" | b"dofile" | b"loadfile" | b"debug" => return None,
             _ => {}
         }
     }
     Some(calls)
 }
 
-/// `tokens[at..]` is `KEYS [ <number> ]`.
-fn is_key_index(tokens: &[Token], at: usize) -> bool {
+/// A `function` of the source: where its keyword is, its first parameter, its body.
+struct FunctionDef<'a> {
+    at: usize,
+    first_param: Option<&'a [u8]>,
+    body: std::ops::Range<usize>,
+}
+
+/// Every function of `tokens`, found by matching Lua's block keywords; None when the
+/// blocks do not match.
+fn functions<'a>(tokens: &[Token<'a>]) -> Option<Vec<FunctionDef<'a>>> {
+    let mut found = Vec::new();
+    for (at, token) in tokens.iter().enumerate() {
+        if *token != Token::Name(b"function") {
+            continue;
+        }
+        let open = at + tokens[at..].iter().position(|t| *t == Token::Sym(b"("))?;
+        let close = open + tokens[open..].iter().position(|t| *t == Token::Sym(b")"))?;
+        let first_param = match tokens.get(open + 1) {
+            Some(Token::Name(p)) => Some(*p),
+            _ => None,
+        };
+        let mut depth = 1usize;
+        let mut end = close + 1;
+        loop {
+            match tokens.get(end)? {
+                Token::Name(b"function" | b"do" | b"if" | b"repeat") => depth += 1,
+                Token::Name(b"end" | b"until") => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                break;
+            }
+            end += 1;
+        }
+        found.push(FunctionDef {
+            at,
+            first_param,
+            body: close + 1..end,
+        });
+    }
+    Some(found)
+}
+
+/// Whether the `function` at `tokens[at]` is a callback nothing but
+/// `redis.register_function` can call: a literal given to it (`register_function('f',
+/// function ...)` or `register_function{..., callback = function ...}`), or
+/// `local function f` whose name appears only in `register_function('f', f)`.
+fn is_callback(tokens: &[Token], at: usize) -> bool {
+    const REGISTER: [Token<'static>; 3] = [
+        Token::Name(b"redis"),
+        Token::Sym(b"."),
+        Token::Name(b"register_function"),
+    ];
+    // `redis.register_function('name', ` right before `tokens[at]`.
+    let registered_as_argument = |at: usize| {
+        at >= 6
+            && tokens[at - 6..at - 3] == REGISTER
+            && matches!(
+                tokens[at - 3..at],
+                [Token::Sym(b"("), Token::Str(_), Token::Sym(b",")]
+            )
+    };
+    if tokens.get(at + 1) == Some(&Token::Sym(b"(")) {
+        if registered_as_argument(at) {
+            return true;
+        }
+        let in_register_table = at >= 2
+            && tokens[at - 2..at] == [Token::Name(b"callback"), Token::Sym(b"=")]
+            && opening_brace(tokens, at).is_some_and(|b| b >= 3 && tokens[b - 3..b] == REGISTER);
+        return in_register_table;
+    }
+    let local = at > 0 && tokens[at - 1] == Token::Name(b"local");
+    let Some(Token::Name(name)) = tokens.get(at + 1).filter(|_| local) else {
+        return false;
+    };
+    let mut uses = (0..tokens.len()).filter(|&i| i != at + 1 && tokens[i] == Token::Name(name));
+    let mut any = false;
+    let only_registered = uses.all(|i| {
+        any = true;
+        registered_as_argument(i) && tokens.get(i + 1) == Some(&Token::Sym(b")"))
+    });
+    any && only_registered
+}
+
+/// The position of the `{` whose table constructor holds `tokens[at]` directly.
+fn opening_brace(tokens: &[Token], at: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for i in (0..at).rev() {
+        match tokens[i] {
+            Token::Sym(b")" | b"]" | b"}") => depth += 1,
+            Token::Sym(b"(" | b"[") if depth == 0 => return None,
+            Token::Sym(b"{") if depth == 0 => return Some(i),
+            Token::Sym(b"(" | b"[" | b"{") => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `tokens[at..]` is `<keys> [ <number> ]`.
+fn is_key_index(tokens: &[Token], at: usize, keys: &[u8]) -> bool {
     matches!(
         tokens.get(at..at + 4),
-        Some([
-            Token::Name(b"KEYS"),
-            Token::Sym(b"["),
-            Token::Number,
-            Token::Sym(b"]")
-        ])
+        Some([Token::Name(name), Token::Sym(b"["), Token::Number, Token::Sym(b"]")]) if *name == keys
     )
 }
 
-/// For `KEYS` at `tokens[at]` followed by an index `[...]`, the position of the `]`.
+/// For a key table's name at `tokens[at]` followed by an index `[...]`, the position of the
+/// `]`.
 fn index_end(tokens: &[Token], at: usize) -> Option<usize> {
     if tokens.get(at + 1) != Some(&Token::Sym(b"[")) {
         return None;
@@ -109,7 +269,12 @@ fn index_end(tokens: &[Token], at: usize) -> Option<usize> {
 }
 
 /// Reads the argument list that starts at `tokens[open]`, which must be `(`.
-fn read_call(tokens: &[Token], open: usize, keys_as_args: &mut Vec<usize>) -> Option<KeyedCall> {
+fn read_call(
+    tokens: &[Token],
+    open: usize,
+    keys: Option<&[u8]>,
+    keys_as_args: &mut Vec<usize>,
+) -> Option<KeyedCall> {
     if tokens.get(open) != Some(&Token::Sym(b"(")) {
         return None;
     }
@@ -146,10 +311,13 @@ fn read_call(tokens: &[Token], open: usize, keys_as_args: &mut Vec<usize>) -> Op
     let args = rest
         .iter()
         .map(|&(s, e)| {
-            if tokens[s] == Token::Name(b"KEYS") && index_end(tokens, s) == Some(e - 1) {
+            let Some(keys) = keys.filter(|&k| tokens[s] == Token::Name(k)) else {
+                return CallArg::Other;
+            };
+            if index_end(tokens, s) == Some(e - 1) {
                 keys_as_args.push(s);
             }
-            if e == s + 4 && is_key_index(tokens, s) {
+            if e == s + 4 && is_key_index(tokens, s, keys) {
                 CallArg::DeclaredKey
             } else {
                 CallArg::Other
@@ -392,5 +560,71 @@ mod tests {
             calls("local t = {} t.KEYS = 1 return t.redis"),
             Some(vec![])
         );
+    }
+
+    fn library(src: &str) -> Option<Vec<(Option<String>, Vec<CallArg>)>> {
+        library_key_calls(src.as_bytes()).map(|calls| {
+            calls
+                .into_iter()
+                .map(|c| (c.command.map(|n| String::from_utf8(n).unwrap()), c.args))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn reads_the_keys_parameter_of_each_callback() {
+        let lib = "#!lua name=lib
+            redis.register_function('setter', function(keys, args)
+              if #keys > 0 then return redis.call('set', keys[1], args[1]) end
+              redis.log(redis.LOG_NOTICE, 'no key')
+            end)
+            local function getter(k, a) return redis.pcall('get', k[1]) end
+            redis.register_function('getter', getter)
+            redis.register_function{function_name = 'other', flags = {'no-writes'},
+              callback = function(ks) return redis.call('strlen', ks[2]) end}
+            redis.register_function('ping', function() return redis.call('ping') end)";
+        assert_eq!(
+            library(lib),
+            Some(vec![
+                (Some("set".into()), vec![K, O]),
+                (Some("get".into()), vec![K]),
+                (Some("strlen".into()), vec![K]),
+                (Some("ping".into()), vec![]),
+            ])
+        );
+        // The keys parameter's name means nothing outside its callback.
+        assert_eq!(
+            library(
+                "redis.register_function('f', function(keys) return redis.call('get', args[1]) end)
+                 redis.register_function('g', function(k, keys) return redis.call('get', keys[1]) end)"
+            ),
+            Some(vec![(Some("get".into()), vec![O]), (Some("get".into()), vec![O])])
+        );
+    }
+
+    #[test]
+    fn gives_up_on_calls_a_callback_does_not_make_itself() {
+        for lib in [
+            // A helper that anything may call with any table.
+            "local function get(t) return redis.call('get', t[1]) end
+             redis.register_function('f', function(keys, args) return get(args) end)",
+            "local function f(keys) return redis.call('get', keys[1]) end
+             redis.register_function('f', f)
+             redis.register_function('g', function(k, a) return f(a) end)",
+            "local t = {callback = function(keys) return redis.call('get', keys[1]) end}
+             redis.register_function('f', function(keys, args) return t.callback(args) end)",
+            "redis.register_function('f', function(keys, args)
+               local inner = function(keys) return redis.call('get', keys[1]) end
+               return inner(args) end)",
+            "redis.register_function('f', function(keys, args) keys[1] = args[1]
+               return redis.call('get', keys[1]) end)",
+            "redis.register_function('f', function(keys, args) local keys = args
+               return redis.call('get', keys[1]) end)",
+            "redis.register_function('f', function(keys, args) return f(keys) end)",
+            "redis.call('get', 'k')",
+            "redis.register_function('f', function(keys) if x then return redis.call('get', keys[1]) end)",
+        ] {
+            assert_eq!(library(lib), None, "{lib}");
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::{Reach, ScriptFlags};
 
@@ -30,6 +30,9 @@ pub struct Library {
     pub functions: Vec<FunctionInfo>,
     /// Unique across the process's life: a VM that loaded another version loads again.
     pub version: u64,
+    /// Whether its source shows that every call of every function names only declared
+    /// keys (`declared::library_key_calls`), decided once by the coordination layer.
+    pub names_only_declared_keys: OnceLock<bool>,
 }
 
 #[derive(Default, Clone)]
@@ -176,6 +179,7 @@ impl FunctionRegistry {
             code_start: lib.code_start,
             functions: lib.functions,
             version: self.next_version.fetch_add(1, Ordering::Relaxed) + 1,
+            names_only_declared_keys: OnceLock::new(),
         })
     }
 

@@ -593,14 +593,23 @@ fn undeclared_keys_rule(b: Backend) {
 /// script that also reaches the other shard through a key it did not declare is handed back
 /// from there and runs again the general way, and nothing after it in the round may run
 /// before it (each command appends its number to a log the others read). Scripts whose
-/// source names only declared keys do not hold the round up; one that changes `KEYS` is
-/// not read as one of them.
+/// source names only declared keys do not hold the round up; one that changes `KEYS` (or a
+/// function its `keys`) is not read as one of them.
 fn pipelined_scripts_keep_order(b: Backend) {
     let redis = Server::redis();
     let s = Server::start_with(b, 2, &[]);
     let (mut theirs, mut ours) = (redis.raw(), s.raw());
     let tags = ["{a}".to_string(), key_off_a()];
     let stay = "redis.call('append', KEYS[1], ARGV[1]) return redis.call('get', KEYS[1])";
+    let library = "#!lua name=order
+        redis.register_function('stay', function(keys, args)
+          redis.call('append', keys[1], args[1]) return redis.call('get', keys[1]) end)
+        redis.register_function('roam', function(keys, args)
+          redis.call('append', keys[1], args[1]) keys[1] = args[2]
+          return redis.call('append', keys[1], args[1]) end)";
+    for c in [&mut theirs, &mut ours] {
+        assert_eq!(c.cmd(&["FUNCTION", "LOAD", library]), b"$5\r\norder\r\n");
+    }
     let mut rng = StdRng::seed_from_u64(29);
     let mut differences = Vec::new();
     for round in 0..80 {
@@ -619,7 +628,7 @@ fn pipelined_scripts_keep_order(b: Backend) {
                 "redis.call('append', KEYS[1], ARGV[1]) KEYS[1] = ARGV[2] \
                  return redis.call('append', KEYS[1], ARGV[1]) -- {round}.{i}"
             );
-            let words: Vec<&str> = match rng.gen_range(0..8) {
+            let words: Vec<&str> = match rng.gen_range(0..10) {
                 0 => vec!["APPEND", &here, &n],
                 1 => vec!["GET", &there],
                 2 => vec!["EVAL", stay, "1", &here, &n],
@@ -632,6 +641,8 @@ fn pipelined_scripts_keep_order(b: Backend) {
                     &there,
                 ],
                 6 => vec!["EVAL", "return redis.call('incr', KEYS[1])", "1", &here],
+                8 => vec!["FCALL", "stay", "1", &here, &n],
+                9 => vec!["FCALL", "roam", "1", &here, &n, &there],
                 _ => vec!["PING"],
             };
             script.push(words.into_iter().map(String::from).collect());

@@ -27,7 +27,7 @@ use damselfly_commands::table::{Handler, MoreKeys, Route, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
 use damselfly_scripting::call_now::{with_calls_now, CallNow};
-use damselfly_scripting::declared::{key_calls, CallArg};
+use damselfly_scripting::declared::{key_calls, library_key_calls, CallArg, KeyedCall};
 use damselfly_scripting::functions::Library;
 use damselfly_scripting::vm::Callable;
 use damselfly_scripting::watchdog::{self, RunWatch};
@@ -65,24 +65,25 @@ impl Target {
     }
 
     /// Whether its source shows every call naming only declared keys, so that a run on
-    /// its declared keys' shard never needs another (`names_only_declared_keys`). Functions
-    /// take their keys as a parameter of any name and are not read.
+    /// its declared keys' shard never needs another (`names_only_declared_keys`).
     pub(super) fn stays_on_its_shard(&self) -> bool {
         match self {
             Target::Eval(script) => *script
                 .names_only_declared_keys
-                .get_or_init(|| names_only_declared_keys(script.code())),
-            Target::Function(..) => false,
+                .get_or_init(|| names_only_declared_keys(key_calls(script.code()))),
+            Target::Function(lib, _) => *lib.names_only_declared_keys.get_or_init(|| {
+                names_only_declared_keys(library_key_calls(&lib.code[lib.code_start..]))
+            }),
         }
     }
 }
 
-/// Whether every call in `code` names only declared keys (damselfly_scripting::declared),
-/// with a command that runs whole on its keys' shard and whose keys are given by position:
-/// then a run whose declared keys share a shard never needs another one, and cannot be
-/// handed back.
-fn names_only_declared_keys(code: &[u8]) -> bool {
-    let Some(calls) = key_calls(code) else {
+/// Whether every one of `calls` (damselfly_scripting::declared; None: the source could not
+/// be read) names only declared keys, with a command that runs whole on its keys' shard
+/// and whose keys are given by position: then a run whose declared keys share a shard
+/// never needs another one, and cannot be handed back.
+fn names_only_declared_keys(calls: Option<Vec<KeyedCall>>) -> bool {
+    let Some(calls) = calls else {
         return false;
     };
     calls.iter().all(|call| {
@@ -379,6 +380,7 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::names_only_declared_keys;
+    use damselfly_scripting::declared::{key_calls, library_key_calls};
 
     #[test]
     fn scripts_whose_calls_name_only_declared_keys() {
@@ -392,7 +394,10 @@ mod tests {
             "return redis.pcall('del', KEYS[1], KEYS[2])",
             "return redis.sha1hex(ARGV[1])",
         ] {
-            assert!(names_only_declared_keys(stays.as_bytes()), "{stays}");
+            assert!(
+                names_only_declared_keys(key_calls(stays.as_bytes())),
+                "{stays}"
+            );
         }
         for roams in [
             "return redis.call('get', ARGV[1])",
@@ -410,7 +415,19 @@ mod tests {
             "local k = KEYS[1] return redis.call('get', k)",
             "KEYS[1] = ARGV[1] return redis.call('get', KEYS[1])",
         ] {
-            assert!(!names_only_declared_keys(roams.as_bytes()), "{roams}");
+            assert!(
+                !names_only_declared_keys(key_calls(roams.as_bytes())),
+                "{roams}"
+            );
         }
+        let library = |code: &str| names_only_declared_keys(library_key_calls(code.as_bytes()));
+        assert!(library(
+            "redis.register_function('setter', function(keys, args)
+               return redis.call('set', keys[1], args[1]) end)"
+        ));
+        assert!(!library(
+            "redis.register_function('setter', function(keys, args)
+               return redis.call('set', args[1], keys[1]) end)"
+        ));
     }
 }
