@@ -31,11 +31,19 @@ pub enum CallArg {
     Other,
 }
 
+/// Longer sources are not read (the reading runs on a shard's thread, once per script; its
+/// cost grows with tokens times functions).
+const MAX_TOKENS: usize = 100_000;
+const MAX_FUNCTIONS: usize = 200;
+
 /// The calls of an EVAL script's `code` (Lua 5.1 source), whose declared keys are the
 /// global `KEYS`; None when the source could reach `redis.call` or change `KEYS` in a way
 /// this reading does not follow (module doc).
 pub fn key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
     let tokens = tokenize(code)?;
+    if tokens.len() > MAX_TOKENS {
+        return None;
+    }
     let everywhere = [KeyTable {
         name: Some(b"KEYS"),
         scope: 0..tokens.len(),
@@ -49,6 +57,13 @@ pub fn key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
 /// else) and name keys as `<that parameter>[<number>]`; None otherwise.
 pub fn library_key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
     let tokens = tokenize(code)?;
+    let count = tokens
+        .iter()
+        .filter(|t| **t == Token::Name(b"function"))
+        .count();
+    if tokens.len() > MAX_TOKENS || count > MAX_FUNCTIONS {
+        return None;
+    }
     let functions = functions(&tokens)?;
     let callbacks: Vec<KeyTable> = functions
         .iter()
@@ -92,8 +107,8 @@ struct KeyTable<'a> {
 /// used in a way this reading does not follow.
 fn read_calls(tokens: &[Token], tables: &[KeyTable]) -> Option<Vec<KeyedCall>> {
     let mut calls = Vec::new();
-    // Positions of key-table names that are whole arguments of a call read above.
-    let mut keys_as_args = Vec::new();
+    // Which key-table names are whole arguments of a call read above, by position.
+    let mut keys_as_args = vec![false; tokens.len()];
     let table_at = |i: usize| {
         tables
             .iter()
@@ -133,7 +148,7 @@ fn read_calls(tokens: &[Token], tables: &[KeyTable]) -> Option<Vec<KeyedCall>> {
                 // harmless between a call's arguments.
                 match tokens.get(close + 1) {
                     Some(Token::Sym(b"=")) => return None,
-                    Some(Token::Sym(b",")) if !keys_as_args.contains(&i) => return None,
+                    Some(Token::Sym(b",")) if !keys_as_args[i] => return None,
                     _ => {}
                 }
             }
@@ -273,7 +288,7 @@ fn read_call(
     tokens: &[Token],
     open: usize,
     keys: Option<&[u8]>,
-    keys_as_args: &mut Vec<usize>,
+    keys_as_args: &mut [bool],
 ) -> Option<KeyedCall> {
     if tokens.get(open) != Some(&Token::Sym(b"(")) {
         return None;
@@ -287,6 +302,7 @@ fn read_call(
         match tokens.get(at)? {
             Token::Sym(b"(" | b"[" | b"{") => depth += 1,
             Token::Sym(b")") if depth == 0 => break,
+            Token::Sym(b"]" | b"}") if depth == 0 => return None,
             Token::Sym(b")" | b"]" | b"}") => depth -= 1,
             Token::Sym(b",") if depth == 0 => {
                 args.push((start, at));
@@ -315,7 +331,7 @@ fn read_call(
                 return CallArg::Other;
             };
             if index_end(tokens, s) == Some(e - 1) {
-                keys_as_args.push(s);
+                keys_as_args[s] = true;
             }
             if e == s + 4 && is_key_index(tokens, s, keys) {
                 CallArg::DeclaredKey
@@ -560,6 +576,64 @@ mod tests {
             calls("local t = {} t.KEYS = 1 return t.redis"),
             Some(vec![])
         );
+    }
+
+    /// Client-sent source never panics the reading, whatever its bytes.
+    #[test]
+    fn reads_any_bytes_without_panicking() {
+        let pieces: [&[u8]; 28] = [
+            b"redis",
+            b".",
+            b"call",
+            b"(",
+            b")",
+            b"[",
+            b"]",
+            b"{",
+            b"}",
+            b",",
+            b"=",
+            b"KEYS",
+            b"function",
+            b"end",
+            b"if",
+            b"'get'",
+            b"1",
+            b"--",
+            b"[[",
+            b"]]",
+            b"\\",
+            b"local",
+            b"redis.call(",
+            b"redis.pcall('get', ",
+            b"KEYS[1]",
+            b"keys[2]",
+            b"function(keys, args)",
+            b"redis.register_function('f', ",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let mut src = Vec::new();
+            for _ in 0..next() % 40 {
+                let r = next();
+                if r % 5 == 0 {
+                    src.push((r >> 8) as u8);
+                } else {
+                    src.extend_from_slice(pieces[(r >> 8) as usize % pieces.len()]);
+                }
+                if r % 3 == 0 {
+                    src.push(b' ');
+                }
+            }
+            let _ = key_calls(&src);
+            let _ = library_key_calls(&src);
+        }
     }
 
     fn library(src: &str) -> Option<Vec<(Option<String>, Vec<CallArg>)>> {
