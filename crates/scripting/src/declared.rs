@@ -83,10 +83,7 @@ pub fn library_key_calls(code: &[u8]) -> Option<Vec<KeyedCall>> {
             let innermost = functions
                 .iter()
                 .filter(|f| f.body.contains(&i))
-                .max_by_key(|f| f.body.start);
-            let Some(innermost) = innermost else {
-                return None;
-            };
+                .max_by_key(|f| f.body.start)?;
             if !callbacks.iter().any(|c| c.scope == innermost.body) {
                 return None;
             }
@@ -483,7 +480,10 @@ fn number_end(src: &[u8], mut at: usize) -> usize {
 mod tests {
     use super::*;
 
-    fn calls(src: &str) -> Option<Vec<(Option<String>, Vec<CallArg>, bool)>> {
+    /// A call as read: its command, its arguments, whether it is open-ended.
+    type Read = (Option<String>, Vec<CallArg>, bool);
+
+    fn calls(src: &str) -> Option<Vec<Read>> {
         key_calls(src.as_bytes()).map(|calls| {
             calls
                 .into_iter()
