@@ -19,8 +19,9 @@ pub const VMS_PER_THREAD: usize = 4;
 
 #[derive(Default)]
 pub struct VmSlot {
-    /// VMs no run holds, most recently returned last.
-    idle: RefCell<Vec<ScriptVm>>,
+    /// VMs no run holds, most recently returned last. Boxed: a VM is a few hundred bytes
+    /// that would otherwise be copied several times per run on its way in and out.
+    idle: RefCell<Vec<Box<ScriptVm>>>,
     lent: Cell<usize>,
     waiting: RefCell<VecDeque<oneshot::Sender<()>>>,
 }
@@ -56,7 +57,7 @@ impl VmSlot {
     pub fn lend_now(&self, generation: u64) -> Result<VmLease<'_>, String> {
         let vm = match self.try_take(generation) {
             Some(Ok(vm)) => vm,
-            None => ScriptVm::new(generation).map_err(crate::vm::lua_text)?,
+            None => Box::new(ScriptVm::new(generation).map_err(crate::vm::lua_text)?),
             Some(Err(e)) => return Err(crate::vm::lua_text(e)),
         };
         Ok(self.lease(vm))
@@ -64,11 +65,11 @@ impl VmSlot {
 
     /// Bytes the idle VMs' Lua states use (a lent one is counted once it is back).
     pub fn used_memory(&self) -> usize {
-        self.idle.borrow().iter().map(ScriptVm::used_memory).sum()
+        self.idle.borrow().iter().map(|vm| vm.used_memory()).sum()
     }
 
     /// An idle VM of `generation`, or a new one; None when every VM is lent.
-    fn try_take(&self, generation: u64) -> Option<mlua::Result<ScriptVm>> {
+    fn try_take(&self, generation: u64) -> Option<mlua::Result<Box<ScriptVm>>> {
         let mut idle = self.idle.borrow_mut();
         while let Some(vm) = idle.pop() {
             if vm.generation == generation {
@@ -78,10 +79,10 @@ impl VmSlot {
         if self.lent.get() >= VMS_PER_THREAD {
             return None;
         }
-        Some(ScriptVm::new(generation))
+        Some(ScriptVm::new(generation).map(Box::new))
     }
 
-    fn lease(&self, vm: ScriptVm) -> VmLease<'_> {
+    fn lease(&self, vm: Box<ScriptVm>) -> VmLease<'_> {
         self.lent.set(self.lent.get() + 1);
         VmLease {
             slot: self,
@@ -89,7 +90,7 @@ impl VmSlot {
         }
     }
 
-    fn give_back(&self, vm: Option<ScriptVm>) {
+    fn give_back(&self, vm: Option<Box<ScriptVm>>) {
         self.lent.set(self.lent.get() - 1);
         let mut idle = self.idle.borrow_mut();
         if let Some(vm) = vm.filter(|_| idle.len() + self.lent.get() < VMS_PER_THREAD) {
@@ -108,7 +109,7 @@ impl VmSlot {
 /// half-way (its client went away).
 pub struct VmLease<'a> {
     slot: &'a VmSlot,
-    vm: Option<ScriptVm>,
+    vm: Option<Box<ScriptVm>>,
 }
 
 impl Deref for VmLease<'_> {
