@@ -14,7 +14,8 @@
 # COMMAND stands for that script's SHA). Prints instructions (callgrind's Ir) per request
 # for each server. Needs valgrind, redis-server and redis-benchmark; BINARY defaults to the
 # release build. Takes about a minute for 20,000 requests. With KEEP=DIR in the environment
-# the callgrind files are kept in DIR (callgrind_annotate DIR/damselfly.callgrind).
+# the callgrind files are kept in DIR (callgrind_annotate DIR/damselfly.callgrind); with
+# LIBRARY=CODE, CODE is loaded with FUNCTION LOAD first, for FCALL commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,7 @@ count() {
   redis-cli -p "$port" ping 2>/dev/null | grep -q PONG || { echo "$name did not start: $(tail -3 "$WORK/$name.log")" >&2; exit 1; }
   local sha cmd=()
   sha=$(redis-cli -p "$port" script load "$SCRIPT")
+  [ -z "${LIBRARY:-}" ] || redis-cli -p "$port" function load "$LIBRARY" >/dev/null
   for w in "${COMMAND[@]}"; do cmd+=("${w/#SHA/$sha}"); done
   redis-benchmark -p "$port" -c 10 -r 100000 -n 5000 -P "$P" -q "${cmd[@]}" >/dev/null
   callgrind_control -i on "$VALGRIND" >/dev/null 2>&1
