@@ -21,6 +21,10 @@ pub const VMS_PER_THREAD: usize = 4;
 pub struct VmSlot {
     /// VMs no run holds, most recently returned last. Boxed: a VM is a few hundred bytes
     /// that would otherwise be copied several times per run on its way in and out.
+    #[allow(
+        clippy::vec_box,
+        reason = "VMs move out of the Vec and back on every run"
+    )]
     idle: RefCell<Vec<Box<ScriptVm>>>,
     lent: Cell<usize>,
     waiting: RefCell<VecDeque<oneshot::Sender<()>>>,
