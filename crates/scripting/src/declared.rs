@@ -4,7 +4,7 @@
 //! reads it once per script, with the command table, to learn whether every call can only
 //! name declared keys; such a script's run never needs a shard its keys are not on, so a
 //! pipeline need not wait for it before running what follows on other shards
-//! (docs/scripting.md, "Scripts whose source names only declared keys").
+//! (docs/scripting.md, "Atomicity", case 1).
 //!
 //! The reading is lexical and errs towards "cannot tell" (None): anything that could reach
 //! `redis.call` or change `KEYS` without being seen here (an alias such as
