@@ -33,7 +33,7 @@ use damselfly_scripting::vm::Callable;
 use damselfly_scripting::watchdog::{self, RunWatch};
 use damselfly_scripting::{Answer, Reach, Script, ScriptVm, Words};
 
-use super::{call_answer, check_call, next_call, CallRules, Failure, Next, Outcome};
+use super::{call_answer, check_call_here, next_call, CallRules, Failure, Next, Outcome};
 use crate::acl_family::ScriptAcl;
 use crate::connection::{Connection, PendingSlot};
 use crate::maxmemory::CallOom;
@@ -272,20 +272,10 @@ impl CallNow for ShardCalls<'_> {
             oom: &mut self.oom,
             acl: job.acl.as_ref(),
         };
-        let reply = match check_call(worker, job.db, &args, rules) {
+        let reply = match check_call_here(worker, job.db, &args, rules) {
             Err(refusal) => Err(refusal),
-            Ok((idx, plan)) => {
-                let here = plan.iter().all(|(shard, _)| *shard == worker.id)
-                    && !plan.is_empty()
-                    && matches!(
-                        COMMANDS[idx].route,
-                        Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
-                    )
-                    && matches!(COMMANDS[idx].handler, Handler::Shard(_))
-                    && !COMMANDS[idx].reads_unknown_keys(&args);
-                if !here {
-                    return None;
-                }
+            Ok((_, false)) => return None,
+            Ok((idx, true)) => {
                 let mut reply = ReplyBuf::new(resp3);
                 worker.exec(idx, job.db, &args, &mut reply, true, job.caller);
                 Ok((idx, reply.buf))

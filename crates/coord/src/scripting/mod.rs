@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use damselfly_commands::config::ScriptLocking;
-use damselfly_commands::table::{flags, CommandSpec, COMMANDS};
+use damselfly_commands::table::{flags, CommandSpec, Handler, Intents, Route, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_scripting::vm::{Callable, Done};
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
@@ -568,16 +568,54 @@ fn check_call(
     worker: &crate::worker::Worker,
     db: usize,
     args: &Args,
-    rules: CallRules,
+    mut rules: CallRules,
 ) -> Result<(usize, Plan), &'static str> {
-    let Some(idx) = lookup(args.get(0)) else {
-        return Err("ERR Unknown Redis command called from script");
-    };
-    let checked = check_known_call(worker, idx, db, args, rules);
+    let idx = lookup_call(args)?;
+    let checked = check_rules(worker, idx, args, &mut rules)
+        .and_then(|()| call_plan(worker, idx, db, args, rules.strict_keys));
     if checked.is_err() {
         worker.stats.borrow_mut().record_rejected(idx);
     }
     checked.map(|plan| (idx, plan))
+}
+
+/// `check_call` for a run executing on one shard's thread: whether the call runs whole on
+/// that shard (`worker`'s). A command with ordinary intents and no key check to make
+/// (`strict_keys`) is decided from its keys' shards alone, without building its plan.
+fn check_call_here(
+    worker: &crate::worker::Worker,
+    db: usize,
+    args: &Args,
+    mut rules: CallRules,
+) -> Result<(usize, bool), &'static str> {
+    let idx = lookup_call(args)?;
+    let spec = &COMMANDS[idx];
+    let whole_here = matches!(
+        spec.route,
+        Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
+    ) && matches!(spec.handler, Handler::Shard(_))
+        && !spec.reads_unknown_keys(args);
+    let checked = check_rules(worker, idx, args, &mut rules).and_then(|()| {
+        if rules.strict_keys.is_none() && spec.intents == Intents::Keys {
+            // Its plan would be one key intent per key position, on each key's shard.
+            let n = worker.num_shards();
+            let mut keys = spec.key_positions_iter(args).peekable();
+            let any = keys.peek().is_some();
+            return Ok(whole_here
+                && any
+                && keys.all(|at| shard_for_key(args.get(at), n) == worker.id));
+        }
+        let plan = call_plan(worker, idx, db, args, rules.strict_keys)?;
+        Ok(whole_here && !plan.is_empty() && plan.iter().all(|(s, _)| *s == worker.id))
+    });
+    if checked.is_err() {
+        worker.stats.borrow_mut().record_rejected(idx);
+    }
+    checked.map(|here| (idx, here))
+}
+
+fn lookup_call(args: &Args) -> Result<usize, &'static str> {
+    lookup(args.get(0)).ok_or("ERR Unknown Redis command called from script")
 }
 
 /// What a run's calls are checked against, beside the command itself.
@@ -589,19 +627,13 @@ struct CallRules<'a> {
     acl: Option<&'a ScriptAcl>,
 }
 
-fn check_known_call(
+/// Redis's checks of a known command called from a script, in Redis's order.
+fn check_rules(
     worker: &crate::worker::Worker,
     idx: usize,
-    db: usize,
     args: &Args,
-    rules: CallRules,
-) -> Result<Plan, &'static str> {
-    let CallRules {
-        read_only,
-        strict_keys,
-        oom,
-        acl,
-    } = rules;
+    rules: &mut CallRules,
+) -> Result<(), &'static str> {
     let spec = &COMMANDS[idx];
     if !spec.arity_ok(args.len()) {
         return Err("ERR Wrong number of args calling Redis command from script");
@@ -609,13 +641,24 @@ fn check_known_call(
     if spec.flags & flags::NOSCRIPT != 0 {
         return Err("ERR This Redis command is not allowed from script");
     }
-    if let Some(refusal) = acl.and_then(|a| a.refusal(&worker.cluster, args)) {
+    if let Some(refusal) = rules.acl.and_then(|a| a.refusal(&worker.cluster, args)) {
         return Err(refusal);
     }
-    if read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
+    if rules.read_only && spec.flags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
         return Err("ERR Write commands are not allowed from read-only scripts.");
     }
-    oom.check(spec)?;
+    rules.oom.check(spec)
+}
+
+/// The intents a call needs per shard; under `strict_keys`, refused when it names a key
+/// the script did not declare.
+fn call_plan(
+    worker: &crate::worker::Worker,
+    idx: usize,
+    db: usize,
+    args: &Args,
+    strict_keys: Option<&[Vec<u8>]>,
+) -> Result<Plan, &'static str> {
     let mut plan = Vec::new();
     crate::tx::plan::command_locks(
         idx,
