@@ -562,21 +562,16 @@ fn call_answer(
 type Plan = Vec<(usize, Vec<Lock>)>;
 
 /// Redis's checks of one `redis.call`, in Redis's order, then the intents it needs per shard.
-/// The error is the reply the call gets; a refused command counts in its `rejected_calls`,
-/// as in Redis.
+/// The error is the reply the call gets.
 fn check_call(
     worker: &crate::worker::Worker,
     db: usize,
     args: &Args,
-    mut rules: CallRules,
+    rules: CallRules,
 ) -> Result<(usize, Plan), &'static str> {
-    let idx = lookup_call(args)?;
-    let checked = check_rules(worker, idx, args, &mut rules)
-        .and_then(|()| call_plan(worker, idx, db, args, rules.strict_keys));
-    if checked.is_err() {
-        worker.stats.borrow_mut().record_rejected(idx);
-    }
-    checked.map(|plan| (idx, plan))
+    checked_call(worker, args, rules, |idx, strict_keys| {
+        call_plan(worker, idx, db, args, strict_keys)
+    })
 }
 
 /// `check_call` for a run executing on one shard's thread: whether the call runs whole on
@@ -586,17 +581,16 @@ fn check_call_here(
     worker: &crate::worker::Worker,
     db: usize,
     args: &Args,
-    mut rules: CallRules,
+    rules: CallRules,
 ) -> Result<(usize, bool), &'static str> {
-    let idx = lookup_call(args)?;
-    let spec = &COMMANDS[idx];
-    let whole_here = matches!(
-        spec.route,
-        Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
-    ) && matches!(spec.handler, Handler::Shard(_))
-        && !spec.reads_unknown_keys(args);
-    let checked = check_rules(worker, idx, args, &mut rules).and_then(|()| {
-        if rules.strict_keys.is_none() && spec.intents == Intents::Keys {
+    checked_call(worker, args, rules, |idx, strict_keys| {
+        let spec = &COMMANDS[idx];
+        let whole_here = matches!(
+            spec.route,
+            Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
+        ) && matches!(spec.handler, Handler::Shard(_))
+            && !spec.reads_unknown_keys(args);
+        if strict_keys.is_none() && spec.intents == Intents::Keys {
             // Its plan would be one key intent per key position, on each key's shard.
             let n = worker.num_shards();
             let mut keys = spec.key_positions_iter(args).peekable();
@@ -605,13 +599,27 @@ fn check_call_here(
                 && any
                 && keys.all(|at| shard_for_key(args.get(at), n) == worker.id));
         }
-        let plan = call_plan(worker, idx, db, args, rules.strict_keys)?;
+        let plan = call_plan(worker, idx, db, args, strict_keys)?;
         Ok(whole_here && !plan.is_empty() && plan.iter().all(|(s, _)| *s == worker.id))
-    });
+    })
+}
+
+/// Looks the called command up and makes Redis's checks (`check_rules`), then `then`
+/// (given the command and the keys a strict run may name); a refused command counts in
+/// its `rejected_calls`, as in Redis.
+fn checked_call<T>(
+    worker: &crate::worker::Worker,
+    args: &Args,
+    mut rules: CallRules,
+    then: impl FnOnce(usize, Option<&[Vec<u8>]>) -> Result<T, &'static str>,
+) -> Result<(usize, T), &'static str> {
+    let idx = lookup_call(args)?;
+    let checked =
+        check_rules(worker, idx, args, &mut rules).and_then(|()| then(idx, rules.strict_keys));
     if checked.is_err() {
         worker.stats.borrow_mut().record_rejected(idx);
     }
-    checked.map(|here| (idx, here))
+    checked.map(|t| (idx, t))
 }
 
 fn lookup_call(args: &Args) -> Result<usize, &'static str> {
