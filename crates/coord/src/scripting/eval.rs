@@ -9,7 +9,7 @@ use damselfly_scripting::watchdog::RunKind;
 use damselfly_scripting::{sha1_hex, Script, ScriptVm};
 
 use super::here::Target;
-use super::Call;
+use super::{script_words, Call};
 use crate::connection::Connection;
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
@@ -84,13 +84,13 @@ impl Connection {
             return self.reply_error(refusal);
         }
         let nkeys = numkeys as usize;
-        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
-        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
+        let words = script_words(args);
+        let (keys, argv) = words.split_at(nkeys);
         let read_only = read_only_cmd || no_writes;
         let call = Call {
             spec,
-            keys: &keys,
-            argv: &argv,
+            keys,
+            argv,
             kind: RunKind::Eval,
             id: &script.sha,
             read_only,

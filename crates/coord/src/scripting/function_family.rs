@@ -24,7 +24,7 @@ use damselfly_scripting::ScriptVm;
 use damselfly_storage::glob::glob_match;
 
 use super::here::Target;
-use super::Call;
+use super::{script_words, Call};
 use crate::cluster::Cluster;
 use crate::connection::Connection;
 use crate::messages::{Payload, ShardMsg};
@@ -102,12 +102,12 @@ impl Connection {
             return self.reply_error(refusal);
         }
         let nkeys = numkeys as usize;
-        let keys: Vec<&[u8]> = (3..3 + nkeys).map(|i| args.get(i)).collect();
-        let argv: Vec<&[u8]> = (3 + nkeys..args.len()).map(|i| args.get(i)).collect();
+        let words = script_words(args);
+        let (keys, argv) = words.split_at(nkeys);
         let call = Call {
             spec,
-            keys: &keys,
-            argv: &argv,
+            keys,
+            argv,
             kind: RunKind::Function,
             id: &info.name,
             read_only: read_only_cmd || info.flags.no_writes,

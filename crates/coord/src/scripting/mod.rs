@@ -561,6 +561,12 @@ fn call_answer(
 /// Intents per shard.
 type Plan = Vec<(usize, Vec<Lock>)>;
 
+/// The keys, then the arguments, of `EVAL script numkeys ...` or `FCALL name numkeys ...`
+/// (one vector for both: split at `numkeys`).
+fn script_words<'a>(args: &Args<'a>) -> Vec<&'a [u8]> {
+    (3..args.len()).map(|i| args.get(i)).collect()
+}
+
 /// Redis's checks of one `redis.call`, in Redis's order, then the intents it needs per shard.
 /// The error is the reply the call gets.
 fn check_call(
