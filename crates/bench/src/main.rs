@@ -13,9 +13,12 @@
 //! - `memcurve`: memory per key from 100k to 10M keys for both servers, with plots.
 //! - `streamgeo`: streams and geo (XADD, consumer groups, GEOADD, GEOSEARCH, memory of a
 //!   large stream and geo set) against redis-server.
+//! - `ioprobe`: a bare one-thread GET/SET server over epoll or io_uring, to measure what an
+//!   event loop can save in the kernel on this machine (benches/ioprobe.sh).
 
 mod compare;
 mod hitrate;
+mod ioprobe;
 mod load;
 mod memcurve;
 mod pubsub;
@@ -49,6 +52,8 @@ enum Cmd {
     Memcurve(memcurve::MemcurveArgs),
     /// Streams and geo throughput and memory against redis-server.
     Streamgeo(streamgeo::StreamGeoArgs),
+    /// A bare GET/SET server over epoll or io_uring, for benches/ioprobe.sh.
+    Ioprobe(ioprobe::IoprobeArgs),
 }
 
 #[derive(Parser)]
@@ -96,6 +101,12 @@ fn main() {
         Cmd::Hitrate(args) => print_report("hitrate", hitrate::run(args)),
         Cmd::Memcurve(args) => print_report("memcurve", memcurve::run(args)),
         Cmd::Streamgeo(args) => print_report("streamgeo", streamgeo::run(&args)),
+        Cmd::Ioprobe(args) => {
+            if let Err(e) = ioprobe::run(args) {
+                eprintln!("ioprobe: {e}");
+                std::process::exit(1);
+            }
+        }
         Cmd::Compare(args) => {
             let (report, plots) = (args.report.clone(), args.plots.clone());
             let run = match compare::run(args) {
