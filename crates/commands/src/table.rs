@@ -283,6 +283,25 @@ impl CommandSpec {
         matches!(self.more_keys, MoreKeys::Sort { .. }) && crate::sort_family::uses_patterns(args)
     }
 
+    /// Whether a call with these words runs whole on its keys' shard when they share one: a
+    /// shard handler routed by its keys, reading no key it learns only while it runs.
+    pub fn runs_on_its_keys_shard(&self, args: &Args) -> bool {
+        matches!(
+            self.route,
+            Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
+        ) && matches!(self.handler, Handler::Shard(_))
+            && !self.reads_unknown_keys(args)
+    }
+
+    /// `runs_on_its_keys_shard` whatever the words, with every key at a position
+    /// `fixed_key_positions` gives: no container subcommand without a key, no `numkeys`, no
+    /// SORT options. What can be decided from a script's source, before its arguments exist.
+    pub fn always_runs_on_its_keys_shard(&self) -> bool {
+        matches!(self.route, Route::Key | Route::Keys(_))
+            && matches!(self.handler, Handler::Shard(_))
+            && self.more_keys == MoreKeys::None
+    }
+
     /// Key positions given by first/last/step alone, for `argc` words (the name included).
     pub fn fixed_key_positions(&self, argc: usize) -> impl Iterator<Item = usize> {
         let step = self.step.max(1) as usize;
@@ -642,6 +661,48 @@ fn index() -> &'static Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commands_always_on_their_keys_shard_are_so_for_any_words() {
+        let words: Vec<Vec<Vec<u8>>> = vec![
+            vec![],
+            vec![b"k".to_vec()],
+            vec![
+                b"k".to_vec(),
+                b"BY".to_vec(),
+                b"w_*".to_vec(),
+                b"GET".to_vec(),
+                b"#".to_vec(),
+            ],
+            vec![
+                b"1".to_vec(),
+                b"k".to_vec(),
+                b"STORE".to_vec(),
+                b"d".to_vec(),
+            ],
+        ];
+        let mut always = 0;
+        for spec in COMMANDS
+            .iter()
+            .filter(|c| c.always_runs_on_its_keys_shard())
+        {
+            always += 1;
+            assert!(spec.first_key > 0, "{}", spec.name);
+            for rest in &words {
+                let mut w = vec![spec.name.as_bytes().to_vec()];
+                w.extend(rest.iter().cloned());
+                let (buf, spans) = crate::args::lay_out(&w);
+                let args = Args::new(&buf, &spans);
+                assert!(spec.runs_on_its_keys_shard(&args), "{}", spec.name);
+                let fixed: Vec<usize> = spec.fixed_key_positions(args.len()).collect();
+                let all: Vec<usize> = spec.key_positions_iter(&args).collect();
+                assert_eq!(fixed, all, "{} {rest:?}", spec.name);
+            }
+        }
+        assert!(always > 100, "{always}");
+        let sort = &COMMANDS[lookup(b"sort").expect("sort")];
+        assert!(!sort.always_runs_on_its_keys_shard());
+    }
 
     #[test]
     fn lookup_is_case_insensitive() {

@@ -23,7 +23,7 @@ use damselfly_storage::tracking::Caller;
 use std::sync::Arc;
 
 use damselfly_commands::slowlog::{self, SlowCall};
-use damselfly_commands::table::{Handler, MoreKeys, Route, COMMANDS};
+use damselfly_commands::table::{Handler, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_protocol::ReplyBuf;
 use damselfly_scripting::call_now::{with_calls_now, CallNow};
@@ -95,12 +95,9 @@ fn names_only_declared_keys(calls: Option<Vec<KeyedCall>>) -> bool {
         else {
             return false;
         };
-        let by_position = matches!(spec.route, Route::Key | Route::Keys(_))
-            && matches!(spec.handler, Handler::Shard(_))
-            && spec.more_keys == MoreKeys::None;
         // An argument list that may expand leaves the count of words unknown: then only
         // keys at fixed positions before its last argument are known.
-        if !by_position || (call.open_ended && spec.last_key < 0) {
+        if !spec.always_runs_on_its_keys_shard() || (call.open_ended && spec.last_key < 0) {
             return false;
         }
         let known = call.args.len() - usize::from(call.open_ended);

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use damselfly_commands::config::ScriptLocking;
-use damselfly_commands::table::{flags, CommandSpec, Handler, Intents, Route, COMMANDS};
+use damselfly_commands::table::{flags, CommandSpec, Intents, COMMANDS};
 use damselfly_commands::{lookup, Args};
 use damselfly_scripting::vm::{Callable, Done};
 use damselfly_scripting::watchdog::{self, RunKind, RunWatch};
@@ -591,11 +591,7 @@ fn check_call_here(
 ) -> Result<(usize, bool), &'static str> {
     checked_call(worker, args, rules, |idx, strict_keys| {
         let spec = &COMMANDS[idx];
-        let whole_here = matches!(
-            spec.route,
-            Route::Key | Route::KeyOrCoordinator(_) | Route::Keys(_)
-        ) && matches!(spec.handler, Handler::Shard(_))
-            && !spec.reads_unknown_keys(args);
+        let whole_here = spec.runs_on_its_keys_shard(args);
         if strict_keys.is_none() && spec.intents == Intents::Keys {
             // Its plan would be one key intent per key position, on each key's shard.
             let n = worker.num_shards();
