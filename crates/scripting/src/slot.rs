@@ -100,8 +100,14 @@ impl VmSlot {
         if let Some(vm) = vm.filter(|_| idle.len() + self.lent.get() < VMS_PER_THREAD) {
             idle.push(vm);
         }
+        // Only a VM a waiter can take wakes it (not an extra one dropped while every VM is
+        // still lent): woken for nothing, it would queue again behind the others.
+        let free = !idle.is_empty() || self.lent.get() < VMS_PER_THREAD;
         drop(idle);
-        while let Some(next) = self.waiting.borrow_mut().pop_front() {
+        while let Some(next) = free
+            .then(|| self.waiting.borrow_mut().pop_front())
+            .flatten()
+        {
             if next.send(()).is_ok() {
                 break;
             }
