@@ -184,8 +184,35 @@ mod tests {
             .collect();
         assert!(slot.try_lend(1).is_none(), "every VM is lent");
         let extra = slot.lend_now(1).expect("one more VM");
+        let mut first = Box::pin(slot.lend(1));
+        let mut second = Box::pin(slot.lend(1));
+        assert!(block_on(poll_once(&mut first)).is_none(), "waits");
+        assert!(block_on(poll_once(&mut second)).is_none(), "waits");
         drop(extra);
         assert_eq!(slot.idle.borrow().len(), 0, "the extra VM is not kept");
+        assert!(
+            block_on(poll_once(&mut first)).is_none(),
+            "still every VM lent"
+        );
+        assert!(
+            block_on(poll_once(&mut second)).is_none(),
+            "still every VM lent"
+        );
+        let mut leases = leases;
+        leases.pop();
+        // The first waiter keeps its place: the extra VM going did not wake it for nothing.
+        assert!(
+            block_on(poll_once(&mut second)).is_none(),
+            "the first waiter goes first"
+        );
+        let lease = block_on(poll_once(&mut first))
+            .expect("the first waiter gets the VM")
+            .expect("a VM");
+        drop(lease);
+        assert!(
+            block_on(poll_once(&mut second)).is_some(),
+            "then the second"
+        );
         drop(leases);
         assert_eq!(slot.idle.borrow().len(), VMS_PER_THREAD);
         let again = slot.lend_now(1).expect("an idle VM");
