@@ -165,6 +165,8 @@ struct Conn {
     /// Replies a send in flight reads from (uring); untouched until it completes.
     sending: Vec<u8>,
     sent: usize,
+    /// A multishot receive is armed (uring).
+    receiving: bool,
 }
 
 struct Conns(Vec<Conn>);
@@ -369,6 +371,16 @@ impl Drop for BufferRing {
     }
 }
 
+/// Closes a connection that ended once no operation of the ring refers to it any more: until
+/// then its descriptor's number must not be reused (completions are told apart by it) and
+/// a send in flight still reads its buffer.
+fn close_when_idle(conn: &mut Conn, fd: RawFd) {
+    if !conn.open && !conn.receiving && conn.sending.is_empty() {
+        close(fd);
+        *conn = Conn::default();
+    }
+}
+
 fn run_uring(listener: RawFd) -> io::Result<()> {
     use io_uring::{cqueue, opcode, squeue, types, IoUring};
     // Declared before the ring, so the ring (and the kernel's use of the buffers) goes first.
@@ -428,6 +440,7 @@ fn run_uring(listener: RawFd) -> io::Result<()> {
                 ACCEPT => {
                     if res >= 0 {
                         conns.open(res);
+                        conns.at(res).receiving = true;
                         submissions.push(recv(res));
                     }
                     if !cqueue::more(flags) {
@@ -446,36 +459,42 @@ fn run_uring(listener: RawFd) -> io::Result<()> {
                         }
                         buffers.give(id);
                     }
-                    if !fine {
-                        if conn.open {
-                            close(fd);
-                            conn.open = false;
-                        }
-                    } else if !cqueue::more(flags) {
-                        submissions.push(recv(fd));
+                    if !fine && conn.open {
+                        conn.open = false;
+                        // Ends the armed receive (malformed input), which then completes.
+                        // SAFETY: shuts down a socket this loop accepted and still holds.
+                        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
                     }
+                    if !cqueue::more(flags) {
+                        conn.receiving = conn.open;
+                        if conn.open {
+                            submissions.push(recv(fd));
+                        }
+                    }
+                    close_when_idle(conn, fd);
                 }
                 SEND => {
                     let conn = conns.at(fd);
                     if let Ok(n) = usize::try_from(res) {
                         conn.sent += n;
                     }
-                    if res <= 0 || conn.sent == conn.sending.len() {
-                        conn.sending.clear();
-                        conn.sent = 0;
-                        if !conn.out.is_empty() && conn.open {
-                            replied.push(fd);
-                        }
-                    } else {
+                    if res > 0 && conn.sent < conn.sending.len() && conn.open {
                         submissions.push(send(fd, &conn.sending[conn.sent..]));
+                        continue;
                     }
+                    conn.sending.clear();
+                    conn.sent = 0;
+                    if conn.open && !conn.out.is_empty() {
+                        replied.push(fd);
+                    }
+                    close_when_idle(conn, fd);
                 }
                 _ => {}
             }
         }
         for fd in replied.drain(..) {
             let conn = conns.at(fd);
-            if conn.sending.is_empty() && !conn.out.is_empty() {
+            if conn.open && conn.sending.is_empty() && !conn.out.is_empty() {
                 std::mem::swap(&mut conn.sending, &mut conn.out);
                 submissions.push(send(fd, &conn.sending));
             }
