@@ -426,6 +426,8 @@ local function body(as_globals, f, keys, argv, calls_now)
     G.KEYS, G.ARGV = keys, argv
     v = f()
   else
+    -- A library callback reads the globals through G (fenv): not an earlier EVAL's.
+    G.KEYS, G.ARGV = nil, nil
     v = f(keys, argv)
   end
   return v, resp
@@ -544,28 +546,27 @@ local load_redis = { register_function = register_function, log = redis.log,
 for _, level in ipairs({ "LOG_DEBUG", "LOG_VERBOSE", "LOG_NOTICE", "LOG_WARNING" }) do
   load_redis[level] = redis[level]
 end
-local load_globals = { redis = strict(load_redis) }
-
-local fenv = setmetatable({}, {
+-- What a loading library's code reads as globals; other names raise (level 2 is the code
+-- that read the name).
+local load_globals = setmetatable({ redis = strict(load_redis) }, {
   __index = function(_, k)
-    local v
-    if registered then
-      v = load_globals[k]
-    elseif k ~= "KEYS" and k ~= "ARGV" then
-      v = rawget(G, k)
-    end
-    if v == nil then nonexistent(k) end
-    return v
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
   end,
-  __newindex = refuse_write,
-  __metatable = false,
 })
+
+-- The libraries' environment reads through tables, not functions, so a global read in a
+-- callback costs what it costs in EVAL: G while callbacks run (`body` clears EVAL's KEYS
+-- and ARGV from it first), load_globals while a library loads (load_library switches).
+local fenv_meta = { __index = G, __newindex = refuse_write, __metatable = false }
+local fenv = setmetatable({}, fenv_meta)
 readonly[fenv] = true
 
 -- Runs a library's compiled code: (true, registrations) or (false, error text).
 local function load_library(f)
   registered, registered_names = {}, {}
+  fenv_meta.__index = load_globals
   local ok, e = pcall(f)
+  fenv_meta.__index = G
   local r = registered
   registered, registered_names = nil, nil
   if ok then return true, r end
