@@ -104,10 +104,10 @@ impl VmSlot {
         // still lent): woken for nothing, it would queue again behind the others.
         let free = !idle.is_empty() || self.lent.get() < VMS_PER_THREAD;
         drop(idle);
-        while let Some(next) = free
-            .then(|| self.waiting.borrow_mut().pop_front())
-            .flatten()
-        {
+        if !free {
+            return;
+        }
+        while let Some(next) = self.waiting.borrow_mut().pop_front() {
             if next.send(()).is_ok() {
                 break;
             }
