@@ -175,7 +175,13 @@ mod tests {
         let vm = &*vm;
         with_calls_now(exec, || {
             let mut run = vm
-                .start(vm.compiled("t").unwrap(), &[b"k1"], &[], true, true)
+                .start(
+                    vm.compiled("t").unwrap(),
+                    [&b"k1"[..]].into_iter(),
+                    [].into_iter(),
+                    true,
+                    true,
+                )
                 .unwrap();
             run.resume(vm.lua(), None)
         })

@@ -1197,7 +1197,9 @@ mod tests {
             return format!("does not compile: {e}");
         }
         let f = vm.compiled("t").expect("compiled");
-        let mut run = vm.start(f, &[], &[], true, false).expect("a run starts");
+        let mut run = vm
+            .start(f, [].into_iter(), [].into_iter(), true, false)
+            .expect("a run starts");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {
                 Value::String(s) => s.to_string_lossy(),
@@ -2045,8 +2047,8 @@ mod tests {
         let mut run = vm
             .start(
                 (&registered[0].callback).into(),
-                &[],
-                &[b"[1,{\"a\":null}]"],
+                [].into_iter(),
+                [&b"[1,{\"a\":null}]"[..]].into_iter(),
                 false,
                 false,
             )

@@ -240,6 +240,22 @@ pub(crate) unsafe fn write_value(
         out.error("ERR reached lua stack limit");
         return;
     }
+    if !write_scalar(state, at, out, script_resp3) {
+        write_table(state, at, out, script_resp3, depth);
+    }
+}
+
+/// Writes the value at stack index `at` unless it is a table (false then). Reads only, so
+/// it allocates nothing in Lua and needs no protected call.
+///
+/// # Safety
+/// `at` must be a valid index of `state`'s stack.
+pub(crate) unsafe fn write_scalar(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    out: &mut ReplyBuf,
+    script_resp3: bool,
+) -> bool {
     match ffi::lua_type(state, at) {
         ffi::LUA_TSTRING => out.bulk(string_at(state, at).unwrap_or_default()),
         ffi::LUA_TNUMBER => out.int(lua_number_to_int(ffi::lua_tonumber(state, at))),
@@ -251,9 +267,42 @@ pub(crate) unsafe fn write_value(
                 (false, false) => out.null(),
             }
         }
-        ffi::LUA_TTABLE => write_table(state, at, out, script_resp3, depth),
+        ffi::LUA_TTABLE => return false,
         _ => out.null(),
     }
+    true
+}
+
+/// Writes the table at stack index `at` if it is an error or a status table (its `err`, else
+/// its `ok`, field is a string), as `write_value` would; false otherwise. The field names
+/// are given as the registry slots of those strings (`err_name`, `ok_name`), so nothing is
+/// allocated and no protected call is needed.
+///
+/// # Safety
+/// `at` must hold a table, and `state` have a free stack slot.
+pub(crate) unsafe fn write_error_or_status(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    out: &mut ReplyBuf,
+    err_name: c_int,
+    ok_name: c_int,
+) -> bool {
+    let string_field = |name: c_int| {
+        ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, name.into());
+        ffi::lua_rawget(state, at);
+        let s = string_at(state, -1);
+        ffi::lua_pop(state, 1);
+        // Strings a table refers to outlive this pop: the table stays on the stack.
+        s
+    };
+    if let Some(text) = string_field(err_name) {
+        write_error(out, text);
+    } else if let Some(text) = string_field(ok_name) {
+        write_status(out, text);
+    } else {
+        return false;
+    }
+    true
 }
 
 /// The string at `index` of `state`'s stack, if it is a string (a number is not converted,
@@ -275,6 +324,11 @@ unsafe fn field(state: *mut ffi::lua_State, at: c_int, key: &[u8]) -> c_int {
     push_bytes(state, key);
     ffi::lua_rawget(state, at);
     ffi::lua_type(state, -1)
+}
+
+/// An error reply of `text` (an error table's `err`).
+fn write_error(out: &mut ReplyBuf, text: &[u8]) {
+    out.error(&String::from_utf8_lossy(text));
 }
 
 /// A status reply of `s`, as Redis writes it.
@@ -308,8 +362,7 @@ unsafe fn write_table(
     }
     let top = ffi::lua_gettop(state);
     if field(state, at, b"err") == ffi::LUA_TSTRING {
-        let text = String::from_utf8_lossy(string_at(state, -1).unwrap_or_default()).into_owned();
-        out.error(&text);
+        write_error(out, string_at(state, -1).unwrap_or_default());
     } else if field(state, at, b"ok") == ffi::LUA_TSTRING {
         write_status(out, string_at(state, -1).unwrap_or_default());
     } else if field(state, at, b"double") == ffi::LUA_TNUMBER {

@@ -23,7 +23,9 @@ use damselfly_protocol::{ReplyBuf, Span};
 use mlua::{ffi, ChunkMode, Function, Lua, LuaOptions, RegistryKey, StdLib, Table, Thread, Value};
 
 use crate::call_now;
-use crate::convert::{push_bytes, push_reply, string_at, wrap, write_value};
+use crate::convert::{
+    push_bytes, push_reply, string_at, wrap, write_error_or_status, write_scalar, write_value,
+};
 use crate::protected::Protected;
 use crate::tailcall::without_tail_calls;
 use crate::{random, watchdog, ScriptFlags};
@@ -76,7 +78,7 @@ impl Words {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone {
         self.spans
             .iter()
             .map(|s| &self.data[s.start..s.start + s.len])
@@ -129,8 +131,12 @@ pub struct Registered {
     pub callback: RegistryKey,
 }
 
-/// A loaded library's callbacks by function name.
-type LibraryCallbacks = HashMap<String, RegistryKey, ahash::RandomState>;
+/// A library as this VM loaded it: its callbacks with their names, in the order it
+/// registered them (the order of the registry's `Library::functions`).
+struct LoadedLibrary {
+    name: String,
+    functions: Vec<(String, RegistryKey)>,
+}
 
 pub struct ScriptVm {
     lua: Lua,
@@ -142,8 +148,9 @@ pub struct ScriptVm {
     load_library: Function,
     /// Compiled scripts by id (a SHA for EVAL scripts).
     compiled: HashMap<String, RegistryKey, ahash::RandomState>,
-    /// Libraries loaded here: name -> (registry version, callbacks by function name).
-    libraries: HashMap<String, (u64, LibraryCallbacks), ahash::RandomState>,
+    /// Libraries loaded here, by registry version (unique across the process's life, so an
+    /// FCALL finds its function by a number and an index instead of two names).
+    libraries: HashMap<u64, LoadedLibrary, ahash::RandomState>,
     /// The script cache generation this VM was built for (SCRIPT FLUSH starts a new VM).
     pub generation: u64,
 }
@@ -211,18 +218,20 @@ impl ScriptVm {
             .call(prims)?;
         watchdog::install(&lua)?;
         let protected = Protected::new(&lua)?;
-        let body = lua.create_registry_value(body)?;
+        let runs = Rc::new(RunKit {
+            body: lua.create_registry_value(body)?,
+            failure,
+            call_tag: call_tag.to_pointer(),
+            _call_tag: call_tag,
+            idle: RefCell::new(Vec::new()),
+            protected,
+            err_name: lua.create_registry_value(lua.create_string("err")?)?,
+            ok_name: lua.create_registry_value(lua.create_string("ok")?)?,
+        });
         Ok(ScriptVm {
             lua,
             env,
-            runs: Rc::new(RunKit {
-                body,
-                failure,
-                call_tag: call_tag.to_pointer(),
-                _call_tag: call_tag,
-                idle: RefCell::new(Vec::new()),
-                protected,
-            }),
+            runs,
             function_env,
             load_library,
             compiled: HashMap::default(),
@@ -289,26 +298,36 @@ impl ScriptVm {
 
     /// Keeps the callbacks of library `name` at registry `version` (replacing older ones).
     pub fn install_library(&mut self, name: &str, version: u64, functions: Vec<Registered>) {
-        let callbacks = functions
+        self.libraries.retain(|_, loaded| loaded.name != name);
+        let functions = functions
             .into_iter()
             .map(|f| (f.name, f.callback))
             .collect();
+        let name = name.to_string();
         self.libraries
-            .insert(name.to_string(), (version, callbacks));
+            .insert(version, LoadedLibrary { name, functions });
     }
 
-    /// Function `function` of library `name`, if this VM loaded that library's `version`.
+    /// Whether this VM loaded the library at registry `version`.
+    pub fn has_library(&self, version: u64) -> bool {
+        self.libraries.contains_key(&version)
+    }
+
+    /// Function `function`, the `index`th the library at registry `version` registered, if
+    /// this VM loaded that version. (Found by name should the library have registered its
+    /// functions in another order here.)
     pub fn library_function(
         &self,
-        name: &str,
         version: u64,
+        index: usize,
         function: &str,
     ) -> Option<Callable<'_>> {
-        let (loaded, callbacks) = self.libraries.get(name)?;
-        if *loaded != version {
-            return None;
-        }
-        callbacks.get(function).map(Callable)
+        let functions = &self.libraries.get(&version)?.functions;
+        functions
+            .get(index)
+            .filter(|(name, _)| name == function)
+            .or_else(|| functions.iter().find(|(name, _)| name == function))
+            .map(|(_, key)| Callable(key))
     }
 
     pub fn lua(&self) -> &Lua {
@@ -364,11 +383,11 @@ impl ScriptVm {
     /// its two arguments (a function). With `calls_now` its `redis.call`s are answered
     /// inside the script by the executor `call_now::with_calls_now` installed, instead of
     /// yielding to the driver.
-    pub fn start(
+    pub fn start<'w>(
         &self,
         f: Callable,
-        keys: &[&[u8]],
-        argv: &[&[u8]],
+        mut keys: impl ExactSizeIterator<Item = &'w [u8]>,
+        mut argv: impl ExactSizeIterator<Item = &'w [u8]>,
         as_globals: bool,
         calls_now: bool,
     ) -> mlua::Result<Run> {
@@ -398,8 +417,8 @@ impl ScriptVm {
                 ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, body.into());
                 ffi::lua_pushboolean(state, c_int::from(as_globals));
                 ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, f.into());
-                push_sequence(state, keys);
-                push_sequence(state, argv);
+                push_sequence(state, &mut keys);
+                push_sequence(state, &mut argv);
                 ffi::lua_pushboolean(state, c_int::from(calls_now));
                 ffi::lua_xmove(state, co, 6);
                 resumed = resume_coroutine(state, co, 5, call_tag);
@@ -429,7 +448,10 @@ impl<'a> From<&'a RegistryKey> for Callable<'a> {
 ///
 /// # Safety
 /// `state` must have two free stack slots; it may raise a Lua error (out of memory).
-unsafe fn push_sequence(state: *mut ffi::lua_State, items: &[&[u8]]) {
+unsafe fn push_sequence<'w>(
+    state: *mut ffi::lua_State,
+    items: &mut impl ExactSizeIterator<Item = &'w [u8]>,
+) {
     ffi::lua_createtable(state, c_int::try_from(items.len()).unwrap_or(0), 0);
     for (i, item) in (1..).zip(items) {
         push_bytes(state, item);
@@ -450,6 +472,10 @@ struct RunKit {
     idle: RefCell<Vec<Coroutine>>,
     /// The steps' way into Lua's C API.
     protected: Protected,
+    /// The strings "err" and "ok", kept in the registry: a run's value that is an error or
+    /// status table is read with them, without making a string (`Done::write`).
+    err_name: RegistryKey,
+    ok_name: RegistryKey,
 }
 
 /// A run's coroutine: the mlua handle that keeps it alive, and its state for the C API.
@@ -626,14 +652,28 @@ impl Done {
         self.resp3
     }
 
-    /// Writes the value as a reply in the client's protocol (`out.resp3`), walking it
-    /// through Lua's C API in one protected call.
+    /// Writes the value as a reply in the client's protocol (`out.resp3`): a scalar or a
+    /// status or error table where it lies, anything else walked through Lua's C API in
+    /// one protected call.
     pub fn write(self, out: &mut ReplyBuf) {
         let Some(co) = self.coroutine.as_ref().map(|c| c.co) else {
             return out.null();
         };
-        let mark = (out.buf.len(), out.error_offsets.len());
         let resp3 = self.resp3;
+        let (err_name, ok_name) = (self.kit.err_name.id(), self.kit.ok_name.id());
+        // SAFETY: the value is alone on the stack of a coroutine that returned, which has
+        // LUA_MINSTACK free slots (so checking for one allocates nothing); the usual values
+        // (a string, a number, a status or error table) are read where they are, without
+        // allocating, so without the cost of a protected call.
+        let written = unsafe {
+            write_scalar(co, 1, out, resp3)
+                || (ffi::lua_checkstack(co, 1) != 0
+                    && write_error_or_status(co, 1, out, err_name, ok_name))
+        };
+        if written {
+            return;
+        }
+        let mark = (out.buf.len(), out.error_offsets.len());
         // SAFETY: moves the value to the call's stack and walks it there, checking for the
         // slots each table level needs.
         let walked = unsafe {
@@ -842,7 +882,9 @@ pub(crate) mod testing {
             return e;
         }
         let f = vm.compiled("t").expect("compiled");
-        let mut run = vm.start(f, &[], &[], true, false).expect("a run");
+        let mut run = vm
+            .start(f, [].into_iter(), [].into_iter(), true, false)
+            .expect("a run");
         match run.resume(vm.lua(), None) {
             Step::Done(done) => match done.value(vm.lua()) {
                 Value::String(s) => s.to_string_lossy(),
@@ -884,7 +926,13 @@ mod tests {
         let mut vm = ScriptVm::new(0).unwrap();
         vm.compile("t", "user_script", code.as_bytes()).unwrap();
         let mut run = vm
-            .start(vm.compiled("t").unwrap(), &[b"k"], &[b"a"], true, false)
+            .start(
+                vm.compiled("t").unwrap(),
+                [&b"k"[..]].into_iter(),
+                [&b"a"[..]].into_iter(),
+                true,
+                false,
+            )
             .unwrap();
         let mut asked = 0;
         let mut answer = None;
@@ -932,7 +980,7 @@ mod tests {
             );
             let _watching = watchdog::watch(watch.clone());
             watch.kill("Script killed by user with SCRIPT KILL...");
-            let mut run = vm.start(vm.compiled("t").unwrap(), &[], &[], true, false).unwrap();
+            let mut run = vm.start(vm.compiled("t").unwrap(), [].into_iter(), [].into_iter(), true, false).unwrap();
             match run.resume(vm.lua(), None) {
                 Step::Failed { error, line, .. } => {
                     let Value::Table(t) = error else {
@@ -967,7 +1015,13 @@ mod tests {
         }
         let run = |id: &str, key: &[u8]| {
             let mut run = vm
-                .start(vm.compiled(id).unwrap(), &[key], &[], true, false)
+                .start(
+                    vm.compiled(id).unwrap(),
+                    [key].into_iter(),
+                    [].into_iter(),
+                    true,
+                    false,
+                )
                 .unwrap();
             run.resume(vm.lua(), None)
         };

@@ -171,11 +171,9 @@ impl Worker {
         if !job.read_only {
             self.keep_undo();
         }
-        let words: Vec<&[u8]> = job.watch.command.iter().collect();
-        let (keys, argv) = words
-            .get(3..)
-            .unwrap_or_default()
-            .split_at(job.nkeys.min(words.len().saturating_sub(3)));
+        let command = &job.watch.command;
+        let keys = command.iter().skip(3).take(job.nkeys);
+        let argv = command.iter().skip(3 + job.nkeys);
         let as_globals = matches!(job.target, Target::Eval(_));
         let mut calls = ShardCalls {
             worker: self,
@@ -301,11 +299,11 @@ pub(super) fn resolve<'v>(
         }
         Target::Function(lib, index) => {
             let name = &lib.functions[*index].name;
-            if vm.library_function(&lib.name, lib.version, name).is_none() {
+            if !vm.has_library(lib.version) {
                 super::function_family::load_into(vm, lib)?;
             }
             let vm: &ScriptVm = vm;
-            let f = vm.library_function(&lib.name, lib.version, name);
+            let f = vm.library_function(lib.version, *index, name);
             f.map(|f| (vm, f))
                 .ok_or_else(|| "ERR Function not found".to_string())
         }

@@ -380,7 +380,13 @@ impl Connection {
         let lua = vm.lua();
         let as_globals = call.kind == RunKind::Eval;
         watchdog::executing(&scope.watch);
-        let mut run = match vm.start(f, call.keys, call.argv, as_globals, false) {
+        let mut run = match vm.start(
+            f,
+            call.keys.iter().copied(),
+            call.argv.iter().copied(),
+            as_globals,
+            false,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 let text = format!("ERR {}", damselfly_scripting::vm::lua_text(e));
