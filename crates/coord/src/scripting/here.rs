@@ -143,8 +143,10 @@ pub(super) enum HereResult {
 impl Worker {
     /// Runs `job` here, in one go (the caller holds the whole shard in a transaction).
     pub(super) fn run_script_here(&self, job: HereJob) -> HereResult {
-        // A run that cannot be handed back may not be turned away either.
-        let mut vm = if job.target.stays_on_its_shard() {
+        // A run that cannot be handed back may not be turned away either, and keeps no undo
+        // log: nothing it does is ever taken back.
+        let may_hand_back = !job.target.stays_on_its_shard();
+        let mut vm = if !may_hand_back {
             match self.scripting.lend_now(job.generation) {
                 Ok(vm) => vm,
                 Err(e) => {
@@ -168,7 +170,7 @@ impl Worker {
             }
         };
         let _watching = watchdog::watch(job.watch.clone());
-        if !job.read_only {
+        if may_hand_back && !job.read_only {
             self.keep_undo();
         }
         let command = &job.watch.command;
@@ -179,6 +181,7 @@ impl Worker {
             worker: self,
             job: &job,
             oom: CallOom::new(job.oom_checked),
+            may_hand_back,
         };
         let (outcome, elsewhere) = with_calls_now(&mut calls, || {
             match vm.start(f, keys, argv, as_globals, true) {
@@ -198,10 +201,12 @@ impl Worker {
         match outcome {
             Some(Outcome::Done(done)) => done.write(&mut reply),
             Some(Outcome::Failed(failure)) => reply.error(&failure.reply(job.target.id())),
-            None | Some(Outcome::Restart) => {
+            None | Some(Outcome::Restart) if may_hand_back => {
                 self.roll_back();
                 return HereResult::Elsewhere;
             }
+            // Not reached: such a run's calls are answered here (`ShardCalls`).
+            None | Some(Outcome::Restart) => reply.error(OFF_SHARD),
         }
         self.end_undo(self.running_tx.get());
         HereResult::Reply(reply)
@@ -223,10 +228,6 @@ impl Worker {
         let ran = match self.run_script_here(job) {
             HereResult::Reply(ran) => ran,
             HereResult::Elsewhere => {
-                debug_assert!(
-                    !target.stays_on_its_shard(),
-                    "a run whose source names only declared keys needed another shard"
-                );
                 target.reach().record(true);
                 self.stats.borrow_mut().script_restarts += 1;
                 return Err(watch);
@@ -254,10 +255,18 @@ struct ShardCalls<'a> {
     worker: &'a Worker,
     job: &'a HereJob,
     oom: CallOom,
+    /// False for a run whose source names only declared keys (`stays_on_its_shard`).
+    may_hand_back: bool,
 }
 
+/// What a call gets that needs another shard in a run that may not be handed back. The
+/// reading of the source (`names_only_declared_keys`) rules that out; were it wrong, the
+/// call fails rather than the run running twice (it keeps no undo log).
+const OFF_SHARD: &str = "ERR Script attempted to access a key outside its declared keys' shard";
+
 impl CallNow for ShardCalls<'_> {
-    /// None when the call needs another shard, or a command that does not run on one.
+    /// None when the call needs another shard, or a command that does not run on one, and
+    /// the run may be handed back.
     fn call(&mut self, resp3: bool, words: &Words) -> Option<Answer> {
         let (worker, job) = (self.worker, self.job);
         let args = Args::new(&words.data, &words.spans);
@@ -269,7 +278,14 @@ impl CallNow for ShardCalls<'_> {
         };
         let reply = match check_call_here(worker, job.db, &args, rules) {
             Err(refusal) => Err(refusal),
-            Ok((_, false)) => return None,
+            Ok((_, false)) if self.may_hand_back => return None,
+            Ok((_, false)) => {
+                debug_assert!(
+                    false,
+                    "a run whose source names only declared keys left its shard"
+                );
+                Err(OFF_SHARD)
+            }
             Ok((idx, true)) => {
                 let mut reply = ReplyBuf::new(resp3);
                 worker.exec(idx, job.db, &args, &mut reply, true, job.caller);
