@@ -419,15 +419,21 @@ end
 -- `calls_now` says whether its calls are answered inside the script.
 -- Returns the script's value and the protocol it chose; its CALL requests yield straight
 -- through to the driver.
+-- Whether G holds an EVAL's KEYS and ARGV, which a library callback must not see.
+local eval_globals = false
 local function body(as_globals, f, keys, argv, calls_now)
   resp, now = 2, calls_now
   local v
   if as_globals then
     G.KEYS, G.ARGV = keys, argv
+    eval_globals = true
     v = f()
   else
     -- A library callback reads the globals through G (fenv): not an earlier EVAL's.
-    G.KEYS, G.ARGV = nil, nil
+    if eval_globals then
+      G.KEYS, G.ARGV = nil, nil
+      eval_globals = false
+    end
     v = f(keys, argv)
   end
   return v, resp

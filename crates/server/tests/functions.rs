@@ -107,6 +107,11 @@ fn functions_as_redis(b: Backend) {
         &["FCALL", "boom", "0", "call"],
         &["FCALL", "boom", "1", "k", "pcall"],
         &["FCALL", "boom", "0", "keys"],
+        // A function does not see the KEYS an EVAL before it had (on the same VM).
+        &["EVAL", "return #KEYS", "0"],
+        &["FCALL", "boom", "0", "keys"],
+        &["EVAL", "return KEYS[1]", "1", "k"],
+        &["FCALL", "boom", "1", "k", "keys"],
         &["FCALL", "boom", "0", "error"],
         &["FCALL_RO", "boom", "0", "write"],
         // A library may register more functions than mlua keeps references for.
