@@ -414,13 +414,14 @@ local function where(co)
   end
 end
 
+-- Whether G holds an EVAL's KEYS and ARGV, which a library callback must not see.
+local eval_globals = false
+
 -- One run, in the coroutine the Rust driver resumes (vm.rs, `Run`): the protocol starts at
 -- RESP2; an EVAL script gets KEYS and ARGV as globals, a function gets them as arguments;
 -- `calls_now` says whether its calls are answered inside the script.
 -- Returns the script's value and the protocol it chose; its CALL requests yield straight
 -- through to the driver.
--- Whether G holds an EVAL's KEYS and ARGV, which a library callback must not see.
-local eval_globals = false
 local function body(as_globals, f, keys, argv, calls_now)
   resp, now = 2, calls_now
   local v
