@@ -173,7 +173,7 @@ impl DatasetDigest {
 
 /// The 40 lowercase hex digits DEBUG DIGEST replies with.
 pub fn to_hex(d: &Digest) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(d)
 }
 
 #[cfg(test)]

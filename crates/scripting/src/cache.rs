@@ -63,7 +63,9 @@ impl Reach {
 
 /// SHA1 of `body` as 40 lowercase hex digits (script ids, `redis.sha1hex`).
 pub fn sha1_hex(body: &[u8]) -> String {
-    sha1_smol::Sha1::from(body).digest().to_string()
+    // hex, not the digest's Display: EVAL hashes its script on every call, and formatting
+    // cost more than hashing.
+    hex::encode(sha1_smol::Sha1::from(body).digest().bytes())
 }
 
 /// Scripts by SHA (ahash: a lookup per EVALSHA).
