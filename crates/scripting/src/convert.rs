@@ -12,6 +12,53 @@ use mlua::ffi;
 /// (about 8000 levels) with the same error.
 const MAX_DEPTH: usize = 1000;
 
+/// The fields a script's table value is read by to learn its kind (`{err = ...}`,
+/// `{ok = ...}`, `{map = ...}`, ...), in the order Redis reads them.
+#[derive(Clone, Copy)]
+pub(crate) enum Field {
+    Err,
+    Ok,
+    Double,
+    BigNumber,
+    VerbatimString,
+    Format,
+    String,
+    Map,
+    Set,
+}
+
+const FIELD_NAMES: [&str; 9] = [
+    "err",
+    "ok",
+    "double",
+    "big_number",
+    "verbatim_string",
+    "format",
+    "string",
+    "map",
+    "set",
+];
+
+/// Those fields' names as registry slots of their strings, so that reading a field pushes
+/// an existing string instead of making one (which hashes the name and may step the
+/// collector): a returned array is read by seven of them, each of its nested tables too.
+#[derive(Clone, Copy)]
+pub(crate) struct FieldNames([c_int; FIELD_NAMES.len()]);
+
+impl FieldNames {
+    /// Puts the names in `lua`'s registry: they stay there while the returned keys live.
+    pub(crate) fn new(lua: &mlua::Lua) -> mlua::Result<(FieldNames, Vec<mlua::RegistryKey>)> {
+        let mut ids = [0; FIELD_NAMES.len()];
+        let mut keys = Vec::with_capacity(FIELD_NAMES.len());
+        for (id, name) in ids.iter_mut().zip(FIELD_NAMES) {
+            let key = lua.create_registry_value(lua.create_string(name)?)?;
+            *id = key.id();
+            keys.push(key);
+        }
+        Ok((FieldNames(ids), keys))
+    }
+}
+
 /// A reply that does not parse (a bug in the command that wrote it).
 #[derive(Debug, Clone, Copy)]
 pub struct Malformed;
@@ -233,6 +280,7 @@ pub(crate) unsafe fn write_value(
     state: *mut ffi::lua_State,
     at: c_int,
     out: &mut ReplyBuf,
+    names: &FieldNames,
     script_resp3: bool,
     depth: usize,
 ) {
@@ -241,7 +289,7 @@ pub(crate) unsafe fn write_value(
         return;
     }
     if !write_scalar(state, at, out, script_resp3) {
-        write_table(state, at, out, script_resp3, depth);
+        write_table(state, at, out, names, script_resp3, depth);
     }
 }
 
@@ -274,30 +322,27 @@ pub(crate) unsafe fn write_scalar(
 }
 
 /// Writes the table at stack index `at` if it is an error or a status table (its `err`, else
-/// its `ok`, field is a string), as `write_value` would; false otherwise. The field names
-/// are given as the registry slots of those strings (`err_name`, `ok_name`), so nothing is
-/// allocated and no protected call is needed.
+/// its `ok`, field is a string), as `write_value` would; false otherwise. Reads only, so it
+/// allocates nothing in Lua and needs no protected call.
 ///
 /// # Safety
-/// `at` must hold a table, and `state` have a free stack slot.
+/// `at` must hold a table (an absolute index), and `state` have a free stack slot.
 pub(crate) unsafe fn write_error_or_status(
     state: *mut ffi::lua_State,
     at: c_int,
     out: &mut ReplyBuf,
-    err_name: c_int,
-    ok_name: c_int,
+    names: &FieldNames,
 ) -> bool {
-    let string_field = |name: c_int| {
-        ffi::lua_rawgeti(state, ffi::LUA_REGISTRYINDEX, name.into());
-        ffi::lua_rawget(state, at);
+    let string_field = |f: Field| {
+        field(state, at, names, f);
         let s = string_at(state, -1);
         ffi::lua_pop(state, 1);
         // Strings a table refers to outlive this pop: the table stays on the stack.
         s
     };
-    if let Some(text) = string_field(err_name) {
+    if let Some(text) = string_field(Field::Err) {
         write_error(out, text);
-    } else if let Some(text) = string_field(ok_name) {
+    } else if let Some(text) = string_field(Field::Ok) {
         write_status(out, text);
     } else {
         return false;
@@ -320,8 +365,12 @@ pub(crate) unsafe fn string_at<'a>(state: *mut ffi::lua_State, index: c_int) -> 
 }
 
 /// Pushes `t[key]` (raw) for the table at `at`, and returns its type.
-unsafe fn field(state: *mut ffi::lua_State, at: c_int, key: &[u8]) -> c_int {
-    push_bytes(state, key);
+unsafe fn field(state: *mut ffi::lua_State, at: c_int, names: &FieldNames, f: Field) -> c_int {
+    ffi::lua_rawgeti(
+        state,
+        ffi::LUA_REGISTRYINDEX,
+        ffi::lua_Integer::from(names.0[f as usize]),
+    );
     ffi::lua_rawget(state, at);
     ffi::lua_type(state, -1)
 }
@@ -352,6 +401,7 @@ unsafe fn write_table(
     state: *mut ffi::lua_State,
     at: c_int,
     out: &mut ReplyBuf,
+    names: &FieldNames,
     script_resp3: bool,
     depth: usize,
 ) {
@@ -361,13 +411,13 @@ unsafe fn write_table(
         return;
     }
     let top = ffi::lua_gettop(state);
-    if field(state, at, b"err") == ffi::LUA_TSTRING {
+    if field(state, at, names, Field::Err) == ffi::LUA_TSTRING {
         write_error(out, string_at(state, -1).unwrap_or_default());
-    } else if field(state, at, b"ok") == ffi::LUA_TSTRING {
+    } else if field(state, at, names, Field::Ok) == ffi::LUA_TSTRING {
         write_status(out, string_at(state, -1).unwrap_or_default());
-    } else if field(state, at, b"double") == ffi::LUA_TNUMBER {
+    } else if field(state, at, names, Field::Double) == ffi::LUA_TNUMBER {
         out.double(ffi::lua_tonumber(state, -1));
-    } else if field(state, at, b"big_number") == ffi::LUA_TSTRING {
+    } else if field(state, at, names, Field::BigNumber) == ffi::LUA_TSTRING {
         let text = one_line(string_at(state, -1).unwrap_or_default());
         if out.resp3 {
             out.buf.push(b'(');
@@ -376,9 +426,9 @@ unsafe fn write_table(
         } else {
             out.bulk(text.as_bytes());
         }
-    } else if field(state, at, b"verbatim_string") == ffi::LUA_TTABLE
-        && field(state, top + 5, b"format") == ffi::LUA_TSTRING
-        && field(state, top + 5, b"string") == ffi::LUA_TSTRING
+    } else if field(state, at, names, Field::VerbatimString) == ffi::LUA_TTABLE
+        && field(state, top + 5, names, Field::Format) == ffi::LUA_TSTRING
+        && field(state, top + 5, names, Field::String) == ffi::LUA_TSTRING
     {
         let f = string_at(state, -2).unwrap_or_default();
         let mut f3 = String::from_utf8_lossy(&f[..f.len().min(3)]).into_owned();
@@ -388,27 +438,27 @@ unsafe fn write_table(
         out.verbatim(&f3, string_at(state, -1).unwrap_or_default());
     } else {
         ffi::lua_settop(state, top);
-        if field(state, at, b"map") == ffi::LUA_TTABLE {
+        if field(state, at, names, Field::Map) == ffi::LUA_TTABLE {
             let m = ffi::lua_gettop(state);
             out.map(pair_count(state, m));
             ffi::lua_pushnil(state);
             while ffi::lua_next(state, m) != 0 {
                 let k = ffi::lua_gettop(state) - 1;
-                write_value(state, k, out, script_resp3, depth + 1);
-                write_value(state, k + 1, out, script_resp3, depth + 1);
+                write_value(state, k, out, names, script_resp3, depth + 1);
+                write_value(state, k + 1, out, names, script_resp3, depth + 1);
                 ffi::lua_settop(state, k);
             }
-        } else if field(state, at, b"set") == ffi::LUA_TTABLE {
+        } else if field(state, at, names, Field::Set) == ffi::LUA_TTABLE {
             let m = ffi::lua_gettop(state);
             out.set(pair_count(state, m));
             ffi::lua_pushnil(state);
             while ffi::lua_next(state, m) != 0 {
                 let k = ffi::lua_gettop(state) - 1;
-                write_value(state, k, out, script_resp3, depth + 1);
+                write_value(state, k, out, names, script_resp3, depth + 1);
                 ffi::lua_settop(state, k);
             }
         } else {
-            write_array(state, at, out, script_resp3, depth);
+            write_array(state, at, out, names, script_resp3, depth);
         }
     }
     ffi::lua_settop(state, top);
@@ -419,6 +469,7 @@ unsafe fn write_array(
     state: *mut ffi::lua_State,
     at: c_int,
     out: &mut ReplyBuf,
+    names: &FieldNames,
     script_resp3: bool,
     depth: usize,
 ) {
@@ -436,7 +487,7 @@ unsafe fn write_array(
     out.array(usize::try_from(len).unwrap_or(0));
     for i in 1..=len {
         ffi::lua_rawgeti(state, at, i);
-        write_value(state, top + 1, out, script_resp3, depth + 1);
+        write_value(state, top + 1, out, names, script_resp3, depth + 1);
         ffi::lua_settop(state, top);
     }
 }
@@ -469,13 +520,14 @@ mod tests {
     fn roundtrip(reply: &[u8], client_resp3: bool, script_resp3: bool) -> Vec<u8> {
         let lua = mlua::Lua::new();
         let protected = crate::protected::Protected::new(&lua).unwrap();
+        let (names, _keys) = FieldNames::new(&lua).unwrap();
         let mut out = ReplyBuf::new(client_resp3);
         // SAFETY: push_reply leaves the value at index 1 of the call's stack, where
         // write_value reads it.
         unsafe {
             protected.call(&mut |state| {
                 push_reply(state, reply).expect("a well-formed reply");
-                write_value(state, 1, &mut out, script_resp3, 0);
+                write_value(state, 1, &mut out, &names, script_resp3, 0);
             })
         }
         .unwrap();

@@ -25,6 +25,7 @@ use mlua::{ffi, ChunkMode, Function, Lua, LuaOptions, RegistryKey, StdLib, Table
 use crate::call_now;
 use crate::convert::{
     push_bytes, push_reply, string_at, wrap, write_error_or_status, write_scalar, write_value,
+    FieldNames,
 };
 use crate::protected::Protected;
 use crate::tailcall::without_tail_calls;
@@ -218,6 +219,7 @@ impl ScriptVm {
             .call(prims)?;
         watchdog::install(&lua)?;
         let protected = Protected::new(&lua)?;
+        let (field_names, field_name_keys) = FieldNames::new(&lua)?;
         let runs = Rc::new(RunKit {
             body: lua.create_registry_value(body)?,
             failure,
@@ -225,8 +227,8 @@ impl ScriptVm {
             _call_tag: call_tag,
             idle: RefCell::new(Vec::new()),
             protected,
-            err_name: lua.create_registry_value(lua.create_string("err")?)?,
-            ok_name: lua.create_registry_value(lua.create_string("ok")?)?,
+            field_names,
+            _field_name_keys: field_name_keys,
         });
         Ok(ScriptVm {
             lua,
@@ -472,10 +474,9 @@ struct RunKit {
     idle: RefCell<Vec<Coroutine>>,
     /// The steps' way into Lua's C API.
     protected: Protected,
-    /// The strings "err" and "ok", kept in the registry: a run's value that is an error or
-    /// status table is read with them, without making a string (`Done::write`).
-    err_name: RegistryKey,
-    ok_name: RegistryKey,
+    /// The names a run's table value is read by (`Done::write`), and what keeps them.
+    field_names: FieldNames,
+    _field_name_keys: Vec<RegistryKey>,
 }
 
 /// A run's coroutine: the mlua handle that keeps it alive, and its state for the C API.
@@ -660,15 +661,14 @@ impl Done {
             return out.null();
         };
         let resp3 = self.resp3;
-        let (err_name, ok_name) = (self.kit.err_name.id(), self.kit.ok_name.id());
+        let names = &self.kit.field_names;
         // SAFETY: the value is alone on the stack of a coroutine that returned, which has
         // LUA_MINSTACK free slots (so checking for one allocates nothing); the usual values
         // (a string, a number, a status or error table) are read where they are, without
         // allocating, so without the cost of a protected call.
         let written = unsafe {
             write_scalar(co, 1, out, resp3)
-                || (ffi::lua_checkstack(co, 1) != 0
-                    && write_error_or_status(co, 1, out, err_name, ok_name))
+                || (ffi::lua_checkstack(co, 1) != 0 && write_error_or_status(co, 1, out, names))
         };
         if written {
             return;
@@ -679,7 +679,7 @@ impl Done {
         let walked = unsafe {
             self.kit.protected.call(&mut |state| {
                 ffi::lua_xmove(co, state, 1);
-                write_value(state, 1, out, resp3, 0);
+                write_value(state, 1, out, names, resp3, 0);
             })
         };
         if let Err(text) = walked {
