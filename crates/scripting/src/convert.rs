@@ -405,17 +405,36 @@ unsafe fn write_table(
     script_resp3: bool,
     depth: usize,
 ) {
-    // Up to seven fields are read before the table's kind is known.
-    if ffi::lua_checkstack(state, 8) == 0 {
+    if ffi::lua_checkstack(state, 1) == 0 {
+        out.error("ERR reached lua stack limit");
+        return;
+    }
+    if !write_error_or_status(state, at, out, names) {
+        write_data_table(state, at, out, names, script_resp3, depth);
+    }
+}
+
+/// Writes the table at stack index `at` (absolute) that is neither an error nor a status
+/// table (`write_error_or_status` said so): a double, big number, verbatim string, map, set
+/// or array, by its fields in Redis's order.
+///
+/// # Safety
+/// As `write_value`'s.
+pub(crate) unsafe fn write_data_table(
+    state: *mut ffi::lua_State,
+    at: c_int,
+    out: &mut ReplyBuf,
+    names: &FieldNames,
+    script_resp3: bool,
+    depth: usize,
+) {
+    // Up to five fields are read before the table's kind is known.
+    if ffi::lua_checkstack(state, 6) == 0 {
         out.error("ERR reached lua stack limit");
         return;
     }
     let top = ffi::lua_gettop(state);
-    if field(state, at, names, Field::Err) == ffi::LUA_TSTRING {
-        write_error(out, string_at(state, -1).unwrap_or_default());
-    } else if field(state, at, names, Field::Ok) == ffi::LUA_TSTRING {
-        write_status(out, string_at(state, -1).unwrap_or_default());
-    } else if field(state, at, names, Field::Double) == ffi::LUA_TNUMBER {
+    if field(state, at, names, Field::Double) == ffi::LUA_TNUMBER {
         out.double(ffi::lua_tonumber(state, -1));
     } else if field(state, at, names, Field::BigNumber) == ffi::LUA_TSTRING {
         let text = one_line(string_at(state, -1).unwrap_or_default());
@@ -427,8 +446,8 @@ unsafe fn write_table(
             out.bulk(text.as_bytes());
         }
     } else if field(state, at, names, Field::VerbatimString) == ffi::LUA_TTABLE
-        && field(state, top + 5, names, Field::Format) == ffi::LUA_TSTRING
-        && field(state, top + 5, names, Field::String) == ffi::LUA_TSTRING
+        && field(state, top + 3, names, Field::Format) == ffi::LUA_TSTRING
+        && field(state, top + 3, names, Field::String) == ffi::LUA_TSTRING
     {
         let f = string_at(state, -2).unwrap_or_default();
         let mut f3 = String::from_utf8_lossy(&f[..f.len().min(3)]).into_owned();

@@ -24,8 +24,8 @@ use mlua::{ffi, ChunkMode, Function, Lua, LuaOptions, RegistryKey, StdLib, Table
 
 use crate::call_now;
 use crate::convert::{
-    push_bytes, push_reply, string_at, wrap, write_error_or_status, write_scalar, write_value,
-    FieldNames,
+    push_bytes, push_reply, string_at, wrap, write_data_table, write_error_or_status, write_scalar,
+    write_value, FieldNames,
 };
 use crate::protected::Protected;
 use crate::tailcall::without_tail_calls;
@@ -666,9 +666,12 @@ impl Done {
         // LUA_MINSTACK free slots (so checking for one allocates nothing); the usual values
         // (a string, a number, a status or error table) are read where they are, without
         // allocating, so without the cost of a protected call.
+        let mut kind_read = false;
         let written = unsafe {
-            write_scalar(co, 1, out, resp3)
-                || (ffi::lua_checkstack(co, 1) != 0 && write_error_or_status(co, 1, out, names))
+            write_scalar(co, 1, out, resp3) || {
+                kind_read = ffi::lua_checkstack(co, 1) != 0;
+                kind_read && write_error_or_status(co, 1, out, names)
+            }
         };
         if written {
             return;
@@ -679,7 +682,12 @@ impl Done {
         let walked = unsafe {
             self.kit.protected.call(&mut |state| {
                 ffi::lua_xmove(co, state, 1);
-                write_value(state, 1, out, names, resp3, 0);
+                if kind_read {
+                    // A table, and neither an error nor a status one.
+                    write_data_table(state, 1, out, names, resp3, 0);
+                } else {
+                    write_value(state, 1, out, names, resp3, 0);
+                }
             })
         };
         if let Err(text) = walked {
